@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Install vpo with every extra into ./.venv, torch pinned to the 2.13.0 CPU wheel.
+# Idempotent: re-running only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+# torch first, alone and pinned: an unpinned torch (pulled in by any dependency) would fetch
+# several GB of CUDA packages. constraints.txt keeps the pin for everything after.
+.venv/bin/python -m pip install -q -c constraints.txt torch==2.13.0
+.venv/bin/python -m pip install -q -c constraints.txt -e ".[all]"
+# Debian's bubblewrap isolates model-written programs (vpo.sandbox); optional, needs root.
+if ! command -v bwrap >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  (apt-get update -qq && apt-get install -y -qq bubblewrap) >/dev/null 2>&1 \
+    || echo "install.sh: bubblewrap not installed; vpo.sandbox will run in rlimit-only mode" >&2
+fi

@@ -1,0 +1,7 @@
+"""``python -m vpo`` runs the ``vpo`` command."""
+
+import sys
+
+from vpo.cli import main
+
+sys.exit(main())

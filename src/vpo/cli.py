@@ -1,0 +1,60 @@
+"""The ``vpo`` command: a thin argparse front over ``vpo.commands.*``.
+
+Usage: ``vpo --help``; ``python -m vpo`` is the same command.
+
+Each subcommand lives in its own module under ``vpo/commands/`` exposing
+``register(subparsers)``; that function adds a parser and sets ``func`` to the callable
+that runs it. Command modules import heavy libraries (torch, TRL) only inside their run
+functions, so ``vpo --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Order is the order shown in --help. A module missing here is simply not offered.
+COMMAND_MODULES = (
+    "vpo.commands.advantages",
+    "vpo.commands.data",
+    "vpo.commands.demo",
+    "vpo.commands.train",
+    "vpo.commands.eval",
+    "vpo.commands.search",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vpo",
+        description="Vector Policy Optimization: vector rewards, multi-answer chains, set objectives.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module_name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as err:
+            if err.name == module_name:  # command not written yet
+                continue
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        result = args.func(args)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"vpo {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Subcommands of the ``vpo`` CLI, one module each (see ``vpo.cli``)."""

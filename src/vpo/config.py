@@ -1,0 +1,83 @@
+"""Dataclass configs mapped onto argparse, so every CLI flag has exactly one documented home.
+
+Each config field carries its help text in ``field(metadata={"help": ...})``::
+
+    @dataclass
+    class EvalConfig:
+        pool: int = field(default=30, metadata={"help": "answers per example"})
+
+    add_dataclass_args(parser, EvalConfig)
+    cfg = dataclass_from_args(EvalConfig, parser.parse_args())
+
+Field ``foo_bar`` becomes ``--foo-bar``; bools become ``--foo-bar/--no-foo-bar``;
+``list[str]``/``tuple[str, ...]`` fields take comma-separated values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _is_sequence(tp: Any) -> bool:
+    origin = typing.get_origin(tp)
+    return origin in (list, tuple)
+
+
+def _base_type(tp: Any) -> Any:
+    """Unwrap ``Optional[X]`` / ``X | None`` to ``X``."""
+    args = typing.get_args(tp)
+    if args and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1:
+            return rest[0]
+    return tp
+
+
+def _split_csv(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, *, skip: tuple[str, ...] = ()) -> None:
+    """Add one flag per field of dataclass ``cls`` to ``parser`` (defaults taken from the class)."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name in skip or not f.init:
+            continue
+        tp = _base_type(hints[f.name])
+        help_text = f.metadata.get("help", "")
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else None  # type: ignore[misc]
+        )
+        if tp is bool:
+            parser.add_argument(_flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction,
+                                default=default, help=help_text)
+        elif _is_sequence(tp):
+            (item_type, *_) = typing.get_args(tp) or (str,)
+            parser.add_argument(_flag(f.name), dest=f.name, default=default,
+                                type=lambda s, t=item_type: [t(x) for x in _split_csv(s)],
+                                help=f"{help_text} (comma-separated; default {','.join(map(str, default or []))})")
+        else:
+            choices = f.metadata.get("choices")
+            parser.add_argument(_flag(f.name), dest=f.name, type=tp if tp in (int, float, str) else str,
+                                default=default, choices=choices,
+                                help=f"{help_text} (default: {default})")
+
+
+def dataclass_from_args(cls: type[T], args: argparse.Namespace, **overrides: Any) -> T:
+    """Build ``cls`` from the parsed namespace (fields absent from it keep their defaults)."""
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
+              if f.init and hasattr(args, f.name)}
+    for name, value in list(values.items()):
+        if isinstance(value, list) and typing.get_origin(typing.get_type_hints(cls)[name]) is tuple:
+            values[name] = tuple(value)
+    values.update(overrides)
+    return cls(**values)

@@ -1,0 +1,69 @@
+"""Task registry: ``get_task(name, **params)`` and ``list_tasks()``.
+
+Usage::
+
+    from vpo.tasks import get_task, list_tasks
+    task = get_task("maze", size=5, reward_mode="linear")
+
+Built-in tasks live one per module and are imported on first use; third-party tasks register
+with ``@register_task("name")`` on a ``Task`` subclass.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from vpo.tasks.base import Example, Task, require
+
+__all__ = ["Example", "Task", "get_task", "list_tasks", "register_task", "require"]
+
+_REGISTRY: dict[str, type[Task]] = {}
+
+# name -> module that registers it on import
+_BUILTIN_MODULES = {
+    "maze": "vpo.tasks.maze",
+    "musique": "vpo.tasks.musique",
+    "eureqa": "vpo.tasks.eureqa",
+    "toolcall": "vpo.tasks.toolcall",
+    "code": "vpo.tasks.code",
+}
+
+
+def register_task(name: str) -> Callable[[type[Task]], type[Task]]:
+    """Class decorator adding a Task subclass to the registry under ``name``."""
+
+    def decorator(cls: type[Task]) -> type[Task]:
+        existing = _REGISTRY.get(name)
+        if existing is not None and existing.__qualname__ != cls.__qualname__:
+            raise ValueError(f"task {name!r} is already registered to {existing.__qualname__}")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return decorator
+
+
+def _load_builtin(name: str) -> None:
+    module = _BUILTIN_MODULES.get(name)
+    if module is not None and name not in _REGISTRY:
+        importlib.import_module(module)
+
+
+def get_task(name: str, **params: Any) -> Task:
+    """Instantiate the task registered as ``name`` with its parameters."""
+    _load_builtin(name)
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(list_tasks())}")
+    return _REGISTRY[name](**params)
+
+
+def list_tasks() -> list[str]:
+    """Names of all available tasks (built-in ones whose module imports, plus registered)."""
+    for name in _BUILTIN_MODULES:
+        try:
+            _load_builtin(name)
+        except ModuleNotFoundError:
+            continue
+    return sorted(_REGISTRY)
