@@ -8,8 +8,12 @@ Usage::
     kept = dedup(answers, key=normalise)                  # first occurrences, in order
     matrix = pad_rows(vectors, 3, dim=4)                  # (3, 4), zero rows appended
 
-Every parser here is linear in the text length (no backtracking regexes over model text) and
-never raises on model output.
+Shapes: M answers per chain (the ``m`` argument), D objectives. A chain's reward matrix is
+(M, D): one row per distinct answer, zero rows appended up to M.
+
+Every parser here is linear in the text length (one scan with a regex that has no nested
+quantifiers, or forward-only ``str.find`` loops) and never raises on model output; bad
+*arguments* (m, tag, rules) raise ValueError naming the argument.
 """
 
 from __future__ import annotations
@@ -24,31 +28,79 @@ import numpy as np
 T = TypeVar("T")
 
 
+_TAG_RE = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
+
+
+def _check_m(m: Any, name: str = "m") -> int:
+    if isinstance(m, bool) or not isinstance(m, int | np.integer) or m < 1:
+        raise ValueError(f"{name} must be a positive integer, got {m!r}")
+    return int(m)
+
+
+def _check_tag(tag: Any) -> str:
+    if not isinstance(tag, str) or _TAG_RE.fullmatch(tag) is None:
+        raise ValueError(f"tag must be a name like 'route' (letters, digits, '_', '-'), got {tag!r}")
+    return tag
+
+
 @dataclass(frozen=True)
 class RewriteRule:
-    """How a task's single-answer prompt becomes an m-answer prompt."""
+    """How a task's single-answer prompt becomes an m-answer prompt.
+
+    Checked on construction: a pattern that does not compile, or a template that
+    ``str.format(m=..., tag=...)`` rejects, raises ValueError naming the rule.
+    """
 
     name: str
     """Rule name, quoted in errors (usually the task name)."""
     template: str
-    """Instruction asking for m answers; ``{m}`` and ``{tag}`` are substituted."""
+    """Instruction asking for m answers, in ``str.format`` syntax: ``{m}`` and ``{tag}`` are
+    substituted, literal braces are written ``{{`` and ``}}``."""
     pattern: str | None = None
-    """Regex of the single-answer instruction to replace (first match only). None appends the
-    instruction after the prompt instead (tool calling)."""
+    """Regex (compiled with DOTALL) of the single-answer instruction to replace (first match
+    only). None appends the instruction after the prompt instead (tool calling)."""
     tag: str = "answer"
     """Numbered tag the answers go in: ``<{tag}_1>...</{tag}_1>``."""
     separator: str = "\n\n"
     """Text between the prompt and an appended instruction."""
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"RewriteRule name must be a non-empty string, got {self.name!r}")
+        try:
+            _check_tag(self.tag)
+        except ValueError as exc:
+            raise ValueError(f"rewrite rule {self.name!r}: {exc}") from None
+        if not isinstance(self.template, str):
+            raise ValueError(f"rewrite rule {self.name!r}: template must be a string")
+        try:
+            self.template.format(m=2, tag=self.tag)
+        except (KeyError, IndexError, ValueError, AttributeError) as exc:
+            raise ValueError(
+                f"rewrite rule {self.name!r}: template is not a str.format template with only "
+                f"{{m}} and {{tag}} fields (write literal braces as {{{{ }}}}): {exc!r}"
+            ) from None
+        if self.pattern is not None:
+            try:
+                re.compile(self.pattern, flags=re.DOTALL)
+            except (re.error, TypeError) as exc:
+                raise ValueError(
+                    f"rewrite rule {self.name!r}: pattern {self.pattern!r} is not a valid regex: {exc}"
+                ) from None
+
 
 def rewrite_prompt(prompt: str, m: int, rule: RewriteRule) -> str:
     """Return ``prompt`` asking for ``m`` different answers, per ``rule``.
 
-    Raises ValueError naming the rule when ``rule.pattern`` does not occur in ``prompt`` (a
-    silently unchanged prompt would train a multi-answer method on single-answer prompts).
+    With ``rule.pattern`` the first match is replaced by the instruction (inserted literally:
+    backslashes in it are not regex escapes); without one the instruction is appended after
+    ``rule.separator``. Raises ValueError naming the rule when the pattern does not occur in
+    ``prompt`` (a silently unchanged prompt would train a multi-answer method on
+    single-answer prompts), and ValueError for m < 1 or a non-string prompt.
     """
-    if not isinstance(m, int | np.integer) or m < 1:
-        raise ValueError(f"m must be a positive integer, got {m!r}")
+    m = _check_m(m)
+    if not isinstance(prompt, str):
+        raise ValueError(f"prompt must be a string, got {type(prompt).__name__}")
     instruction = rule.template.format(m=m, tag=rule.tag)
     if rule.pattern is None:
         return prompt.rstrip() + rule.separator + instruction
@@ -66,25 +118,37 @@ _ANSWER_CLOSE = "</answer>"
 
 
 def _numbered_blocks(text: str, m: int, tag: str) -> tuple[list[str], bool]:
-    """Contents of ``<tag_1>..<tag_m>``; the flag says whether any numbered opening tag exists.
+    """Contents of ``<tag_1>..<tag_m>``; the flag says whether any numbered opening tag
+    ``<tag_j>`` (any j, also j > m) occurs.
 
-    A block without its closing tag runs to the next numbered opening tag or the end of text.
-    Cost: O(m * len(text)) via ``str.find``; no regex backtracking.
+    One left-to-right scan over the numbered tags (a single linear regex with no nested
+    quantifiers): an opening tag ``<tag_j>`` starts block j and implicitly ends the block
+    that is open; ``</tag_j>`` ends block j if it is the open one (stray closing tags are
+    ignored); a block still open at the end runs to the end of the text. For each i the
+    first block with non-blank content wins (so ``<tag_1><tag_1>UP</tag_1>`` gives "UP").
+    O(len(text)) time whatever m is.
     """
-    opens = [text.find(f"<{tag}_{i}>") for i in range(1, m + 1)]
-    found_any = any(pos >= 0 for pos in opens) or re.search(rf"<{re.escape(tag)}_\d+>", text) is not None
-    starts = sorted(pos for pos in opens if pos >= 0)
-    answers: list[str] = []
-    for i, pos in enumerate(opens, start=1):
-        if pos < 0:
-            answers.append("")
+    tag_re = re.compile(rf"<(/?){re.escape(tag)}_(\d{{1,9}})>")
+    answers = [""] * m
+    found_any = False
+    open_index: int | None = None   # number of the open block
+    body_start = 0
+
+    def close_block(end: int) -> None:
+        if open_index is not None and 1 <= open_index <= m and not answers[open_index - 1]:
+            answers[open_index - 1] = text[body_start:end].strip()
+
+    for match in tag_re.finditer(text):
+        closing, index = match.group(1), int(match.group(2))
+        if closing:
+            if index == open_index:
+                close_block(match.start())
+                open_index = None
             continue
-        body_start = pos + len(f"<{tag}_{i}>")
-        close = text.find(f"</{tag}_{i}>", body_start)
-        if close < 0:
-            later = [s for s in starts if s > pos]
-            close = later[0] if later else len(text)
-        answers.append(text[body_start:close].strip())
+        found_any = True
+        close_block(match.start())
+        open_index, body_start = index, match.end()
+    close_block(len(text))
     return answers, found_any
 
 
@@ -105,13 +169,18 @@ def _answer_tag_blocks(text: str) -> list[str]:
 def parse_answers(text: str, m: int, *, tag: str = "answer", fallbacks: bool = False) -> list[str]:
     """Split a generation into exactly ``m`` answer strings (missing ones are ``""``).
 
-    Reads numbered blocks ``<{tag}_i>...</{tag}_i>`` for i = 1..m. With ``fallbacks=True``
-    (the maze's rules, SPEC section 3) and no numbered tag anywhere in ``text``: split on
-    ``---`` if that gives several non-empty parts, else take the ``<answer>`` blocks, else the
-    whole text is answer 1. Never raises on model text; linear in ``len(text)`` for fixed m.
+    Reads numbered blocks ``<{tag}_i>...</{tag}_i>`` for i = 1..m (stripped; an unclosed
+    block ends at the next numbered opening tag or the end of the text; see
+    ``_numbered_blocks``). With ``fallbacks=True`` (the maze's rules, SPEC section 3) and no
+    numbered opening tag anywhere in ``text``: split on ``---`` if that gives at least two
+    non-blank parts, else take the closed ``<answer>...</answer>`` blocks, else the whole
+    (stripped) text is answer 1. Extra answers beyond m are dropped.
+
+    Never raises on model text (a non-string gives m empty answers); O(len(text)) time.
+    Raises ValueError only for a bad ``m`` or ``tag``.
     """
-    if not isinstance(m, int | np.integer) or m < 1:
-        raise ValueError(f"m must be a positive integer, got {m!r}")
+    m = _check_m(m)
+    _check_tag(tag)
     if not isinstance(text, str):
         return [""] * m
     answers, found_any = _numbered_blocks(text, m, tag)
@@ -141,19 +210,28 @@ def dedup(items: Iterable[T], key: Callable[[T], Hashable] | None = None) -> lis
 def pad_rows(rows: Sequence[Sequence[float]] | np.ndarray, m: int, *, dim: int | None = None) -> np.ndarray:
     """Stack reward rows into an (m, D) float64 matrix, appending zero rows up to ``m``.
 
-    ``rows``: (n, D) with n <= m. ``dim`` gives D when ``rows`` is empty (required then).
-    Zero rows never change a VPO score (rewards are >= 0) but do count for Multi-RLVR.
+    ``rows``: (n, D) with n <= m (any empty sequence counts as n = 0). ``dim`` gives D and is
+    required when ``rows`` is empty; when given it must match the rows' width. Zero rows
+    never change a VPO score (rewards are >= 0) but do count for Multi-RLVR.
+    Raises ValueError for m < 1, dim < 1, n > m, a width mismatch or non-2-D rows.
     """
-    arr = np.asarray(rows, dtype=np.float64)
-    if arr.size == 0:
-        if dim is None and (arr.ndim != 2 or arr.shape[1] == 0):
+    m = _check_m(m)
+    if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int | np.integer) or dim < 1):
+        raise ValueError(f"pad_rows: dim must be a positive integer, got {dim!r}")
+    try:
+        arr = np.asarray(rows, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"pad_rows: rows must be an (n, D) array of numbers: {exc}") from None
+    if arr.size == 0 and (arr.ndim == 1 or arr.shape == (0, 0)):   # [] or an empty (0, 0) array
+        if dim is None:
             raise ValueError("pad_rows: rows is empty, pass dim= to give the number of objectives")
-        width = dim if dim is not None else arr.shape[1]
-        return np.zeros((m, width), dtype=np.float64)
+        arr = np.zeros((0, int(dim)), dtype=np.float64)
     if arr.ndim != 2:
         raise ValueError(f"pad_rows: rows must be 2-D (n, D), got shape {arr.shape}")
     if dim is not None and arr.shape[1] != dim:
         raise ValueError(f"pad_rows: rows have width {arr.shape[1]}, expected dim={dim}")
+    if arr.shape[1] == 0:
+        raise ValueError("pad_rows: rows have width 0 (D must be >= 1)")
     if arr.shape[0] > m:
         raise ValueError(f"pad_rows: {arr.shape[0]} rows exceed m={m}")
     out = np.zeros((m, arr.shape[1]), dtype=np.float64)
@@ -163,16 +241,31 @@ def pad_rows(rows: Sequence[Sequence[float]] | np.ndarray, m: int, *, dim: int |
 
 def score_answers(answers: Sequence[str], score: Callable[[str], Any], m: int, dim: int, *,
                   key: Callable[[str, np.ndarray], Hashable] | None = None, pad: bool = True) -> np.ndarray:
-    """Score answer strings, drop duplicates (and empty answers), and pad: the chain's (m, D) matrix.
+    """Score answer strings, drop blank answers and duplicates, and pad: the chain's matrix.
 
-    ``score(answer) -> (D,)``; ``key(answer, vector)`` says which answers count as the same
-    (default: identical reward vectors). With ``pad=False`` the result has one row per kept
-    answer, (n <= m, D).
+    ``answers``: up to m strings (e.g. from ``parse_answers``); ``score(answer) -> (D,)`` with
+    D = ``dim``; ``key(answer, vector)`` says which answers count as the same (default:
+    identical reward vectors; ``-0.0`` is normalised to ``0.0`` before any key sees it). The
+    first of equal answers is kept. Returns (m, D) zero-padded, or with ``pad=False`` one row
+    per kept answer, (n <= m, D). Raises ValueError when a score has the wrong shape or more
+    than m answers survive.
     """
-    scored = [(a, np.asarray(score(a), dtype=np.float64)) for a in answers if a.strip()]
+    m = _check_m(m)
+    if isinstance(dim, bool) or not isinstance(dim, int | np.integer) or dim < 1:
+        raise ValueError(f"score_answers: dim must be a positive integer, got {dim!r}")
+    scored: list[tuple[str, np.ndarray]] = []
+    for answer in answers:
+        if not isinstance(answer, str) or not answer.strip():
+            continue
+        vector = np.asarray(score(answer), dtype=np.float64).reshape(-1) + 0.0
+        if vector.shape != (dim,):
+            raise ValueError(f"score_answers: score returned {vector.size} values, expected dim={dim}")
+        scored.append((answer, vector))
     if key is None:
         def key(_answer: str, vector: np.ndarray) -> Hashable:
             return vector.tobytes()
     kept = dedup(scored, key=lambda pair: key(pair[0], pair[1]))
+    if len(kept) > m:
+        raise ValueError(f"score_answers: {len(kept)} distinct answers exceed m={m}")
     rows = np.array([vector for _, vector in kept], dtype=np.float64).reshape(len(kept), dim)
     return pad_rows(rows, m, dim=dim) if pad else rows
