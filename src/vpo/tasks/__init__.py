@@ -17,7 +17,7 @@ from typing import Any
 
 from vpo.tasks.base import Example, Task, require
 
-__all__ = ["Example", "Task", "get_task", "list_tasks", "register_task", "require"]
+__all__ = ["Example", "Task", "get_task", "list_tasks", "register_task", "require", "task_class"]
 
 _REGISTRY: dict[str, type[Task]] = {}
 
@@ -51,12 +51,17 @@ def _load_builtin(name: str) -> None:
         importlib.import_module(module)
 
 
-def get_task(name: str, **params: Any) -> Task:
-    """Instantiate the task registered as ``name`` with its parameters."""
+def task_class(name: str) -> type[Task]:
+    """The Task subclass registered as ``name`` (not instantiated)."""
     _load_builtin(name)
     if name not in _REGISTRY:
         raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(list_tasks())}")
-    return _REGISTRY[name](**params)
+    return _REGISTRY[name]
+
+
+def get_task(name: str, **params: Any) -> Task:
+    """Instantiate the task registered as ``name`` with its parameters."""
+    return task_class(name)(**params)
 
 
 def list_tasks() -> list[str]:

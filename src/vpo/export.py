@@ -1,0 +1,191 @@
+"""Turn a task's examples into training tables for veRL and TRL (``vpo data export``).
+
+Usage::
+
+    from vpo.export import export, verl_row, trl_row, example_from_row
+    paths = export("maze", "data/maze", fmt="verl", task_params={"size": 9})   # train/test.parquet
+    row = verl_row(task, example, index=0, split="train", answers=3, task_params={"size": 9})
+    example = example_from_row(row)            # back to the example dict, ready for task.score
+
+Seeds: the train split is drawn with ``seed`` and the test split with
+``test_seed(seed) = 100 * seed + 42``, so the defaults (seed 42) give the paper's maze seeds,
+train 42 and test 4242.
+
+veRL rows (verl's RLHF parquet schema; ``reward.custom_reward_function`` reads them)::
+
+    data_source   task name, e.g. "maze"
+    prompt        [{"role": "user", "content": ...}]  (toolcall: a system turn first)
+    ability       the task's ability tag, e.g. "planning"
+    reward_model  {"style": "rule", "ground_truth": JSON string of the example}
+    extra_info    {"index", "split", "task", "answers" (m), "task_params" (JSON string),
+                   "example_id" (str; a stable group key)}
+
+TRL rows (``GRPOTrainer`` passes the extra columns to reward functions as kwargs)::
+
+    prompt        the prompt string (m-answer prompt when answers > 1)
+    example       JSON string of the example (a reward function json.loads it)
+    task, answers, index, split, task_params (JSON string), example_id
+
+The example is stored whole, so scoring needs nothing but the row:
+``get_task(row task, **json.loads(task_params)).score_chain(text, example, answers)``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from vpo.tasks import Example, Task, get_task, task_class
+
+__all__ = ["ABILITIES", "FORMATS", "example_from_row", "export", "export_rows", "make_task",
+           "test_seed", "trl_row", "verl_row", "write_parquet"]
+
+FORMATS = ("verl", "trl")
+ABILITIES = {"maze": "planning", "musique": "multi_hop_qa", "eureqa": "entity_reasoning",
+             "toolcall": "tool_use", "code": "coding"}
+"""veRL ``ability`` tags; a task's own ``ability`` attribute wins."""
+
+
+def test_seed(seed: int) -> int:
+    """Seed of the test split derived from the export seed: ``100 * seed + 42`` (42 -> 4242)."""
+    return 100 * int(seed) + 42
+
+
+test_seed.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def _ability(task: Task) -> str:
+    return str(getattr(task, "ability", None) or ABILITIES.get(task.name, "reasoning"))
+
+
+def _example_id(example: Mapping[str, Any], split: str, index: int) -> str:
+    ident = example.get("id") if isinstance(example, Mapping) else None
+    return str(ident) if isinstance(ident, str | int) and not isinstance(ident, bool) else f"{split}-{index}"
+
+
+def _messages(task: Task, example: Example, answers: int) -> list[dict[str, str]]:
+    chat = getattr(task, "messages", None)
+    if callable(chat):
+        return [dict(message) for message in chat(example, answers)]
+    return [{"role": "user", "content": task.prompt(example, answers)}]
+
+
+def verl_row(task: Task, example: Example, *, index: int, split: str, answers: int = 1,
+             task_params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One row of verl's RLHF parquet schema (see the module docstring)."""
+    return {
+        "data_source": task.name,
+        "prompt": _messages(task, example, answers),
+        "ability": _ability(task),
+        "reward_model": {"style": "rule", "ground_truth": _dumps(example)},
+        "extra_info": {"index": int(index), "split": split, "task": task.name, "answers": int(answers),
+                       "task_params": _dumps(dict(task_params or {})),
+                       "example_id": _example_id(example, split, index)},
+    }
+
+
+def trl_row(task: Task, example: Example, *, index: int, split: str, answers: int = 1,
+            task_params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One row of the TRL table (see the module docstring)."""
+    return {"prompt": task.prompt(example, answers), "example": _dumps(example), "task": task.name,
+            "answers": int(answers), "index": int(index), "split": split,
+            "task_params": _dumps(dict(task_params or {})),
+            "example_id": _example_id(example, split, index)}
+
+
+def example_from_row(row: Mapping[str, Any]) -> Example:
+    """The example stored in an exported row (veRL or TRL layout), decoded from JSON."""
+    if "reward_model" in row:
+        truth = row["reward_model"]["ground_truth"]
+    elif "example" in row:
+        truth = row["example"]
+    else:
+        raise ValueError("row has neither 'reward_model' (veRL) nor 'example' (TRL)")
+    return json.loads(truth) if isinstance(truth, str) else dict(truth)
+
+
+def export_rows(task: Task, examples: Sequence[Example], *, split: str, fmt: str = "verl", answers: int = 1,
+                task_params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Rows of one split in format ``fmt`` ("verl" or "trl")."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if not isinstance(answers, int) or answers < 1:
+        raise ValueError(f"answers must be a positive integer, got {answers!r}")
+    build = verl_row if fmt == "verl" else trl_row
+    return [build(task, example, index=i, split=split, answers=answers, task_params=task_params)
+            for i, example in enumerate(examples)]
+
+
+def write_parquet(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike[str]) -> Path:
+    """Write rows as a parquet file (parent folders created); returns the path."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not rows:
+        raise ValueError(f"no rows to write to {path}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(list(rows)), path)
+    return path
+
+
+def make_task(name: str, params: Mapping[str, Any] | None = None, *,
+              size: int | None = None) -> tuple[Task, dict[str, Any]]:
+    """``get_task(name, **params)``, adding ``size`` only when the task's constructor takes it.
+
+    Returns the task and the parameters actually used (recorded in every exported row).
+    """
+    params = dict(params or {})
+    if size is not None and "size" not in params and _accepts(name, "size"):
+        params["size"] = size
+    try:
+        return get_task(name, **params), params
+    except TypeError as err:  # unknown keyword for this task
+        raise ValueError(f"task {name!r} does not accept parameters {params}: {err}") from err
+
+
+def _accepts(name: str, param: str) -> bool:
+    """Whether task ``name``'s constructor takes keyword ``param`` (checked on the class)."""
+    cls = task_class(name)  # raises the registry's "unknown task" error
+    if cls.__init__ is object.__init__:
+        return False
+    accepted = inspect.signature(cls.__init__).parameters
+    return param in accepted or any(p.kind is p.VAR_KEYWORD for p in accepted.values())
+
+
+def _examples(task: Task, split: str, n: int, seed: int, source: str | None) -> list[Example]:
+    kwargs: dict[str, Any] = {"seed": seed}
+    if source is not None:
+        kwargs["source"] = source
+    return task.examples(split, n, **kwargs)
+
+
+def export(task_name: str, out_dir: str | os.PathLike[str], *, fmt: str = "verl", train: int = 1000,
+           test: int = 100, seed: int = 42, answers: int = 1, source: str | None = None,
+           task_params: Mapping[str, Any] | None = None, size: int | None = 9) -> dict[str, Any]:
+    """Write ``train.parquet`` and ``test.parquet`` for ``task_name`` into ``out_dir``.
+
+    ``size`` goes to tasks whose constructor takes it (maze). Train rows use ``seed``, test
+    rows ``test_seed(seed)``. A split asked for 0 rows is skipped. File-backed tasks return
+    at most what the source holds. Returns ``{"train": path, "test": path, "counts": {...},
+    "task_params": {...}, "seeds": {...}}``.
+    """
+    task, params = make_task(task_name, task_params, size=size)
+    seeds = {"train": int(seed), "test": test_seed(seed)}
+    result: dict[str, Any] = {"counts": {}, "task_params": params, "seeds": seeds}
+    for split, n in (("train", train), ("test", test)):
+        if n <= 0:
+            continue
+        examples = _examples(task, split, n, seeds[split], source)
+        rows = export_rows(task, examples, split=split, fmt=fmt, answers=answers, task_params=params)
+        result[split] = write_parquet(rows, Path(out_dir) / f"{split}.parquet")
+        result["counts"][split] = len(rows)
+    return result
