@@ -1,0 +1,271 @@
+"""Advantage estimators (vpo.estimators): hand cases, brute force, properties, engine parity."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vpo.estimators import (get_estimator, group_normalize, list_estimators, max_at_k_weights,
+                            register_estimator)
+
+ALL = ["gdpo", "grpo", "max_at_k", "maxrl", "multi_rlvr", "random_weight", "vpo"]
+
+
+def rows(*values):
+    return [np.array([v], dtype=np.float64) for v in values]  # one answer (1, D) per rollout
+
+
+def test_registry():
+    assert set(ALL) <= set(list_estimators())
+    with pytest.raises(ValueError, match="known: .*grpo.*vpo"):
+        get_estimator("vpoo")
+    with pytest.raises(ValueError, match="unknown option.*'num_weight'.*accepted: num_weights"):
+        get_estimator("vpo")(rows([1.0], [0.0]), [0, 0], num_weight=5)
+    with pytest.raises(ValueError, match="unknown option.*'num_weights'"):
+        get_estimator("grpo")(rows([1.0], [0.0]), [0, 0], num_weights=5)
+    with pytest.raises(ValueError, match="already registered"):
+        register_estimator("vpo")(lambda rewards, group_ids: None)
+
+
+def test_vpo_hand_case_with_explicit_weights():
+    rewards = [np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([[0.2, 0.6]]), np.zeros((0, 2))]
+    weights = np.array([[1.0, 0.0], [0.5, 0.5]])
+    result = get_estimator("vpo")(rewards, ["a", "a", "a"], weights=weights)
+    np.testing.assert_allclose(result.scores, [0.75, 0.3, 0.0])
+    mean, sd = 0.35, np.std([0.75, 0.3, 0.0])  # population std
+    np.testing.assert_allclose(result.advantages, (np.array([0.75, 0.3, 0.0]) - mean) / (sd + 1e-6))
+    # group max per weight: w1 -> 1, w2 -> 0.5
+    assert result.diagnostics["vpo/mean_group_max"] == pytest.approx(0.75)
+    assert result.diagnostics["vpo/mean_pool_size"] == 3.0
+
+
+def test_vpo_weights_by_label_and_conflicting_options():
+    rewards = rows([1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0])
+    by_label = {"x": np.array([[1.0, 0.0]]), "y": np.array([[0.0, 1.0]])}
+    result = get_estimator("vpo")(rewards, ["x", "x", "y", "y"], weights=by_label)
+    np.testing.assert_allclose(result.scores, [1, 0, 0, 1])
+    with pytest.raises(ValueError, match="do not also pass num_weights"):
+        get_estimator("vpo")(rewards, ["x", "x", "y", "y"], weights=by_label, num_weights=3)
+    with pytest.raises(ValueError, match="no entry for group 'y'"):
+        get_estimator("vpo")(rewards, ["x", "x", "y", "y"], weights={"x": by_label["x"]})
+
+
+def test_grpo_matches_verl_by_hand():
+    # verl grpo: Bessel std, + 1e-6; a one-member group is mean 0 / std 1
+    result = get_estimator("grpo")(rows([1.0], [0.0], [0.0], [1.0], [0.5]), ["a", "a", "a", "a", "b"])
+    sd = math.sqrt(1 / 3)
+    expected = [0.5 / (sd + 1e-6), -0.5 / (sd + 1e-6), -0.5 / (sd + 1e-6), 0.5 / (sd + 1e-6), 0.5 / (1 + 1e-6)]
+    np.testing.assert_allclose(result.advantages, expected, rtol=1e-15)
+
+
+def test_grpo_matches_verl_code():
+    torch = pytest.importorskip("torch")
+    core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
+    rng = np.random.default_rng(0)
+    scalars = rng.random(11)
+    index = np.array(["a", "b", "a", "c", "b", "a", "b", "a", "d", "d", "d"], dtype=object)
+    reward = torch.zeros(11, 3, dtype=torch.float64)
+    reward[:, -1] = torch.from_numpy(scalars)
+    adv, _ = core_algos.compute_grpo_outcome_advantage(reward, torch.ones(11, 3, dtype=torch.float64), index)
+    ours = get_estimator("grpo")(rows(*[[s] for s in scalars]), index).advantages
+    # verl's one-member group divides by float32 (1 + 1e-6): agreement to float32 rounding there
+    np.testing.assert_allclose(ours, adv[:, 0].numpy(), rtol=1e-7, atol=1e-15)
+    multi = np.array([len([i for i in index if i == label]) > 1 for label in index])
+    np.testing.assert_allclose(ours[multi], adv[multi, 0].numpy(), rtol=1e-12)
+
+
+def test_trl_normalisation_by_hand():
+    # TRL: (r - mean) / (nanstd_bessel + 1e-4); scale_rewards="batch" divides by the batch std
+    scalars = [0.2, 0.4, 0.9, 0.9]
+    groups = [0, 0, 1, 1]
+    trl = dict(std="sample", eps=1e-4, degenerate="none")
+    result = get_estimator("grpo")(rows(*[[s] for s in scalars]), groups, **trl)
+    sd0 = np.std([0.2, 0.4], ddof=1)
+    np.testing.assert_allclose(result.advantages, [-0.1 / (sd0 + 1e-4), 0.1 / (sd0 + 1e-4), 0.0, 0.0])
+    batch = get_estimator("grpo")(rows(*[[s] for s in scalars]), groups, scale="batch", **trl)
+    sdb = np.std(scalars, ddof=1)
+    np.testing.assert_allclose(batch.advantages, [-0.1 / (sdb + 1e-4), 0.1 / (sdb + 1e-4), 0.0, 0.0])
+    none = get_estimator("grpo")(rows(*[[s] for s in scalars]), groups, scale="none", **trl)
+    np.testing.assert_allclose(none.advantages, [-0.1, 0.1, 0.0, 0.0])
+
+
+def test_group_normalize_vpo_guard():
+    adv, std = group_normalize(np.array([0.5, 0.5 + 1e-8, 1.0, 0.0, 0.3]), np.array([0, 0, 1, 1, 2]))
+    np.testing.assert_allclose(adv, [0.0, 0.0, 0.5 / (0.5 + 1e-6), -0.5 / (0.5 + 1e-6), 0.0])
+    assert std[0] < 1e-6
+
+
+def test_multi_rlvr_hand_case():
+    rewards = [np.array([[1.0, 0.0], [0.5, 0.5], [0.0, 0.0]]), np.array([[1.0, 1.0], [0.0, 0.0], [0.0, 0.0]])]
+    result = get_estimator("multi_rlvr")(rewards, [0, 0], scalar=lambda r: r.max(axis=1))
+    np.testing.assert_allclose(result.scores, [1.5, 1.0])
+    sd = np.std([1.5, 1.0], ddof=1)
+    np.testing.assert_allclose(result.advantages, [0.25 / (sd + 1e-6), -0.25 / (sd + 1e-6)])
+
+
+def brute_force_max_at_k(values, k):
+    n = len(values)
+    totals = np.zeros(n)
+    for subset in itertools.combinations(range(n), k):
+        best = max(values[j] for j in subset)
+        for i in subset:
+            totals[i] += best
+    return totals / math.comb(n, k)
+
+
+@given(st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0, 0.3]), min_size=3, max_size=8), st.data())
+@settings(max_examples=40, deadline=None)
+def test_max_at_k_matches_brute_force(values, data):
+    n = len(values)
+    k = data.draw(st.integers(1, n - 1))
+    result = get_estimator("max_at_k")(rows(*[[v] for v in values]), [0] * n, k=k)
+    np.testing.assert_allclose(result.scores, brute_force_max_at_k(values, k), atol=1e-12)
+
+
+def test_max_at_k_weights_hand_case_and_default_k():
+    # n = 3, k = 2: rank 1 -> r1 + r2 + r3? no: subsets {1,2},{1,3} give r2 + r3; rank 3 -> 2 r3
+    np.testing.assert_allclose(max_at_k_weights(3, 2) * 3, [[0, 1, 1], [0, 1, 1], [0, 0, 2]])
+    values = [0.1, 0.9, 0.4, 0.7, 0.2, 0.3]  # n = 6: default k = 3
+    result = get_estimator("max_at_k")(rows(*[[v] for v in values]), [0] * 6)
+    np.testing.assert_allclose(result.scores, brute_force_max_at_k(values, 3))
+    with pytest.raises(ValueError, match="k=6 must be < n=6"):
+        get_estimator("max_at_k")(rows(*[[v] for v in values]), [0] * 6, k=6)
+
+
+def test_gdpo_hand_case():
+    rewards = [np.array([[1.0, 0.0]]), np.array([[0.0, 1.0], [0.0, 0.5]]), np.array([[1.0, 1.0]]),
+               np.array([[0.0, 0.0]])]
+    result = get_estimator("gdpo")(rewards, [0, 0, 1, 1], whiten="none")
+    z = 0.5 / (np.std([0.0, 1.0], ddof=1) + 1e-6)  # each objective of each group is {0, 1}
+    np.testing.assert_allclose(result.advantages, [0.0, 0.0, 2 * z, -2 * z], atol=1e-12)
+    whitened = get_estimator("gdpo")(rewards, [0, 0, 1, 1])
+    x = np.array([0.0, 0.0, 2 * z, -2 * z])
+    np.testing.assert_allclose(whitened.advantages, (x - x.mean()) / np.sqrt(x.var(ddof=1) + 1e-8))
+    np.testing.assert_allclose(whitened.scores, [1.0, 1.0, 2.0, 0.0])  # per-objective max for m > 1
+
+
+def test_maxrl_hand_case():
+    result = get_estimator("maxrl")(rows([1.0], [0.0], [0.0], [1.0], [0.0], [0.0], [0.7]),
+                                    [0, 0, 0, 0, 1, 1, 2])
+    a = 0.5 / (0.5 + 1e-6)  # group 0 has mean 0.5; group 1 is all zero; group 2 has one member
+    np.testing.assert_allclose(result.advantages, [a, -a, -a, a, 0.0, 0.0, 0.0])
+    raw = get_estimator("maxrl")(rows([0.7]), [0], degenerate="raw")
+    np.testing.assert_allclose(raw.advantages, [0.7 / 1e-6])
+
+
+def test_random_weight_scores_are_w_dot_r_of_the_keyed_rows():
+    from vpo.weights import keyed_simplex, stream_keys
+
+    rewards = rows([1.0, 0.0, 0.5], [0.2, 0.2, 0.2], [0.0, 1.0, 0.0])
+    result = get_estimator("random_weight")(rewards, ["g", "g", "g"], seed=4, step=2)
+    w = keyed_simplex(stream_keys(["g"], seed=4, step=2), 3, 3)[0]
+    np.testing.assert_allclose(result.scores, [w[j] @ rewards[j][0] for j in range(3)])
+    assert result.scores[1] == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_identical_rollouts_get_zero_advantages(name):
+    rewards = [np.array([[0.3, 0.8, 0.1]])] * 5 + [np.array([[0.5, 0.5, 0.5]])] * 3
+    groups = [0] * 5 + [1] * 3
+    options = {"seed": 0} if name in ("vpo", "random_weight") else {}
+    result = get_estimator(name)(rewards, groups, **options)
+    if name == "random_weight":  # each rollout has its own w, but equal vectors (.5, .5, .5) score .5
+        np.testing.assert_allclose(result.advantages[5:], 0.0, atol=1e-9)
+    else:
+        np.testing.assert_allclose(result.advantages, 0.0, atol=1e-12)
+    assert result.advantages.shape == (8,) and result.scores.shape == (8,)
+
+
+@given(st.integers(0, 10**6), st.integers(1, 4))
+@settings(max_examples=15, deadline=None)
+def test_vpo_group_does_not_depend_on_other_groups(seed, extra_groups):
+    rng = np.random.default_rng(seed)
+    mine = [rng.random((3, 4)) for _ in range(6)]
+    others = [rng.random((3, 4)) for _ in range(6 * extra_groups)]
+    alone = get_estimator("vpo")(mine, ["me"] * 6, seed=seed, step=1)
+    labels = [f"o{i // 6}" for i in range(len(others))]
+    together = get_estimator("vpo")(others[:6] + mine + others[6:], labels[:6] + ["me"] * 6 + labels[6:],
+                                    seed=seed, step=1)
+    np.testing.assert_allclose(together.advantages[6:12], alone.advantages, rtol=1e-12, atol=1e-12)
+
+
+@given(st.integers(0, 10**6))
+@settings(max_examples=15, deadline=None)
+def test_permuting_rollouts_and_answers_only_permutes(seed):
+    rng = np.random.default_rng(seed)
+    rewards = [rng.random((rng.integers(0, 4), 3)) for _ in range(9)]
+    groups = ["a", "b", "c"] * 3
+    perm = rng.permutation(9)
+    shuffled = [rewards[i][rng.permutation(len(rewards[i]))] for i in perm]
+    base = get_estimator("vpo")(rewards, groups, seed=1)
+    moved = get_estimator("vpo")(shuffled, [groups[i] for i in perm], seed=1)
+    np.testing.assert_allclose(moved.advantages, base.advantages[perm], atol=1e-12)
+    np.testing.assert_allclose(moved.scores, base.scores[perm], atol=1e-14)
+
+
+def test_vpo_single_answer_is_grpo_on_the_mean_within_monte_carlo_error():
+    rng = np.random.default_rng(5)
+    rewards = [rng.random((1, 4)) for _ in range(8)]
+    result = get_estimator("vpo")(rewards, [0] * 8, num_weights=20_000, seed=2)
+    np.testing.assert_allclose(result.scores, [r.mean() for r in rewards], atol=0.01)
+
+
+def test_rng_draws_in_first_appearance_order():
+    rng = np.random.default_rng(0)
+    rewards = [rng.random((2, 3)) for _ in range(4)]
+    a = get_estimator("vpo")(rewards, ["y", "x", "y", "x"], rng=np.random.default_rng(9), num_weights=5)
+    from vpo.objective import set_scores
+    from vpo.weights import sample_simplex
+
+    source = np.random.default_rng(9)
+    w_y, w_x = sample_simplex(5, 3, rng=source), sample_simplex(5, 3, rng=source)
+    expected = set_scores(rewards, [w_y, w_x, w_y, w_x])
+    np.testing.assert_allclose(a.scores, expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"num_weights": 0}, "num_weights"), ({"num_weights": -3}, "num_weights"), ({"alpha": 0.0}, "alpha"),
+    ({"alpha": -1.0}, "alpha"), ({"sampler": "halton"}, "sampler"), ({"seed": 0, "rng": np.random.default_rng()},
+                                                                     "not both"),
+    ({"step": 3}, "step is used only with seed"), ({"std": "bessel"}, "std"), ({"degenerate": "nan"}, "degenerate"),
+    ({"scale": "global"}, "scale"), ({"eps": -1.0}, "eps"),
+])
+def test_vpo_bad_options(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        get_estimator("vpo")(rows([1.0, 0.0], [0.0, 1.0]), [0, 0], **kwargs)
+
+
+def test_bad_input_names_the_rollout_or_argument():
+    est = get_estimator("vpo")
+    with pytest.raises(ValueError, match="group_ids has length 1 but rewards has 2"):
+        est(rows([1.0], [0.0]), [0], seed=0)
+    with pytest.raises(ValueError, match=r"rewards\[1\]: contains NaN"):
+        est(rows([1.0], [np.nan]), [0, 0], seed=0)
+    with pytest.raises(ValueError, match=r"rewards\[2\]: width 3"):
+        est([np.ones((2, 2)), np.ones((1, 2)), np.ones((1, 3))], [0, 0, 0], seed=0)
+    with pytest.raises(ValueError, match=r"rewards\[1\] has 2"):
+        get_estimator("grpo")([np.ones((1, 2)), np.ones((2, 2))], [0, 0])
+    with pytest.raises(ValueError, match="scalar returned shape"):
+        get_estimator("grpo")(rows([1.0, 0.0]), [0], scalar=lambda r: r)
+
+
+def test_sobol_lowers_advantage_noise():
+    rng = np.random.default_rng(11)
+    rewards = [rng.random((3, 4)) for _ in range(8)]
+    def noise(sampler):
+        runs = [get_estimator("vpo")(rewards, [0] * 8, sampler=sampler, num_weights=64, seed=s).advantages
+                for s in range(60)]
+        return np.var(runs, axis=0).mean()
+    assert noise("sobol") < 0.7 * noise("iid")
+
+
+def test_mixed_dimensions_and_label_types():
+    rewards = [np.ones((2, 2)) * 0.5, np.eye(2), np.ones((1, 5)), np.zeros((0, 5)), np.ones((3, 5)) * 0.2]
+    labels = [("p", 1), ("p", 1), 7, 7, 7]
+    result = get_estimator("vpo")(rewards, labels, seed=0)
+    assert result.group_labels == [("p", 1), 7]
+    assert result.scores[3] == 0.0 and result.scores[2] == pytest.approx(1.0)
+    assert result.scores[4] == pytest.approx(0.2)
