@@ -1,0 +1,198 @@
+"""OpenRLHF 0.11.2 reward file: ``reward_func(queries, prompts, labels)`` for every vpo task.
+
+Usage (full command in ``recipes/openrlhf/``)::
+
+    vpo data export maze --format verl ...                       # the verl parquet export
+    python -m vpo.integrations.openrlhf convert data/maze/train.parquet data/maze/train.jsonl --method vpo
+    python -m openrlhf.cli.train_ppo_ray ... \\
+        --data.prompt_dataset data/maze/train.jsonl --data.input_key prompt --data.apply_chat_template \\
+        --data.label_key label \\
+        --reward.remote_url "$(python -m vpo.integrations.openrlhf path)" \\
+        --algo.advantage.estimator group_norm --rollout.n_samples_per_prompt 8
+
+OpenRLHF has no estimator registry, so VPO runs as "reward = the rollout's set score R_g,
+advantage = OpenRLHF's ``group_norm``" (Bessel std, eps 1e-9; SPEC section 1: the VPO work
+is all in the per-rollout score as long as a prompt's rollouts share the K weights).
+
+The file is loaded by ``importlib.util.spec_from_file_location("reward_func", path)``, so it
+uses absolute imports of the installed ``vpo`` only. OpenRLHF calls it in a thread with lists
+of length 1 and swallows its exceptions at INFO level (the sample then has no reward and the
+step fails later, far from the cause); errors are therefore also logged at ERROR level here
+before they propagate.
+
+Label (``--data.label_key label``): a JSON object (string or already decoded), written by
+``convert`` or :func:`make_label`:
+
+* ``task`` (str), ``example`` (the task example), ``m`` (answers the prompt asks for),
+  ``index`` (prompt id; keys the prompt's shared weights): required;
+* ``task_params`` (dict, default {}), ``method`` (``vpo`` | ``multi_rlvr`` | ``grpo`` |
+  ``max_at_k`` | ``maxrl`` | ``random_weight``; default ``vpo``), ``num_weights`` (100),
+  ``alpha`` (1.0), ``sampler`` (``iid``), ``seed`` (0): optional. They live in the label,
+  not in environment variables, because OpenRLHF's reward workers are Ray actors that need
+  not see the launcher's environment: a run's reward is defined by its data file alone.
+
+With ``group_norm`` only ``vpo``, ``multi_rlvr``, ``grpo`` and ``random_weight`` train as the
+paper describes; ``max_at_k`` and ``maxrl`` need their own advantage rules, which OpenRLHF
+cannot take (use verl or TRL for them).
+
+Return: ``{"rewards": float, "scores": float, "extra_logs": {name: float}}`` (the numeric
+fields of ``vpo.integrations.verl.score_rollout``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from vpo.integrations.verl import REWARD_METHODS, score_rollout
+
+logger = logging.getLogger("vpo.integrations.openrlhf")
+
+LABEL_REQUIRED = ("task", "example", "m", "index")
+LABEL_OPTIONS = {"task_params": None, "method": "vpo", "num_weights": 100, "alpha": 1.0, "sampler": "iid", "seed": 0}
+"""Optional label fields and their defaults."""
+
+# Chat-template control tokens such as <|im_end|>, <|endoftext|>, <|eot_id|>, plus </s>.
+# OpenRLHF decodes with skip_special_tokens=False; verl's solution_str has them removed.
+_SPECIAL_TOKEN = re.compile(r"<\|[A-Za-z0-9_.:-]{1,64}\|>|</s>")
+
+# OpenRLHF methods that match the paper under --algo.advantage.estimator group_norm.
+_GROUP_NORM_METHODS = ("vpo", "multi_rlvr", "grpo", "random_weight")
+
+
+def make_label(task: str, example: Mapping[str, Any], *, m: int, index: int | str,
+               task_params: Mapping[str, Any] | None = None, method: str = "vpo", num_weights: int = 100,
+               alpha: float = 1.0, sampler: str = "iid", seed: int = 0) -> str:
+    """The JSON label of one prompt (what ``reward_func`` reads back)."""
+    if method not in REWARD_METHODS:
+        raise ValueError(f"method={method!r} is not one of {', '.join(REWARD_METHODS)}")
+    return json.dumps({"task": task, "example": dict(example), "m": int(m), "index": index,
+                       "task_params": dict(task_params or {}), "method": method, "num_weights": int(num_weights),
+                       "alpha": float(alpha), "sampler": sampler, "seed": int(seed)}, sort_keys=True)
+
+
+def parse_label(label: Any) -> dict[str, Any]:
+    """Decode and check a label; ValueError naming the missing or malformed field."""
+    if isinstance(label, str):
+        try:
+            label = json.loads(label)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"label is not valid JSON ({err.msg}); it starts {label[:80]!r}. Convert the data with "
+                             "`python -m vpo.integrations.openrlhf convert`") from None
+    if not isinstance(label, Mapping):
+        raise ValueError(f"label must be a JSON object, got {type(label).__name__} (--data.label_key points at the "
+                         "wrong column?)")
+    missing = [k for k in LABEL_REQUIRED if k not in label]
+    if missing:
+        raise ValueError(f"label lacks field(s) {', '.join(missing)}; required: {', '.join(LABEL_REQUIRED)}")
+    unknown = set(label) - set(LABEL_REQUIRED) - set(LABEL_OPTIONS)
+    if unknown:
+        raise ValueError(f"label has unknown field(s) {', '.join(sorted(unknown))}")
+    out = {**LABEL_OPTIONS, **label}
+    if isinstance(out["task_params"], str):
+        out["task_params"] = json.loads(out["task_params"])
+    if not isinstance(out["example"], Mapping):
+        raise ValueError(f"label.example must be an object, got {type(out['example']).__name__}")
+    return out
+
+
+def response_of(query: str, prompt: str) -> str:
+    """The response part of ``query`` (prompt + response, special tokens kept), special tokens removed.
+
+    OpenRLHF may left-truncate an over-long prompt before generation, so the query can start
+    with a suffix of ``prompt`` rather than all of it. ValueError when neither matches.
+    """
+    if query.startswith(prompt):
+        response = query[len(prompt):]
+    else:
+        start = next((j for j in range(1, len(prompt)) if query.startswith(prompt[j:])), None)
+        if start is None:
+            raise ValueError("the query does not start with the prompt (or a suffix of it): cannot find the response")
+        response = query[len(prompt) - start:]
+    return _SPECIAL_TOKEN.sub("", response).strip()
+
+
+def reward_func(queries: Sequence[str], prompts: Sequence[str], labels: Sequence[Any]) -> dict[str, Any]:
+    """OpenRLHF's reward hook: one sample (lists of length 1) -> rewards, scores, extra_logs."""
+    try:
+        if not (len(queries) == len(prompts) == len(labels) == 1):
+            raise ValueError(f"reward_func expects lists of length 1 (OpenRLHF 0.11 calls it per sample), got "
+                             f"{len(queries)}, {len(prompts)}, {len(labels)}")
+        label = parse_label(labels[0])
+        text = response_of(queries[0], prompts[0])
+        result = score_rollout(label["task"], text, label["example"], m=label["m"], index=label["index"],
+                               method=label["method"], num_weights=label["num_weights"], alpha=label["alpha"],
+                               sampler=label["sampler"], seed=label["seed"], task_params=label["task_params"])
+    except Exception as err:  # OpenRLHF swallows this at INFO level: say it loudly first
+        logger.error("vpo reward_func failed: %s", err)
+        print(f"vpo reward_func failed: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+        raise
+    score = float(result["score"])
+    extra = {k: float(v) for k, v in result.items() if k != "score" and isinstance(v, int | float)}
+    return {"rewards": score, "scores": score, "extra_logs": extra}
+
+
+def convert(src: str, dst: str, *, method: str = "vpo", num_weights: int = 100, alpha: float = 1.0,
+            sampler: str = "iid", seed: int = 0) -> int:
+    """Rewrite a verl parquet export (``vpo data export --format verl``) as OpenRLHF JSONL.
+
+    Each line holds ``prompt`` (the chat message list, for ``--data.apply_chat_template``)
+    and ``label`` (see the module docstring). Returns the number of rows written.
+    """
+    import pyarrow.parquet as pq
+
+    if method not in REWARD_METHODS:
+        raise ValueError(f"--method {method!r} is not one of {', '.join(REWARD_METHODS)}")
+    if method not in _GROUP_NORM_METHODS:
+        raise ValueError(f"--method {method!r} needs its own advantage rule; OpenRLHF's group_norm trains only "
+                         f"{', '.join(_GROUP_NORM_METHODS)}")
+    rows = pq.read_table(src).to_pylist()
+    with open(dst, "w", encoding="utf-8") as out:
+        for row_number, row in enumerate(rows):
+            info = row.get("extra_info") or {}
+            for field in ("index", "answers"):
+                if info.get(field) is None:
+                    raise ValueError(f"{src}: row {row_number}: extra_info.{field} is missing (not a vpo export?)")
+            if not REWARD_METHODS[method].multi_answer and info["answers"] != 1:
+                raise ValueError(f"{src}: row {row_number}: --method {method} trains single-answer prompts but the "
+                                 f"export has answers={info['answers']}; export with --answers 1")
+            params = info.get("task_params") or "{}"
+            label = make_label(row["data_source"], json.loads(row["reward_model"]["ground_truth"]),
+                               m=info["answers"], index=info["index"],
+                               task_params=json.loads(params) if isinstance(params, str) else params,
+                               method=method, num_weights=num_weights, alpha=alpha, sampler=sampler, seed=seed)
+            out.write(json.dumps({"prompt": row["prompt"], "label": label}) + "\n")
+    return len(rows)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m vpo.integrations.openrlhf path | convert SRC DST [--method ...]``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m vpo.integrations.openrlhf", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("path", help="print the path to pass as --reward.remote_url")
+    conv = sub.add_parser("convert", help="verl parquet export -> OpenRLHF JSONL with vpo labels")
+    conv.add_argument("src")
+    conv.add_argument("dst")
+    conv.add_argument("--method", default="vpo", choices=_GROUP_NORM_METHODS)
+    conv.add_argument("--num-weights", type=int, default=100, help="K Dirichlet weights per prompt (default 100)")
+    conv.add_argument("--alpha", type=float, default=1.0, help="Dirichlet concentration (default 1.0)")
+    conv.add_argument("--sampler", default="iid", choices=("iid", "sobol"))
+    conv.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.cmd == "path":
+        print(__file__)
+        return 0
+    n = convert(args.src, args.dst, method=args.method, num_weights=args.num_weights, alpha=args.alpha,
+                sampler=args.sampler, seed=args.seed)
+    print(f"wrote {n} rows to {args.dst}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

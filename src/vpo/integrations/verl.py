@@ -1,0 +1,459 @@
+"""verl 0.9.1 adapter: a ``compute_score`` for verl's reward loop and advantage estimators.
+
+Usage (verl command line; ``recipes/verl/run.sh`` writes all of it)::
+
+    vpo data export maze --format verl --answers 3 --out data/maze
+    python -m verl.trainer.main_ppo ... \\
+        data.train_files=data/maze/train.parquet \\
+        reward.custom_reward_function.path=pkg://vpo.integrations.verl \\
+        reward.custom_reward_function.name=compute_score \\
+        +reward.custom_reward_function.reward_kwargs.method=vpo \\
+        algorithm.adv_estimator=vpo
+
+(``vpo`` as an estimator name comes from the ``vpo.integrations.verl_plugin`` entry point.)
+
+Why two halves. In verl's default (v1) trainer an advantage estimator sees only
+``token_level_rewards`` (one scalar per rollout at its last token), the response mask, the
+group ids (``uid``) and ``config.algorithm``; the reward vectors never reach it. So all the
+vector work happens in :func:`compute_score` (one rollout at a time, in a reward worker),
+which reduces the rollout's (m, D) reward matrix to the method's per-rollout scalar; the
+registered estimator then turns those scalars into advantages with the method's rule.
+
+Reward methods (``reward_kwargs.method``) and the estimator each pairs with:
+
+============== ====== ======================================================= =================
+method          m      per-rollout score from compute_score                    adv_estimator
+============== ====== ======================================================= =================
+vpo             any    set score R_g = (1/K) sum_k max_i w_k . r_i, K weights  vpo
+                       ~ Dir(alpha) shared by the prompt's group
+multi_rlvr      any    sum over the deduplicated, zero-padded answers of the   multi_rlvr (or grpo)
+                       task's fixed scalar
+grpo            1      the task's fixed scalar                                 grpo (verl's own)
+max_at_k        1      the task's fixed scalar                                 max_at_k
+maxrl           1      the task's fixed scalar                                 maxrl
+random_weight   1      w . r, one w ~ Dir(alpha) per rollout, not in prompt    random_weight (or grpo)
+============== ====== ======================================================= =================
+
+Registered estimator names. Each takes the per-rollout score ``token_level_rewards.sum(-1)``,
+groups it by ``uid`` and hands it to ``vpo.estimators`` as (B, 1, 1) reward matrices (one
+answer, one objective: the fixed scalar is the score itself), so the advantages equal
+``get_estimator(...)`` on the rollouts' own reward matrices with the same weights:
+
+* ``vpo``: VPO's normalisation of R_g (``grpo`` with ``std="population"``, eps 1e-6,
+  ``degenerate="zero"``: every advantage of a group is 0 when its std < 1e-6).
+* ``multi_rlvr``: ``multi_rlvr`` on the summed score, i.e. GRPO's normalisation (Bessel std,
+  eps 1e-6), as verl's ``grpo``; the name keeps a run's config explicit.
+* ``random_weight``: ``grpo`` on w . r (the weight is drawn in compute_score, keyed on the
+  rollout's text, since verl gives the reward function no rollout id).
+* ``max_at_k``: ``max_at_k``, the unbiased Max@K transform (k = max(2, G // 2) clamped to
+  G - 1), then group normalisation.
+* ``maxrl``: ``maxrl``, (r - mean) / (mean + eps).
+* Not registered: ``grpo`` and ``gdpo`` are verl's own names (``gdpo`` needs per-objective
+  rewards, which only verl's deprecated legacy trainer passes), and multi-turn rollouts
+  need verl's ``grpo`` (only it gets the per-session broadcast).
+
+Estimator options: ``+algorithm.vpo_options.NAME=VALUE`` passes ``NAME`` to that
+``vpo.estimators`` estimator (``std``, ``eps``, ``degenerate``, ``scale``; ``k`` for
+``max_at_k``); an option it does not take raises, naming it.
+``algorithm.norm_adv_by_std_in_grpo=false`` is rejected by these estimators rather than
+ignored (use ``+algorithm.vpo_options.scale=none`` for centring without division).
+
+Shared weights. verl passes no uid and no step to ``compute_score``; the K Dirichlet
+weights of a prompt come from ``vpo.weights.keyed_rng(seed, extra_info["index"])``, so all G
+rollouts of a prompt use the same K weights (common random numbers, SPEC section 1) and a
+prompt keeps its weights for the whole run (a fixed bank of K draws per prompt).
+
+Input checks (a misconfigured run fails on its first reward call, naming the option, instead
+of training on wrong rewards): unknown task in ``data_source``; ``extra_info`` without
+``index`` or ``answers``; ``reward_kwargs.m`` different from the prompt's ``answers``; a
+single-answer method on an m-answer prompt; an unknown ``reward_kwargs`` option.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import threading
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from typing import Any, NamedTuple
+
+import numpy as np
+
+__all__ = [
+    "REWARD_METHODS",
+    "VERL_ESTIMATORS",
+    "RewardMethod",
+    "compute_score",
+    "group_weights",
+    "max_at_k_advantage",
+    "maxrl_advantage",
+    "multi_rlvr_advantage",
+    "random_weight_advantage",
+    "score_rollout",
+    "vpo_advantage",
+]
+
+
+# --------------------------------------------------------------------------------------
+# Reward side
+# --------------------------------------------------------------------------------------
+
+class RewardMethod(NamedTuple):
+    """How one training method turns a rollout's (m, D) reward matrix into its scalar.
+
+    (A NamedTuple, not a dataclass: verl may load this file by path under a module name that
+    is not in ``sys.modules``, where dataclass creation fails.)
+    """
+
+    name: str
+    multi_answer: bool
+    """May be trained on m-answer prompts (m > 1); single-answer methods require m = 1."""
+    adv_estimator: str
+    """The ``algorithm.adv_estimator`` this score is meant for."""
+    summary: str
+
+
+REWARD_METHODS: dict[str, RewardMethod] = {
+    m.name: m
+    for m in (
+        RewardMethod("vpo", True, "vpo", "set score (1/K) sum_k max_i w_k . r_i, weights shared per prompt"),
+        RewardMethod("multi_rlvr", True, "multi_rlvr", "sum of the fixed scalar over deduplicated, padded answers"),
+        RewardMethod("grpo", False, "grpo", "fixed scalar of the single answer"),
+        RewardMethod("max_at_k", False, "max_at_k", "fixed scalar of the single answer"),
+        RewardMethod("maxrl", False, "maxrl", "fixed scalar of the single answer"),
+        RewardMethod("random_weight", False, "random_weight", "w . r, one w ~ Dir(alpha) per rollout"),
+    )
+}
+
+_SAMPLERS = ("iid", "sobol")
+
+# Keyword arguments some verl reward managers add at call time; accepted and ignored.
+_ENGINE_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
+
+_TASK_CACHE: dict[tuple[str, str], Any] = {}
+_TASK_LOCK = threading.Lock()
+
+
+def _load_json(value: Any, what: str) -> Any:
+    """``value`` itself when already decoded, else ``json.loads(value)`` with a named error."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{what} is not valid JSON ({err.msg} at char {err.pos}); "
+                             f"it starts {value[:80]!r}") from None
+    if isinstance(value, Mapping):
+        return _plain(value)
+    return value
+
+
+def _plain(value: Any) -> Any:
+    """Mappings (incl. OmegaConf DictConfig) and sequences as plain dicts and lists."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, np.ndarray):
+        return [_plain(v) for v in value.tolist()]
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes):  # incl. OmegaConf ListConfig
+        return [_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _get_task(name: str, params: Mapping[str, Any]):
+    """The task ``name`` with ``params``, built once per process (compute_score runs in threads)."""
+    from vpo.tasks import get_task, list_tasks
+
+    key = (name, json.dumps(params, sort_keys=True, default=str))
+    task = _TASK_CACHE.get(key)
+    if task is not None:
+        return task
+    with _TASK_LOCK:
+        task = _TASK_CACHE.get(key)
+        if task is None:
+            try:
+                task = get_task(name, **params)
+            except ValueError as err:
+                if name not in list_tasks():
+                    raise ValueError(f"data_source {name!r} is not a vpo task (known: {', '.join(list_tasks())}); "
+                                     "export the data with `vpo data export TASK --format verl`") from None
+                raise ValueError(f"task {name!r} rejected extra_info.task_params {dict(params)}: {err}") from None
+            except TypeError as err:
+                raise ValueError(f"task {name!r} rejected extra_info.task_params {dict(params)}: {err}") from None
+            _TASK_CACHE[key] = task
+    return task
+
+
+def _group_key(index: Any) -> int | str:
+    """The prompt's ``index`` as a plain int or str (numpy scalars hash like Python ones)."""
+    if isinstance(index, np.generic):
+        index = index.item()
+    if isinstance(index, bool) or not isinstance(index, int | str):
+        raise ValueError(f"extra_info.index must be an int or a str, got {type(index).__name__} {index!r}")
+    return index
+
+
+@lru_cache(maxsize=8192)
+def _cached_weights(seed: int, key: int | str, dim: int, num_weights: int, alpha: float, sampler: str) -> np.ndarray:
+    from vpo.weights import keyed_rng, sample_simplex
+
+    weights = np.asarray(sample_simplex(num_weights, dim, alpha=alpha, method=sampler, rng=keyed_rng(seed, key)),
+                         dtype=np.float64)
+    weights.setflags(write=False)
+    return weights
+
+
+def group_weights(index: Any, dim: int, *, num_weights: int = 100, alpha: float = 1.0, sampler: str = "iid",
+                  seed: int = 0) -> np.ndarray:
+    """The (K, D) Dirichlet weights of the prompt with dataset ``index``: identical for every
+    rollout of that prompt, in every process (``keyed_rng(seed, index)``). Read-only."""
+    return _cached_weights(int(seed), _group_key(index), int(dim), int(num_weights), float(alpha), sampler)
+
+
+def _check_options(method: str, num_weights: Any, alpha: Any, sampler: Any, seed: Any) -> None:
+    if method not in REWARD_METHODS:
+        raise ValueError(f"reward_kwargs.method={method!r} is not one of {', '.join(REWARD_METHODS)}")
+    if isinstance(num_weights, bool) or not isinstance(num_weights, int | np.integer) or num_weights < 1:
+        raise ValueError(f"reward_kwargs.num_weights must be a positive integer, got {num_weights!r}")
+    if isinstance(alpha, bool) or not isinstance(alpha, int | float | np.number) or not (
+            math.isfinite(alpha) and alpha > 0):
+        raise ValueError(f"reward_kwargs.alpha must be a positive number, got {alpha!r}")
+    if sampler not in _SAMPLERS:
+        raise ValueError(f"reward_kwargs.sampler={sampler!r} is not one of {', '.join(_SAMPLERS)}")
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
+        raise ValueError(f"reward_kwargs.seed must be an integer, got {seed!r}")
+
+
+def score_rollout(task_name: str, text: str, example: Mapping[str, Any], *, m: int, index: Any,
+                  method: str = "vpo", num_weights: int = 100, alpha: float = 1.0, sampler: str = "iid",
+                  seed: int = 0, task_params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Score one rollout (engine-free; verl's and OpenRLHF's adapters call this).
+
+    Returns a flat dict: ``score`` (the method's per-rollout scalar), ``set_score`` (VPO's
+    R_g with the prompt's shared weights, logged for every method), ``fixed_scalar`` (best
+    fixed scalar among the answers), ``fixed_scalar_sum``, ``nonzero_answers`` (distinct
+    answers with a non-zero reward vector), ``acc`` (1.0 when some answer is solved),
+    ``best_<objective>`` per objective for tasks with fixed objective names, and
+    ``objective_best`` (JSON list of the per-objective maxima, for every task). The keys
+    depend only on the task class, so they are identical for every rollout of a run.
+    """
+    from vpo.objective import set_scores
+
+    _check_options(method, num_weights, alpha, sampler, seed)
+    spec = REWARD_METHODS[method]
+    if isinstance(m, bool) or not isinstance(m, int | np.integer) or m < 1:
+        raise ValueError(f"m (extra_info.answers) must be a positive integer, got {m!r}")
+    if not spec.multi_answer and m != 1:
+        raise ValueError(f"reward_kwargs.method={method!r} trains single-answer rollouts but the prompt asks for "
+                         f"m={m} answers (extra_info.answers); export with --answers 1 or use method vpo/multi_rlvr")
+    key = _group_key(index)
+    task = _get_task(task_name, dict(task_params or {}))
+    example = task.validate(example, row=key)
+
+    dim = task.num_objectives(example)
+    matrix = np.asarray(task.score_chain(text if isinstance(text, str) else "", example, int(m)), dtype=np.float64)
+    matrix = matrix.reshape(-1, dim)
+    rows = matrix if matrix.shape[0] else np.zeros((1, dim))  # code chains are unpadded: keep one row
+    scalars = np.atleast_1d(np.asarray(task.scalar(rows), dtype=np.float64))
+
+    weights = group_weights(key, dim, num_weights=num_weights, alpha=alpha, sampler=sampler, seed=seed)
+    set_score = float(np.asarray(set_scores([rows], weights), dtype=np.float64).reshape(-1)[0])
+
+    if method == "vpo":
+        score = set_score
+    elif method == "multi_rlvr":
+        score = float(scalars.sum())
+    elif method == "random_weight":
+        from vpo.weights import keyed_rng, sample_simplex
+
+        digest = hashlib.sha256(text.encode("utf-8", "replace") if isinstance(text, str) else b"").hexdigest()
+        w = np.asarray(sample_simplex(1, dim, alpha=alpha, method="iid",
+                                      rng=keyed_rng(seed, key, "rollout", digest)), dtype=np.float64).reshape(dim)
+        score = float(rows[0] @ w)
+    else:  # grpo, max_at_k, maxrl: the fixed scalar of the single answer
+        score = float(scalars[0])
+
+    best = rows.max(axis=0)
+    out: dict[str, Any] = {
+        "score": score,
+        "set_score": set_score,
+        "fixed_scalar": float(scalars.max()),
+        "fixed_scalar_sum": float(scalars.sum()),
+        "nonzero_answers": int(np.count_nonzero(np.any(matrix != 0.0, axis=1))) if matrix.size else 0,
+        "acc": float(any(task.solved(row) for row in rows)),
+    }
+    if type(task).objectives:  # fixed objective names: one flat key per objective
+        for name, value in zip(task.objective_names(example), best, strict=True):
+            out[f"best_{name}"] = float(value)
+    out["objective_best"] = json.dumps([round(float(v), 6) for v in best])
+    return out
+
+
+def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Mapping[str, Any] | None = None,
+                  *, method: str = "vpo", m: int | None = None, num_weights: int = 100, alpha: float = 1.0,
+                  sampler: str = "iid", seed: int = 0, task_params: Mapping[str, Any] | str | None = None,
+                  **engine_kwargs: Any) -> dict[str, Any]:
+    """verl's reward function for every vpo task: one rollout in, a flat dict out.
+
+    Arguments from verl (``naive`` reward manager, one sample per call): ``data_source`` (the
+    task name), ``solution_str`` (the response only, special tokens skipped),
+    ``ground_truth`` (JSON string of the task example) and ``extra_info`` (``index``,
+    ``answers`` = m, ``task_params`` JSON string; ``split`` and ``task`` optional), all as
+    written by ``vpo data export TASK --format verl``.
+
+    Options (``reward.custom_reward_function.reward_kwargs``; they override call kwargs):
+    ``method`` (see the module table, default ``vpo``), ``m`` (optional; must equal the
+    prompt's ``extra_info.answers``), ``num_weights`` K (100), ``alpha`` (1.0), ``sampler``
+    (``iid`` | ``sobol``), ``seed`` (0), ``task_params`` (dict overriding the exported ones).
+
+    Returns ``score_rollout``'s dict; ``score`` is what verl puts at the last response token.
+    """
+    unknown = set(engine_kwargs) - _ENGINE_KWARGS
+    if unknown:
+        raise ValueError(f"unknown reward_kwargs option(s) {', '.join(sorted(unknown))}; known: method, m, "
+                         "num_weights, alpha, sampler, seed, task_params")
+    if not isinstance(data_source, str) or not data_source:
+        raise ValueError(f"data_source must be a vpo task name, got {data_source!r}")
+    if not isinstance(extra_info, Mapping):
+        raise ValueError(f"extra_info must be a mapping with index and answers (vpo data export), got "
+                         f"{type(extra_info).__name__}")
+    if "index" not in extra_info or extra_info["index"] is None:
+        raise ValueError("extra_info.index is missing: the prompt's weights are keyed on it; export the data with "
+                         "`vpo data export TASK --format verl`")
+    prompt_m = extra_info.get("answers")
+    if prompt_m is None:
+        if m is None:
+            raise ValueError("extra_info.answers (m of the prompt) is missing and reward_kwargs.m is not set")
+        prompt_m = m
+    if isinstance(prompt_m, np.generic):
+        prompt_m = prompt_m.item()
+    if m is not None and int(m) != prompt_m:
+        raise ValueError(f"reward_kwargs.m={m} but the prompt asks for extra_info.answers={prompt_m} answers; "
+                         "re-export the data or fix reward_kwargs.m")
+    exported_task = extra_info.get("task")
+    if exported_task not in (None, data_source):
+        raise ValueError(f"data_source={data_source!r} but extra_info.task={exported_task!r}")
+
+    params = _load_json(extra_info.get("task_params") or {}, "extra_info.task_params")
+    if not isinstance(params, Mapping):
+        raise ValueError(f"extra_info.task_params must be a JSON object, got {type(params).__name__}")
+    override = _load_json(task_params or {}, "reward_kwargs.task_params")
+    if not isinstance(override, Mapping):
+        raise ValueError(f"reward_kwargs.task_params must be a mapping, got {type(override).__name__}")
+    params = {**params, **override}
+
+    example = _load_json(ground_truth, "reward_model.ground_truth")
+    if not isinstance(example, Mapping):
+        raise ValueError(f"reward_model.ground_truth must be the JSON of a task example (an object), got "
+                         f"{type(example).__name__}")
+    return score_rollout(data_source, solution_str, example, m=prompt_m, index=extra_info["index"], method=method,
+                         num_weights=num_weights, alpha=alpha, sampler=sampler, seed=seed, task_params=params)
+
+
+# --------------------------------------------------------------------------------------
+# Advantage side (registered in verl by vpo.integrations.verl_plugin)
+# --------------------------------------------------------------------------------------
+
+# registered name -> (vpo.estimators name, its fixed options). Each receives the per-rollout
+# scores as (B, 1, 1) reward matrices: one answer with one objective, whose fixed scalar (the
+# default mean over D = 1) is the score itself.
+_ESTIMATOR_ROUTES: dict[str, tuple[str, dict[str, Any]]] = {
+    "vpo": ("grpo", {"std": "population", "eps": 1e-6, "degenerate": "zero"}),  # VPO's normalisation
+    "multi_rlvr": ("multi_rlvr", {}),
+    "random_weight": ("grpo", {}),
+    "max_at_k": ("max_at_k", {}),
+    "maxrl": ("maxrl", {}),
+}
+
+
+def _config_get(config: Any, key: str, default: Any = None) -> Any:
+    if config is None:
+        return default
+    if hasattr(config, "get"):
+        return config.get(key, default)
+    return getattr(config, key, default)
+
+
+def _scalar_advantage(name: str, token_level_rewards, response_mask, config, index):
+    """Shared body of the registered estimators: per-rollout score -> vpo.estimators -> (bs, L)."""
+    import torch
+
+    from vpo.estimators import get_estimator
+
+    if index is None:
+        raise ValueError(f"advantage estimator {name!r} needs the group ids (verl's non_tensor_batch['uid'])")
+    if _config_get(config, "norm_adv_by_std_in_grpo", True) is False:
+        raise ValueError(f"algorithm.norm_adv_by_std_in_grpo=false is not supported by advantage estimator {name!r}; "
+                         "use algorithm.adv_estimator=grpo for unscaled advantages")
+    estimator_name, fixed = _ESTIMATOR_ROUTES[name]
+    options = dict(fixed)
+    user = _config_get(config, "vpo_options", None)
+    if user is not None:
+        if not isinstance(user, Mapping):
+            raise ValueError(f"algorithm.vpo_options must be a mapping of estimator options, got {type(user).__name__}")
+        options.update(_plain(user))
+    scores = token_level_rewards.detach().sum(dim=-1).to(torch.float64).cpu().numpy()
+    group_ids = [g.item() if isinstance(g, np.generic) else g for g in index]
+    if len(group_ids) != len(scores):
+        raise ValueError(f"advantage estimator {name!r}: {len(group_ids)} group ids for {len(scores)} rollouts")
+    try:
+        result = get_estimator(estimator_name)(scores.reshape(-1, 1, 1), group_ids, **options)
+    except ValueError as err:
+        if user:
+            raise ValueError(f"advantage estimator {name!r} (vpo.estimators {estimator_name!r}) with "
+                             f"algorithm.vpo_options={dict(_plain(user))}: {err}") from None
+        raise
+    adv = torch.as_tensor(np.asarray(result.advantages, dtype=np.float64), dtype=token_level_rewards.dtype,
+                          device=token_level_rewards.device)
+    advantages = adv.unsqueeze(-1) * response_mask.to(token_level_rewards.dtype)
+    return advantages, advantages.clone()
+
+
+def vpo_advantage(token_level_rewards, response_mask, config=None, index=None, reward_baselines=None,
+                  non_tensor_batch=None, **kwargs):
+    """verl estimator ``vpo``: VPO's group normalisation of the set score R_g.
+
+    (R_g - mean) / (std + 1e-6) per uid, population std; every advantage of a group is 0 when
+    its std < 1e-6. Returns ``(advantages, returns)``, both (bs, L), masked by ``response_mask``.
+    ``non_tensor_batch`` is accepted (verl PR #7473) and unused.
+    """
+    return _scalar_advantage("vpo", token_level_rewards, response_mask, config, index)
+
+
+def multi_rlvr_advantage(token_level_rewards, response_mask, config=None, index=None, reward_baselines=None,
+                         non_tensor_batch=None, **kwargs):
+    """verl estimator ``multi_rlvr``: GRPO normalisation (Bessel std, eps 1e-6) of the
+    summed fixed scalar from ``compute_score(method="multi_rlvr")``."""
+    return _scalar_advantage("multi_rlvr", token_level_rewards, response_mask, config, index)
+
+
+def random_weight_advantage(token_level_rewards, response_mask, config=None, index=None, reward_baselines=None,
+                            non_tensor_batch=None, **kwargs):
+    """verl estimator ``random_weight``: GRPO normalisation of w . r from
+    ``compute_score(method="random_weight")``."""
+    return _scalar_advantage("random_weight", token_level_rewards, response_mask, config, index)
+
+
+def max_at_k_advantage(token_level_rewards, response_mask, config=None, index=None, reward_baselines=None,
+                       non_tensor_batch=None, **kwargs):
+    """verl estimator ``max_at_k``: the unbiased Max@K transform of each group's scores,
+    then group normalisation (``vpo.estimators`` ``max_at_k``; ``+algorithm.vpo_options.k``)."""
+    return _scalar_advantage("max_at_k", token_level_rewards, response_mask, config, index)
+
+
+def maxrl_advantage(token_level_rewards, response_mask, config=None, index=None, reward_baselines=None,
+                    non_tensor_batch=None, **kwargs):
+    """verl estimator ``maxrl``: (r - mean) / (mean + eps) per group (``vpo.estimators`` ``maxrl``)."""
+    return _scalar_advantage("maxrl", token_level_rewards, response_mask, config, index)
+
+
+VERL_ESTIMATORS = {
+    "vpo": vpo_advantage,
+    "multi_rlvr": multi_rlvr_advantage,
+    "random_weight": random_weight_advantage,
+    "max_at_k": max_at_k_advantage,
+    "maxrl": maxrl_advantage,
+}
+"""Names registered in verl's ``ADV_ESTIMATOR_REGISTRY`` by the plugin (all lowercase)."""
