@@ -269,3 +269,18 @@ def test_mixed_dimensions_and_label_types():
     assert result.group_labels == [("p", 1), 7]
     assert result.scores[3] == 0.0 and result.scores[2] == pytest.approx(1.0)
     assert result.scores[4] == pytest.approx(0.2)
+
+
+def test_keyed_vpo_scores_are_set_scores_with_the_keyed_simplex_weights():
+    from vpo.objective import set_scores
+    from vpo.weights import keyed_simplex, stream_keys
+
+    # 200 groups x 4 rollouts, K = 100: the keyed weights are drawn over several blocks
+    rng = np.random.default_rng(6)
+    rewards = rng.random((800, 3, 3)) - 0.2
+    labels = [f"p{b % 200}" for b in range(800)]  # groups interleaved, not contiguous
+    result = get_estimator("vpo")(list(rewards), labels, seed=7, step=5)
+    w = keyed_simplex(stream_keys([f"p{g}" for g in range(200)], seed=7, step=5), 100, 3)
+    np.testing.assert_allclose(result.scores, set_scores(rewards, w[np.arange(800) % 200]), rtol=1e-13, atol=1e-15)
+    one_d = get_estimator("vpo")([r[:, :1] for r in rewards[:8]], [0] * 8, seed=0)
+    np.testing.assert_allclose(one_d.scores, rewards[:8, :, 0].max(axis=1), rtol=1e-15)

@@ -143,3 +143,32 @@ def test_reward_batch_groups_and_width_check():
         RewardBatch.from_rewards(rewards, ["x", "x", "y", "y"])
     with pytest.raises(ValueError, match="group_ids has length 3"):
         RewardBatch.from_rewards(rewards, ["x", "x", "y"])
+
+
+def test_many_blocks_ragged_groups_and_dense_input_match_a_loop():
+    # 300 rollouts with K = 50: bucket_scores works through several blocks of groups
+    rng = np.random.default_rng(4)
+    dense = rng.random((300, 3, 4))
+    weights = sample_simplex(50, 4, rng=rng)
+    loop = [(r @ weights.T).max(axis=0).mean() for r in dense]
+    before = dense.copy()
+    np.testing.assert_allclose(set_scores(dense, weights), loop, rtol=1e-12)
+    per = rng.random((300, 50, 4))
+    np.testing.assert_allclose(set_scores(dense, per), [(r @ w.T).max(axis=0).mean() for r, w in zip(dense, per)],
+                               rtol=1e-12)
+    np.testing.assert_array_equal(dense, before)  # rows may be views of the input: never written
+    bad = dense.copy()
+    bad[217, 1, 2] = np.inf
+    with pytest.raises(ValueError, match=r"rewards\[217\]: contains NaN"):
+        set_scores(bad, weights)
+
+
+def test_reward_batch_equal_groups_out_of_order():
+    rewards = np.arange(24, dtype=np.float64).reshape(4, 3, 2)
+    batch = RewardBatch.from_rewards(rewards, ["b", "a", "b", "a"])
+    (bucket,) = batch.buckets
+    assert bucket.slot.tolist() == [[0, 2], [1, 3]]
+    np.testing.assert_array_equal(bucket.padded, rewards[[0, 2, 1, 3]].reshape(2, 2, 3, 2))
+    ragged = RewardBatch.from_rewards(rewards, ["b", "a", "b", "b"]).buckets[0]
+    assert ragged.slot.tolist() == [[0, 2, 3], [1, -1, -1]]
+    assert ragged.pad_value == 0.0 and np.all(ragged.padded[1, 1:] == 0.0)

@@ -115,3 +115,15 @@ def test_keyed_simplex_prefix_property_and_other_samplers():
     np.testing.assert_array_equal(sob[1], keyed_simplex(keys[1:], 8, 3, method="sobol")[0])
     np.testing.assert_allclose(sob.sum(-1), 1.0)
     assert not np.array_equal(keyed_simplex(keys, 5, 3)[0], keyed_simplex(keys, 5, 3)[1])
+
+
+def test_keyed_exponentials_are_keyed_simplex_unnormalised_in_matmul_layout():
+    from vpo.weights import keyed_exponentials
+
+    keys = stream_keys(range(5), seed=1, step=2)
+    e = keyed_exponentials(keys, 9, 4)
+    assert e.shape == (5, 4, 9) and e.dtype == np.float64 and np.all(e > 0)
+    np.testing.assert_allclose((e / e.sum(axis=1, keepdims=True)).transpose(0, 2, 1), keyed_simplex(keys, 9, 4),
+                               rtol=1e-15)
+    np.testing.assert_array_equal(keyed_exponentials(keys[3:4], 9, 4)[0], e[3])
+    np.testing.assert_array_equal(-np.log(counter_uniforms(keys, 36)).reshape(5, 9, 4).transpose(0, 2, 1), e)

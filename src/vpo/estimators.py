@@ -55,8 +55,8 @@ from typing import Any
 
 import numpy as np
 
-from vpo.objective import DimBucket, RewardBatch, bucket_scores
-from vpo.weights import SAMPLERS, keyed_simplex, sample_simplex, stream_keys
+from vpo.objective import DimBucket, GroupWeights, RewardBatch, bucket_scores, check_weights
+from vpo.weights import SAMPLERS, keyed_exponentials, keyed_simplex, sample_simplex, stream_keys
 
 __all__ = [
     "EstimatorResult",
@@ -329,26 +329,43 @@ def _bucket_labels(batch: RewardBatch, bucket: DimBucket) -> list[Hashable]:
 
 
 def _draw_group_weights(batch: RewardBatch, num: int, alpha: float, sampler: str, seed: Any, step: Any,
-                        rng: np.random.Generator | None) -> list[np.ndarray]:
-    """One (Gb, num, D) weight array per bucket of ``batch``."""
+                        rng: np.random.Generator | None) -> list[GroupWeights]:
+    """The K weights of every group, one ``GroupWeights`` per bucket of ``batch``.
+
+    Keyed (``rng`` None) iid alpha = 1 weights are drawn block by block inside the scoring
+    loop, unnormalised (``keyed_exponentials``), with 1 / sum as the block's scale: the same
+    weights as ``keyed_simplex`` up to rounding, without a (G, K, D) array or a transpose.
+    """
     if rng is None:
-        return [keyed_simplex(stream_keys(_bucket_labels(batch, b), seed=seed, step=0 if step is None else step),
-                              num, b.dim, alpha=alpha, method=sampler) for b in batch.buckets]
+        out = []
+        for bucket in batch.buckets:
+            keys = stream_keys(_bucket_labels(batch, bucket), seed=seed, step=0 if step is None else step)
+            if sampler == "iid" and alpha == 1.0 and bucket.dim > 1:
+                out.append(GroupWeights(num, functools.partial(_keyed_block, keys, num, bucket.dim)))
+            else:
+                out.append(GroupWeights.stacked(keyed_simplex(keys, num, bucket.dim, alpha=alpha, method=sampler)))
+        return out
     if len(batch.buckets) == 1 and sampler == "iid":
         # one draw consumes the stream exactly as group-by-group draws in first-appearance order
         bucket = batch.buckets[0]
         flat = sample_simplex(bucket.groups.size * num, bucket.dim, alpha=alpha, method="iid", rng=rng)
-        return [flat.reshape(bucket.groups.size, num, bucket.dim)]
+        return [GroupWeights.stacked(flat.reshape(bucket.groups.size, num, bucket.dim))]
     drawn: dict[int, np.ndarray] = {}
     dims = batch.group_dims
     for g in np.flatnonzero(dims > 0).tolist():  # first-appearance order
         drawn[g] = sample_simplex(num, int(dims[g]), alpha=alpha, method=sampler, rng=rng)
-    return [np.stack([drawn[g] for g in b.groups.tolist()]) for b in batch.buckets]
+    return [GroupWeights.stacked(np.stack([drawn[g] for g in b.groups.tolist()])) for b in batch.buckets]
 
 
-def _explicit_weights(batch: RewardBatch, weights: Any) -> list[np.ndarray]:
-    """Validated user weights: (K, D) per bucket, or (Gb, K, D) from a label -> (K, D) map."""
-    out = []
+def _keyed_block(keys: np.ndarray, num: int, dim: int, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+    """Keyed Dirichlet(1) weights of groups start..stop-1: (c, D, K) exponentials, scale 1 / sum."""
+    exps = keyed_exponentials(keys[start:stop], num, dim)
+    return exps, 1.0 / exps.sum(axis=1)
+
+
+def _explicit_weights(batch: RewardBatch, weights: Any) -> list[np.ndarray | GroupWeights]:
+    """Validated user weights: (K, D) per bucket, or per group from a label -> (K, D) map."""
+    out: list[np.ndarray | GroupWeights] = []
     for bucket in batch.buckets:
         first = int(bucket.rollouts[0])
         if isinstance(weights, Mapping):
@@ -356,24 +373,13 @@ def _explicit_weights(batch: RewardBatch, weights: Any) -> list[np.ndarray]:
             for label in _bucket_labels(batch, bucket):
                 if label not in weights:
                     raise ValueError(f"weights: no entry for group {label!r}")
-                mats.append(_weight_matrix(weights[label], f"weights[{label!r}]", bucket.dim, first))
+                mats.append(check_weights(weights[label], f"weights[{label!r}]", bucket.dim, first))
             if len({m.shape[0] for m in mats}) > 1:
                 raise ValueError(f"weights: groups with D={bucket.dim} must share one K")
-            out.append(np.stack(mats))
+            out.append(GroupWeights.stacked(np.stack(mats)))
         else:
-            out.append(_weight_matrix(weights, "weights", bucket.dim, first))
+            out.append(check_weights(weights, "weights", bucket.dim, first))
     return out
-
-
-def _weight_matrix(value: Any, name: str, dim: int, rollout: int) -> np.ndarray:
-    arr = np.asarray(value, dtype=np.float64)
-    if arr.ndim != 2 or arr.shape[0] < 1:
-        raise ValueError(f"{name}: expected a (K, D) array with K >= 1, got shape {arr.shape}")
-    if arr.shape[1] != dim:
-        raise ValueError(f"{name}: has D={arr.shape[1]} but rewards[{rollout}] has D={dim}")
-    if not np.isfinite(arr).all() or (arr < 0).any():
-        raise ValueError(f"{name}: weights must be finite and non-negative")
-    return arr
 
 
 # --------------------------------------------------------------------------------------
@@ -411,9 +417,8 @@ def vpo(rewards: Any, group_ids: Any, *, num_weights: int | None = None, alpha: 
     group_max = np.zeros(batch.num_groups)
     for bucket, bucket_weights in zip(batch.buckets, per_bucket):
         own, best = bucket_scores(bucket.padded, bucket_weights)
-        real = bucket.slot >= 0
-        scores[bucket.slot[real]] = own[real]
-        group_max[bucket.groups] = best.mean(axis=1)
+        bucket.scatter(scores, own)
+        group_max[bucket.groups] = best
     scores[batch.counts == 0] = 0.0  # an empty rollout scores 0 even when rewards can be < 0
     advantages, group_std = group_normalize(scores, batch.group_index, std=std, eps=eps,
                                             degenerate=degenerate, scale=scale)
@@ -582,14 +587,12 @@ def random_weight(rewards: Any, group_ids: Any, *, alpha: float = 1.0, sampler: 
     source = _random_source(seed, rng, step)
     scores = np.zeros(batch.num_rollouts)
     for bucket in batch.buckets:
+        rollout_w = np.zeros((batch.num_rollouts, bucket.dim))
         if source is None:
             keys = stream_keys(_bucket_labels(batch, bucket), seed=seed, step=0 if step is None else step)
-            per_slot = keyed_simplex(keys, bucket.slot.shape[1], bucket.dim, alpha=alpha_v, method=sampler_v)
-            real = bucket.slot >= 0
-            rollout_w = np.zeros((batch.num_rollouts, bucket.dim))
-            rollout_w[bucket.slot[real]] = per_slot[real]
+            bucket.scatter(rollout_w, keyed_simplex(keys, bucket.slot.shape[1], bucket.dim, alpha=alpha_v,
+                                                    method=sampler_v))
         else:
-            rollout_w = np.zeros((batch.num_rollouts, bucket.dim))
             in_order = np.sort(bucket.rollouts)
             rollout_w[in_order] = sample_simplex(in_order.size, bucket.dim, alpha=alpha_v, method=sampler_v,
                                                  rng=source)

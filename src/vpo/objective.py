@@ -14,13 +14,13 @@ Rewards arrive as a list of B arrays (m_i, D_i); m_i may be 0 (an unparseable ro
 0) and m_i, D_i may vary per rollout. ``RewardBatch`` validates such a list once, groups the
 rollouts, and lays them out as padded arrays so every score is computed by a few batched
 matrix products with no Python loop over rollouts or groups. Padding rows hold the smallest
-reward of the batch (at most 0), which never raises a max over real rows when the weights are
+reward of their bucket (at most 0), which never raises a max over real rows when the weights are
 non-negative: w . pad = pad * sum(w) <= w . r for every real row r.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,10 +39,6 @@ def _as_reward_array(item: Any, index: int) -> np.ndarray:
     return arr
 
 
-def _first_bad_rollout(bad_rows: np.ndarray, row_rollout: np.ndarray) -> int:
-    return int(row_rollout[np.flatnonzero(bad_rows)[0]])
-
-
 @dataclass
 class DimBucket:
     """All rollouts whose group has D objectives, padded to one dense array.
@@ -51,7 +47,8 @@ class DimBucket:
     ``rows`` (R, D) the real answer rows concatenated; ``row_rollout`` (R,) batch index of each
     row; ``padded`` (Gb, N, M, D) with N the largest group and M the largest m in the bucket;
     ``slot`` (Gb, N) batch index of each padded rollout, -1 for filler slots; ``pad_value``
-    the value of padding rows, min(0, smallest reward of the bucket).
+    the value of padding rows, min(0, smallest reward of the bucket). When the rewards came
+    as one array already in group order, ``rows`` and ``padded`` are views of it: read only.
     """
 
     dim: int
@@ -62,6 +59,11 @@ class DimBucket:
     padded: np.ndarray
     slot: np.ndarray
     pad_value: float
+
+    def scatter(self, out: np.ndarray, values: np.ndarray) -> None:
+        """Write per-slot ``values`` (Gb, N, ...) to their rollouts' rows of ``out`` (B, ...)."""
+        real = self.slot >= 0
+        out[self.slot[real]] = values[real]
 
 
 @dataclass
@@ -201,7 +203,7 @@ def factorize(group_ids: Any, num: int) -> tuple[np.ndarray, list[Hashable]]:
         order = np.argsort(first, kind="stable")  # np.unique sorts; restore first appearance
         rank = np.empty_like(order)
         rank[order] = np.arange(order.size)
-        return rank[inverse.reshape(-1)].astype(np.int64), [uniq[i].item() for i in order]
+        return rank[inverse.reshape(-1)].astype(np.int64), uniq[order].tolist()
     codes: dict[Hashable, int] = {}
     index = np.empty(num, dtype=np.int64)
     for b, label in enumerate(group_ids):
@@ -216,19 +218,16 @@ def factorize(group_ids: Any, num: int) -> tuple[np.ndarray, list[Hashable]]:
 
 def _make_bucket(batch: RewardBatch, dim: int, rollout_dims: np.ndarray, stacked: np.ndarray | None,
                  arrays: list[np.ndarray]) -> DimBucket:
+    """The bucket of rollouts with D = ``dim``. ``stacked`` (B, M, D) when every rollout has the
+    same shape (then rows are sliced, not gathered one by one), else ``arrays`` (B,) (m_i, D_i)."""
     rollouts = np.flatnonzero(rollout_dims == dim)
     rollouts = rollouts[np.argsort(batch.group_index[rollouts], kind="stable")]
-    group_of = batch.group_index[rollouts]
-    groups, start, sizes = np.unique(group_of, return_index=True, return_counts=True)
-    local_group = np.repeat(np.arange(groups.size), sizes)
-    position = np.arange(rollouts.size) - np.repeat(start, sizes)
+    groups, start, sizes = np.unique(batch.group_index[rollouts], return_index=True, return_counts=True)
     num_slots = int(sizes.max())
     counts = batch.counts[rollouts]
-    max_m = max(int(counts.max()), 1)
-    slot = np.full((groups.size, num_slots), -1, dtype=np.int64)
-    slot[local_group, position] = rollouts
     if stacked is not None:
-        rows_3d = stacked[rollouts]
+        in_order = rollouts.size == stacked.shape[0] and bool((rollouts == np.arange(rollouts.size)).all())
+        rows_3d = stacked if in_order else stacked[rollouts]  # (n, M, D), a view when already in group order
         rows = rows_3d.reshape(-1, dim)
         row_rollout = np.repeat(rollouts, stacked.shape[1])
     else:
@@ -237,11 +236,20 @@ def _make_bucket(batch: RewardBatch, dim: int, rollout_dims: np.ndarray, stacked
         rows = (np.concatenate([arrays[b] for b in nonempty.tolist()]) if nonempty.size
                 else np.zeros((0, dim)))
         row_rollout = np.repeat(nonempty, counts[has_rows])
-    finite = np.isfinite(rows).all(axis=1)
-    if not finite.all():
-        raise ValueError(f"rewards[{_first_bad_rollout(~finite, row_rollout)}]: contains NaN or inf")
-    pad_value = min(0.0, float(rows.min())) if rows.size else 0.0
-    padded = np.full((groups.size, num_slots, max_m, dim), pad_value)
+    low = float(rows.min()) if rows.size else 0.0
+    if not (np.isfinite(low) and np.isfinite(rows.max() if rows.size else 0.0)):  # min/max propagate NaN
+        bad = ~np.isfinite(rows).all(axis=1)
+        raise ValueError(f"rewards[{int(row_rollout[np.flatnonzero(bad)[0]])}]: contains NaN or inf")
+    pad_value = min(0.0, low)
+    if stacked is not None and (sizes == num_slots).all():  # equal groups: no filler slot, no padding copy
+        slot = rollouts.reshape(groups.size, num_slots)
+        padded = rows_3d.reshape(groups.size, num_slots, *rows_3d.shape[1:])
+        return DimBucket(dim, rollouts, groups, rows, row_rollout, padded, slot, pad_value)
+    local_group = np.repeat(np.arange(groups.size), sizes)
+    position = np.arange(rollouts.size) - np.repeat(start, sizes)
+    slot = np.full((groups.size, num_slots), -1, dtype=np.int64)
+    slot[local_group, position] = rollouts
+    padded = np.full((groups.size, num_slots, max(int(counts.max()), 1), dim), pad_value)
     if stacked is not None:
         padded[local_group, position] = rows_3d
     else:
@@ -252,35 +260,82 @@ def _make_bucket(batch: RewardBatch, dim: int, rollout_dims: np.ndarray, stacked
     return DimBucket(dim, rollouts, groups, rows, row_rollout, padded, slot, pad_value)
 
 
-def _check_weights(weights: Any, name: str, dim: int | None = None) -> np.ndarray:
+def check_weights(weights: Any, name: str, dim: int | None = None, rollout: int | None = None) -> np.ndarray:
+    """Validated float64 (K, D) weights: K >= 1, finite, non-negative, and D == ``dim`` when given
+    (``rollout``, a batch index with that D, is named in the error)."""
     arr = np.asarray(weights, dtype=np.float64)
     if arr.ndim != 2 or arr.shape[0] < 1 or arr.shape[1] < 1:
         raise ValueError(f"{name}: expected a (K, D) array with K >= 1, got shape {arr.shape}")
     if dim is not None and arr.shape[1] != dim:
-        raise ValueError(f"{name}: has D={arr.shape[1]} columns but the rewards have D={dim}")
+        where = "the rewards have" if rollout is None else f"rewards[{rollout}] has"
+        raise ValueError(f"{name}: has D={arr.shape[1]} columns but {where} D={dim}")
     if not np.isfinite(arr).all() or (arr < 0).any():
         raise ValueError(f"{name}: weights must be finite and non-negative")
     return arr
 
 
-def bucket_scores(padded: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Scores of padded rollouts and the per-group max curve.
+@dataclass
+class GroupWeights:
+    """K weight vectors per group of a bucket, produced a block of groups at a time.
 
-    ``padded`` (Gb, N, M, D); ``weights`` (K, D) shared, or (Gb, K, D) one set per group.
-    Returns ``scores`` (Gb, N) = mean_k max_m w_k . r and ``group_best`` (Gb, K) =
-    max over the group's rollouts and answers of w_k . r (filler slots hold pad rows, which
-    never exceed a real row).
+    ``block(start, stop)`` gives ``(w, scale)`` for the bucket's groups start..stop-1: ``w``
+    (c, D, K) non-negative, ``scale`` (c, K) positive or None (all ones). Weight vector k of
+    group g is ``scale[g, k] * w[g, :, k]``; the scale is applied after the max over answers,
+    since max_i (s w) . r_i = s max_i w . r_i for s > 0, so normalising unnormalised draws costs
+    (c, K) work instead of a pass over the weights.
+    """
+
+    num: int
+    block: Callable[[int, int], tuple[np.ndarray, np.ndarray | None]]
+
+    @classmethod
+    def stacked(cls, weights: np.ndarray) -> GroupWeights:
+        """From a ready (Gb, K, D) array."""
+        return cls(weights.shape[1], lambda start, stop: (weights[start:stop].transpose(0, 2, 1), None))
+
+
+_BLOCK_VALUES = 1 << 16
+"""Products w . r computed per block of groups: 512 KiB of float64, so a block stays in cache."""
+
+
+def bucket_scores(padded: np.ndarray, weights: np.ndarray | GroupWeights) -> tuple[np.ndarray, np.ndarray]:
+    """Scores of padded rollouts and each group's best.
+
+    ``padded`` (Gb, N, M, D); ``weights`` (K, D) shared by every group, or ``GroupWeights``.
+    Returns ``scores`` (Gb, N) = mean_k max_m w_k . r and ``group_best`` (Gb,) = mean_k of the
+    max over the group's rollouts and answers (filler slots hold pad rows, which never exceed a
+    real row). Groups are processed in blocks of about ``_BLOCK_VALUES`` products, which keeps
+    the (c, N, M, K) products, their max and the block's weights in cache.
     """
     num_groups, num_slots, max_m, dim = padded.shape
-    if weights.ndim == 2:
-        values = padded.reshape(-1, dim) @ weights.T  # one GEMM: (Gb N M, K)
-    else:
-        # a contiguous (Gb, D, K) operand keeps matmul on its fast batched-GEMM path
-        values = np.matmul(padded.reshape(num_groups, num_slots * max_m, dim),
-                           np.ascontiguousarray(weights.transpose(0, 2, 1)))
-    values = values.reshape(num_groups, num_slots, max_m, -1)
-    own_best = values.max(axis=2)  # (Gb, N, K)
-    return own_best.mean(axis=-1), own_best.max(axis=1)
+    shared = isinstance(weights, np.ndarray)
+    num = weights.shape[0] if shared else weights.num
+    step = min(num_groups, max(1, _BLOCK_VALUES // (num_slots * max_m * num)))
+    scores = np.empty((num_groups, num_slots))
+    group_best = np.empty(num_groups)
+    # buffers reused by every block: fresh ones would be page-faulted in again each time
+    values_buf = np.empty((step, num_slots * max_m, num))
+    own_buf = np.empty((step, num_slots, num))
+    for start in range(0, num_groups, step):
+        stop = min(start + step, num_groups)
+        block, values, own = padded[start:stop], values_buf[:stop - start], own_buf[:stop - start]
+        if shared:  # one GEMM: (c N M, D) @ (D, K)
+            np.matmul(block.reshape(-1, dim), weights.T, out=values.reshape(-1, num))
+            scale = None
+        else:
+            w, scale = weights.block(start, stop)
+            # a contiguous (c, D, K) operand keeps matmul on its batched-GEMM path
+            np.matmul(block.reshape(stop - start, num_slots * max_m, dim), np.ascontiguousarray(w), out=values)
+        np.max(values.reshape(stop - start, num_slots, max_m, num), axis=2, out=own)  # (c, N, K)
+        best = own.max(axis=1)  # (c, K)
+        if scale is None:
+            scores[start:stop] = own.mean(axis=-1)
+            group_best[start:stop] = best.mean(axis=-1)
+        else:  # the mean over k of scale * value, as one batched GEMV
+            scale = scale / num
+            scores[start:stop] = np.matmul(own, scale[:, :, None])[..., 0]
+            group_best[start:stop] = np.einsum("ck,ck->c", best, scale)
+    return scores, group_best
 
 
 def set_scores(rewards: Any, weights: Any = None, *, exact: bool = False) -> np.ndarray:
@@ -307,12 +362,10 @@ def set_scores(rewards: Any, weights: Any = None, *, exact: bool = False) -> np.
         except (TypeError, ValueError):
             dense = None  # ragged list: one (K_b, D_b) set per rollout
     if dense is not None and dense.ndim == 2:
-        matrix = _check_weights(dense, "weights")
+        matrix = check_weights(dense, "weights")
         for bucket in batch.buckets:
-            if matrix.shape[1] != bucket.dim:
-                b = int(bucket.rollouts[0])
-                raise ValueError(f"weights: has D={matrix.shape[1]} columns but rewards[{b}] has D={bucket.dim}")
-            _scatter(scores, bucket, bucket_scores(bucket.padded, matrix)[0])
+            check_weights(matrix, "weights", bucket.dim, int(bucket.rollouts[0]))
+            bucket.scatter(scores, bucket_scores(bucket.padded, matrix)[0])
     else:
         if dense is not None and dense.ndim != 3:
             raise ValueError(f"weights: expected (K, D), (B, K, D) or a list of B (K, D) arrays, got shape {dense.shape}")
@@ -323,22 +376,17 @@ def set_scores(rewards: Any, weights: Any = None, *, exact: bool = False) -> np.
             # set_scores puts every rollout in its own group: bucket slots are (n, 1)
             order = bucket.slot[:, 0]
             if dense is not None:
-                stack = _check_weights(dense[order].reshape(-1, dense.shape[2]), "weights", bucket.dim)
+                stack = check_weights(dense[order].reshape(-1, dense.shape[2]), "weights", bucket.dim)
                 stack = stack.reshape(order.size, dense.shape[1], bucket.dim)
             else:
-                mats = [_check_weights(per_rollout[b], f"weights[{b}]", bucket.dim) for b in order.tolist()]
+                mats = [check_weights(per_rollout[b], f"weights[{b}]", bucket.dim) for b in order.tolist()]
                 if len({m.shape[0] for m in mats}) > 1:
                     raise ValueError(f"weights: rollouts with D={bucket.dim} must share one K, "
                                      f"got {sorted({m.shape[0] for m in mats})}")
                 stack = np.stack(mats)
-            _scatter(scores, bucket, bucket_scores(bucket.padded, stack)[0])
+            bucket.scatter(scores, bucket_scores(bucket.padded, GroupWeights.stacked(stack))[0])
     scores[batch.counts == 0] = 0.0
     return scores
-
-
-def _scatter(out: np.ndarray, bucket: DimBucket, values: np.ndarray) -> None:
-    real = bucket.slot >= 0
-    out[bucket.slot[real]] = values[real]
 
 
 def exact_set_scores(rewards: Any) -> np.ndarray:
@@ -372,6 +420,6 @@ def exact_set_scores(rewards: Any) -> np.ndarray:
             envelope = (at_zero[:, None, :] + points[:, :, None] * slope[:, None, :]).max(axis=2)
             values = (0.5 * (envelope[:, 1:] + envelope[:, :-1]) * np.diff(points, axis=1)).sum(axis=1)
         values = values.reshape(bucket.slot.shape)
-        _scatter(scores, bucket, values)
+        bucket.scatter(scores, values)
     scores[batch.counts == 0] = 0.0
     return scores

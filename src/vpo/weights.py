@@ -7,6 +7,7 @@ draws the K weight vectors. Usage::
     w = sample_simplex(100, 4, alpha=1.0, method="sobol", rng=rng)   # (K, D) = (100, 4)
     keys = stream_keys([("prompt-17",), ("prompt-18",)], seed=0, step=3)   # (G,) uint64
     w_by_group = keyed_simplex(keys, 100, 4)            # (G, K, D), one stream per group
+    e = keyed_exponentials(keys, 100, 4)                # (G, D, K), unnormalised, matmul layout
 
 Shape glossary: G groups, K weights, D objectives.
 
@@ -17,8 +18,9 @@ Two sources of randomness:
 * ``keyed_simplex(keys, ...)`` gives every key its own stream, independent of which other
   keys are in the call. For the default (iid, alpha = 1) it is a counter-based generator:
   coordinate j of key k is a pure function of (k, j), vectorised over all groups at once, so
-  a group's weights never depend on the rest of the batch and cost no Python loop. For
-  Sobol or alpha != 1 each key seeds its own ``numpy`` Generator (a loop over keys).
+  a group's weights never depend on the rest of the batch and cost no Python loop;
+  ``keyed_exponentials`` gives the same draws unnormalised, in (G, D, K) layout. For Sobol or
+  alpha != 1 each key seeds its own ``numpy`` Generator (a loop over keys).
 
 Keys come from ``blake2b`` over a canonical byte encoding of the parts (``stream_key``), never
 from Python's ``hash()``, which is salted per process.
@@ -39,6 +41,7 @@ __all__ = [
     "SAMPLERS",
     "counter_uniforms",
     "encode_key",
+    "keyed_exponentials",
     "keyed_rng",
     "keyed_simplex",
     "sample_simplex",
@@ -55,25 +58,35 @@ _DOMAIN = b"vpo.weights/v1"  # bumping it changes every keyed stream: do so only
 # --------------------------------------------------------------------------------------
 # keys
 # --------------------------------------------------------------------------------------
+_U32 = struct.Struct("<I").pack
+
+
+def _encode_int(value: int) -> bytes:
+    raw = value.to_bytes(value.bit_length() // 8 + 1, "big", signed=True)
+    return b"i" + _U32(len(raw)) + raw
+
+
+def _encode_str(value: str) -> bytes:
+    raw = value.encode("utf-8")
+    return b"s" + _U32(len(raw)) + raw
+
+
 def _encode_part(part: Any, out: bytearray, where: str) -> None:
     """Append a type-tagged, length-prefixed encoding of ``part`` (injective over types)."""
     if isinstance(part, bool | np.bool_):
         out += b"b" + (b"\x01" if part else b"\x00")
     elif isinstance(part, int | np.integer):
-        value = int(part)
-        raw = value.to_bytes(value.bit_length() // 8 + 1, "big", signed=True)
-        out += b"i" + struct.pack("<I", len(raw)) + raw
+        out += _encode_int(int(part))
     elif isinstance(part, float | np.floating):
         # float32/float16 scalars widen exactly to float64, so 0.5 and np.float32(0.5) agree.
         out += b"f" + struct.pack("<d", float(part))
     elif isinstance(part, str):  # np.str_ is a str subclass
-        raw = part.encode("utf-8")
-        out += b"s" + struct.pack("<I", len(raw)) + raw
+        out += _encode_str(part)
     elif isinstance(part, bytes | np.bytes_):
         raw = bytes(part)
-        out += b"y" + struct.pack("<I", len(raw)) + raw
+        out += b"y" + _U32(len(raw)) + raw
     elif isinstance(part, tuple):
-        out += b"t" + struct.pack("<I", len(part))
+        out += b"t" + _U32(len(part))
         for i, item in enumerate(part):
             _encode_part(item, out, f"{where}[{i}]")
     else:
@@ -107,17 +120,22 @@ def stream_keys(labels: Iterable[Any], *, seed: Any, step: Any = 0) -> np.ndarra
     depend on which other groups share the batch.
     """
     # encode_key(seed, label, step) assembled from a shared prefix and suffix: one blake2b per label
-    head = bytearray(_DOMAIN + b"t" + struct.pack("<I", 3))
+    head = bytearray(_DOMAIN + b"t" + _U32(3))
     _encode_part(seed, head, "seed")
     tail = bytearray()
     _encode_part(step, tail, "step")
-    keys = []
+    head, tail = bytes(head), bytes(tail)
+    digests = []
     for label in labels:
-        middle = bytearray()
-        _encode_part(label, middle, "label")
-        digest = hashlib.blake2b(bytes(head + middle + tail), digest_size=8).digest()
-        keys.append(int.from_bytes(digest, "little"))
-    return np.array(keys, dtype=np.uint64)
+        kind = type(label)
+        if kind is int or kind is str:  # the common labels, encoded without the type dispatch
+            middle = _encode_int(label) if kind is int else _encode_str(label)
+        else:
+            buffer = bytearray()
+            _encode_part(label, buffer, "label")
+            middle = bytes(buffer)
+        digests.append(hashlib.blake2b(head + middle + tail, digest_size=8).digest())
+    return np.frombuffer(b"".join(digests), dtype="<u8").astype(np.uint64)
 
 
 def keyed_rng(*key: Any) -> np.random.Generator:
@@ -211,7 +229,7 @@ def sample_simplex(num: int, dim: int, *, alpha: float = 1.0, method: str = "iid
 # --------------------------------------------------------------------------------------
 _M1 = np.uint32(0x7FEB352D)
 _M2 = np.uint32(0x846CA68B)
-_S15, _S16 = np.uint32(15), np.uint32(16)
+_S9, _S15, _S16 = np.uint32(9), np.uint32(15), np.uint32(16)
 _GOLDEN32 = np.uint32(0x9E3779B9)
 
 
@@ -225,6 +243,24 @@ def _mix32(x: np.ndarray) -> np.ndarray:
     return x
 
 
+def _keyed_uniforms(keys: np.ndarray, counters: np.ndarray) -> np.ndarray:
+    """float32 (G, *counters.shape): entry [g, *i] is the uniform of counter ``counters[i]``
+    under ``keys[g]`` (see ``counter_uniforms``). ``keys`` (G,) uint64; ``counters`` uint32,
+    in whatever layout the caller wants the uniforms in."""
+    low = (keys & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    high = (keys >> np.uint64(32)).astype(np.uint32)
+    expand = (slice(None),) + (None,) * counters.ndim
+    bits = (counters * _GOLDEN32)[None] ^ low[expand]  # broadcast allocates the (G, ...) block once
+    _mix32(bits)
+    bits ^= high[expand]
+    _mix32(bits)
+    bits >>= _S9
+    uniforms = bits.astype(np.float32)
+    uniforms += np.float32(0.5)
+    uniforms *= np.float32(2.0**-23)
+    return uniforms
+
+
 def counter_uniforms(keys: np.ndarray, count: int) -> np.ndarray:
     """(G, count) float32 uniforms in (0, 1): entry [g, j] is a pure function of (keys[g], j).
 
@@ -234,21 +270,37 @@ def counter_uniforms(keys: np.ndarray, count: int) -> np.ndarray:
     ``-log u`` is finite and positive. For a fixed key the map from j to the 32-bit word is a
     bijection, so a group's words never repeat (its 23-bit uniforms collide only by chance).
     """
-    keys = np.asarray(keys, dtype=np.uint64).reshape(-1)
     if count < 0 or count >= 2**32:
         raise ValueError(f"count must be in [0, 2**32), got {count}")
-    low = (keys & np.uint64(0xFFFFFFFF)).astype(np.uint32)[:, None]
-    high = (keys >> np.uint64(32)).astype(np.uint32)[:, None]
-    bits = np.arange(count, dtype=np.uint32)[None, :] * _GOLDEN32
-    bits = bits ^ low  # broadcast allocates the (G, count) block once
-    _mix32(bits)
-    bits ^= high
-    _mix32(bits)
-    bits >>= np.uint32(9)
-    uniforms = bits.astype(np.float32)
-    uniforms += np.float32(0.5)
-    uniforms *= np.float32(2.0**-23)
-    return uniforms
+    keys = np.asarray(keys, dtype=np.uint64).reshape(-1)
+    return _keyed_uniforms(keys, np.arange(count, dtype=np.uint32))
+
+
+def _check_keys(keys: Any) -> np.ndarray:
+    keys = np.asarray(keys)
+    if keys.ndim != 1 or (keys.size and not np.issubdtype(keys.dtype, np.integer)):
+        raise ValueError(f"keys must be a 1-D array of integers, got dtype {keys.dtype} shape {keys.shape}")
+    return keys.astype(np.uint64)
+
+
+def keyed_exponentials(keys: np.ndarray | Sequence[int], num: int, dim: int) -> np.ndarray:
+    """Unnormalised keyed weights: float64 (G, D, K) standard exponentials, laid out for a matmul.
+
+    Entry [g, d, k] is ``-log u`` with u = ``counter_uniforms(keys, K D)[g, k D + d]``; the log
+    runs in float32 (the costly step) and is widened exactly to float64. Column k of slice g
+    divided by its sum is row k of ``keyed_simplex(keys, num, dim)[g]``, a Dirichlet(1_D)
+    draw. The (G, D, K) layout is the one ``rewards (.., M, D) @ weights`` consumes, so no
+    transpose copy is needed; callers may also defer the normalisation (``vpo.objective``
+    applies 1 / sum after the max over answers).
+    """
+    num, dim, _ = _check_shape_args(num, dim, 1.0, "iid")
+    keys = _check_keys(keys)
+    if num * dim >= 2**32:
+        raise ValueError(f"num * dim must be < 2**32, got {num * dim}")
+    counters = np.arange(0, num * dim, dim, dtype=np.uint32)[None, :] + np.arange(dim, dtype=np.uint32)[:, None]
+    logs = _keyed_uniforms(keys, counters)
+    np.log(logs, out=logs)
+    return np.negative(logs, dtype=np.float64)
 
 
 def keyed_simplex(keys: np.ndarray | Sequence[int], num: int, dim: int, *, alpha: float = 1.0,
@@ -256,26 +308,19 @@ def keyed_simplex(keys: np.ndarray | Sequence[int], num: int, dim: int, *, alpha
     """One Dirichlet(alpha 1_D) stream per key: float64 (G, K, D), each row on the simplex.
 
     ``keys``: (G,) integer keys (``stream_keys``). Slice g depends only on ``keys[g]``.
-    iid with alpha = 1 (the VPO default): exponentials ``-log u`` of ``counter_uniforms``
-    (23-bit float32 uniforms; the log runs in float32, which is the cost that matters), then
-    normalised in float64. Coordinate (k, d) uses counter k * D + d, so the first K' < K
-    weights of a key are the same for every K. Sobol or alpha != 1: per key,
+    iid with alpha = 1 (the VPO default): ``keyed_exponentials`` normalised, so coordinate
+    (k, d) uses counter k D + d and the first K' < K weights of a key are the same for every K.
+    Sobol or alpha != 1: per key,
     ``sample_simplex(num, dim, alpha=alpha, method=method, rng=np.random.default_rng(key))``.
     """
     num, dim, alpha = _check_shape_args(num, dim, alpha, method)
-    keys = np.asarray(keys)
-    if keys.ndim != 1 or (keys.size and not np.issubdtype(keys.dtype, np.integer)):
-        raise ValueError(f"keys must be a 1-D array of integers, got dtype {keys.dtype} shape {keys.shape}")
-    keys = keys.astype(np.uint64)
+    keys = _check_keys(keys)
     if dim == 1:
         return np.ones((keys.size, num, 1))
     if method == "iid" and alpha == 1.0:
-        exps = counter_uniforms(keys, num * dim)
-        np.log(exps, out=exps)
-        gammas = exps.astype(np.float64).reshape(keys.size, num, dim)
-        # both signs negative, so the ratio is right; a GEMV beats a reduction over a short axis
-        gammas /= (gammas @ np.ones(dim))[..., None]
-        return gammas
+        exps = keyed_exponentials(keys, num, dim)
+        exps /= exps.sum(axis=1, keepdims=True)
+        return np.ascontiguousarray(exps.transpose(0, 2, 1))
     out = np.empty((keys.size, num, dim))
     for g, key in enumerate(keys.tolist()):
         out[g] = sample_simplex(num, dim, alpha=alpha, method=method, rng=np.random.default_rng(key))
