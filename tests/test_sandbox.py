@@ -220,3 +220,76 @@ def test_rlimit_only_mode_verdicts(monkeypatch: pytest.MonkeyPatch) -> None:
             "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(30)\n        os._exit(0)\n"
             "    n += 1\nprint('capped' if n < 100 else n)\n")
     assert statuses(run_tests(code, [("", "capped")], limits=FAST)) == ["pass"]
+
+
+# ----- start-up shortcuts keep the semantics (issue #5) ----------------------------------
+
+
+def test_partial_preamble_binds_full_preamble_values() -> None:
+    # Only the preamble parts a program mentions are imported, but each mentioned name has
+    # the value the whole preamble gives it (typing.Counter is overridden by collections',
+    # math.pow by operator's).
+    code = ("import typing\nprint(List is typing.List, Counter is collections.Counter, pow is operator.pow,"
+            " sqrt(16), deque.__module__)\n")
+    assert statuses(run_tests(code, [("", "True True True 4.0 collections")], limits=FAST)) == ["pass"]
+    # a program mentioning no preamble name
+    assert statuses(run_tests("print(sum(map(int, input().split())))", [("1 2\n", "3")], limits=FAST)) == ["pass"]
+
+
+def test_dynamic_access_sees_whole_preamble() -> None:
+    code = "print(globals()['gcd'](4, 6), eval('lcm(4, 6)'), 'heappush' in dir())\n"
+    assert statuses(run_tests(code, [("", "2 12 True")], limits=FAST)) == ["pass"]
+
+
+def test_site_builtins_and_stdin_seek() -> None:
+    # the driver starts without site: exit/quit still exist, and stdin is a seekable file
+    code = ("data = input()\nimport sys\nsys.stdin.seek(0)\nprint(data, sys.stdin.read().strip(),"
+            " sys.stdin.seekable(), open('/dev/stdin').read() is not None)\nexit(0)\nprint('after exit')\n")
+    verdicts = run_tests(code, [("abc\n", "abc abc True True"), ("xy\n", "xy xy True True")], limits=FAST)
+    assert statuses(verdicts) == ["pass", "pass"], verdicts
+    assert statuses(run_tests("print(1)\nquit()\nprint(2)\n", [("", "1")], limits=FAST)) == ["pass"]
+
+
+@pytest.mark.parametrize("isolation", ["auto", "rlimit"])
+def test_runs_without_any_privilege(isolation: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VPO_SANDBOX_ISOLATION", isolation)
+    code = ("import os\nr, e, s = os.getresuid()\nst = open('/proc/self/status').read()\n"
+            "cap = [l.split()[1] for l in st.splitlines() if l.startswith('CapEff')][0]\n"
+            "print(0 not in (r, e, s) + os.getresgid(), os.getgroups() == [] or os.getgroups() == [os.getgid()],"
+            " int(cap, 16) == 0)\n")
+    assert statuses(run_tests(code, [("", "True True True")], limits=FAST)) == ["pass"]
+
+
+def test_timing_out_test_costs_its_wall_limit_once() -> None:
+    import time
+    limits = Limits(timeout=1.0, wall_timeout=1.0, memory_mb=256)
+    started = time.monotonic()
+    verdicts = run_tests("while True:\n    pass\n", [("", "1")], limits=limits)
+    assert statuses(verdicts) == ["timeout"]
+    assert time.monotonic() - started < limits.wall + 2.0   # start-up and slack on a loaded machine
+
+
+@pytest.mark.parametrize("isolation", ["auto", "rlimit"])
+def test_run_batch_prestarted_sandboxes_leave_nothing_behind(isolation: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import glob
+    import os
+    monkeypatch.setenv("VPO_SANDBOX_ISOLATION", isolation)
+    workdirs = set(glob.glob("/tmp/vpo-sandbox-*"))
+    programs = [Program(DOUBLE, [(f"{i}\n", str(2 * i))]) for i in range(7)] + [Program(DOUBLE, [])]
+    programs[3] = Program("while True: pass", [("", "")])
+    results = run_batch(programs, workers=2, limits=FAST)
+    assert [statuses(r) for r in results] == [["pass"]] * 3 + [["timeout"]] + [["pass"]] * 3 + [[]]
+    children = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as fh:
+                    stat = fh.read()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(b")") + 2:].split()[1]) == os.getpid():
+                children.append(int(name))
+    assert children == []
+    assert set(glob.glob("/tmp/vpo-sandbox-*")) <= workdirs
+    with pytest.raises(ValueError, match="program 0: limits"):
+        run_batch([Program(DOUBLE, [("1", "2")], limits={"timeout": 1})])  # type: ignore[arg-type]

@@ -2,15 +2,20 @@
 
 Usage (done by ``vpo.sandbox``, never by hand)::
 
-    python3 -s -B -c "$(cat sandbox_driver.py)" < payload.json > results.jsonl
+    python3 -S -s -B -c "$BOOTSTRAP" < bytecode+payload > results.jsonl   # usual, precompiled
+    python3 -s -B -c "$(cat sandbox_driver.py)" < payload > results.jsonl  # fallback
 
 Standard library only: it runs under the system interpreter (``/usr/bin/python3``) inside
-bubblewrap, or under the current interpreter in the rlimit-only mode.
+bubblewrap, or under the current interpreter in the rlimit-only mode. Start-up is kept
+small: no ``site`` (the launcher passes the ``sys.path`` a normal start would have), no
+``ctypes``, ``signal`` or ``json`` packages, and only the part of the preamble the program
+mentions.
 
-The payload (one JSON object on stdin) holds the program's source, the test *inputs* only,
-the mode (``stdin`` or ``functional``), ``fn_name`` and the limits. Expected outputs never
-enter the sandbox: this driver reports each test's raw output (stdin mode) or its
-JSON-encoded return value (functional mode) and the trusted parent compares.
+The payload (one ``marshal``-encoded dict on stdin, written by the trusted parent) holds the
+program's source, the test *inputs* only, the mode (``stdin`` or ``functional``),
+``fn_name`` and the limits. Expected outputs never enter the sandbox: this driver reports
+each test's raw output (stdin mode) or its JSON-encoded return value (functional mode) and
+the trusted parent compares.
 
 For every test the driver forks a grandchild that sets its own limits (CPU, address space,
 file size, open files, processes), re-enables its dumpability, and runs the program with the
@@ -26,24 +31,30 @@ then ``{"done": true}``.
 """
 
 import builtins
-import ctypes
 import gc
 import io
-import json
+import marshal
 import math
 import os
 import resource
 import select
-import signal
 import sys
 import time
+
+import _signal as signal  # the C module: ``signal`` would import ``enum`` (slow start-up)
 
 PR_SET_DUMPABLE = 4
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
 # Names LeetCode-style starter code expects without importing them (LiveCodeBench prepends a
-# similar block). Imported once in the driver, so each forked test only binds names.
+# similar block). Semantically the program always runs after this block; to keep start-up
+# cheap the driver only imports the parts whose names the compiled program mentions (see
+# ``_preamble_for``), once, before forking the tests.
+STAR_MODULES = ("typing", "collections", "itertools", "functools", "heapq", "bisect", "math", "string",
+                "operator")
+PLAIN_MODULES = ("collections", "itertools", "functools", "heapq", "bisect", "math", "string", "operator",
+                 "re", "sys", "os", "io", "copy", "json", "time")
 PREAMBLE = """\
 from typing import *
 from collections import *
@@ -57,30 +68,71 @@ from operator import *
 import collections, itertools, functools, heapq, bisect, math, string, operator
 import re, sys, os, io, copy, json, time
 """
-# Heavier modules (random, decimal, fractions, statistics, datetime) are left to the program's
-# own imports: importing them here would slow every sandbox start for the few that use them.
+# Names through which a program can reach its globals without naming them: any of them (in
+# the compiled code's names) binds the whole preamble.
+DYNAMIC_NAMES = frozenset((
+    "eval", "exec", "compile", "globals", "locals", "vars", "dir", "getattr", "__import__",
+    "__dict__", "__globals__", "__builtins__", "f_globals", "f_locals", "inspect", "importlib",
+    "breakpoint", "help", "__future__", "get_type_hints", "__annotations__"))
+# Side-effect-free standard modules imported once in the driver when the program imports
+# them, so each forked test finds them loaded (``random`` is left out: its seed would be
+# shared by every test).
+PRELOAD_OK = frozenset((
+    "signal", "enum", "ctypes", "struct", "types", "contextlib", "decimal", "fractions", "numbers",
+    "array", "datetime", "dataclasses", "typing", "collections", "itertools", "functools", "heapq",
+    "bisect", "math", "string", "operator", "re", "copy", "json", "io", "time"))
 
-MEMORY_MSG = b'{"status": "memory"}'
-# Private references: a program rebinding json.dumps/loads only changes its own calls.
-_dumps = json.dumps
-_loads = json.loads
+MEMORY_MSG = b"memory"
+# Set by the launcher (``vpo.sandbox``) when it runs this driver as precompiled bytecode:
+# {"path": sys.path of a normal start, "star": {module: names its star import binds}}.
+BUILD = globals().get("_VPO_BUILD")
 
 
-def _libc():
+def _load_ctypes():
+    """``prctl`` through the bare ``_ctypes`` module (``import ctypes`` costs milliseconds)."""
     try:
-        return ctypes.CDLL(None, use_errno=True)
-    except OSError:
+        import _ctypes
+    except ImportError:
+        return None
+
+    class _Int(_ctypes._SimpleCData):
+        _type_ = "i"
+
+    class _ULong(_ctypes._SimpleCData):
+        _type_ = "L"
+
+    class _Func(_ctypes.CFuncPtr):
+        _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
+        _restype_ = _Int
+        _argtypes_ = (_Int, _ULong, _ULong, _ULong, _ULong)
+
+    try:
+        return _Func(_ctypes.dlsym(_ctypes.dlopen(None, 0), "prctl"))
+    except (OSError, AttributeError, TypeError):
         return None
 
 
-LIBC = _libc()
+PRCTL = _load_ctypes()
 
 
 def _prctl(option, value):
-    if LIBC is None:
+    if PRCTL is None:
         return False
-    return LIBC.prctl(ctypes.c_int(option), ctypes.c_ulong(value), ctypes.c_ulong(0),
-                      ctypes.c_ulong(0), ctypes.c_ulong(0)) == 0
+    return PRCTL(option, value, 0, 0, 0) == 0
+
+
+def _encode_entry(entry):
+    """One result line as JSON, without the ``json`` package (it imports ``re``)."""
+    out = entry["out"]
+    return ('{"i": %d, "status": %s, "time": %r, "wall": %r, "out": %s, "detail": %s}\n' % (
+        entry["i"], _ENCODE(entry["status"]), float(entry["time"]), float(entry["wall"]),
+        "null" if out is None else _ENCODE(out), _ENCODE(entry["detail"]))).encode("ascii")
+
+
+try:
+    from _json import encode_basestring_ascii as _ENCODE
+except ImportError:  # pragma: no cover - CPython always has _json
+    from json.encoder import py_encode_basestring_ascii as _ENCODE
 
 
 def _set_limit(which, soft, hard=None):
@@ -110,25 +162,67 @@ def _write_all(fd, data):
 
 
 def _child_limits(limits):
+    """(resource, (soft, hard)) pairs for a test, clamped to the driver's hard limits (which
+    the tests inherit); computed once, set by each forked test."""
     cpu = max(1, int(math.ceil(limits["timeout"])))
-    _set_limit(resource.RLIMIT_CPU, cpu, cpu + 1)
     mem = limits["memory_mb"] * 1024 * 1024
-    _set_limit(resource.RLIMIT_AS, mem)
-    _set_limit(resource.RLIMIT_DATA, mem)
-    _set_limit(resource.RLIMIT_FSIZE, limits["file_size_mb"] * 1024 * 1024)
-    _set_limit(resource.RLIMIT_NOFILE, limits["open_files"])
-    _set_limit(resource.RLIMIT_NPROC, limits["nproc"])
-    _set_limit(resource.RLIMIT_CORE, 0)
+    wanted = [(resource.RLIMIT_CPU, cpu, cpu + 1), (resource.RLIMIT_AS, mem, mem),
+              (resource.RLIMIT_DATA, mem, mem),
+              (resource.RLIMIT_FSIZE, limits["file_size_mb"] * 1024 * 1024, None),
+              (resource.RLIMIT_NOFILE, limits["open_files"], None),
+              (resource.RLIMIT_NPROC, limits["nproc"], None), (resource.RLIMIT_CORE, 0, None)]
+    pairs = []
+    for which, soft, hard in wanted:
+        hard = soft if hard is None else hard
+        _, cur_hard = resource.getrlimit(which)
+        if cur_hard != resource.RLIM_INFINITY:
+            soft, hard = min(soft, cur_hard), min(hard, cur_hard)
+        pairs.append((which, (soft, hard)))
+    return pairs
 
 
-def _run_child(code_obj, base_scope, mode, fn_name, test_input, in_fd, out_w, res_w, limits):
-    """Body of the forked grandchild; never returns."""
+def _child_stdio():
+    """The test's ``sys.stdin/stdout/stderr``, built once in the driver (each fork gets a
+    pristine copy). Built while fds 0 and 2 are what a test has there (a memfd, /dev/null),
+    so cached properties such as seekability match; the driver's own fd 2 is restored."""
+    saved_err = os.dup(2)
+    try:
+        in_fd = _memfd()
+        os.dup2(in_fd, 0)
+        os.close(in_fd)
+        os.dup2(DEVNULL, 2)
+        stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)),
+                                 encoding="utf-8", errors="replace")
+        stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False), 1 << 16),
+                                  encoding="utf-8", errors="replace", line_buffering=False)
+        stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
+                                  errors="replace", write_through=True)
+    finally:
+        os.dup2(saved_err, 2)
+        os.close(saved_err)
+    return stdin, stdout, stderr
+
+
+def _memfd():
+    if hasattr(os, "memfd_create"):
+        return os.memfd_create("stdin", 0)
+    return os.open(os.getcwd(), os.O_TMPFILE | os.O_RDWR, 0o600)
+
+
+DEVNULL = os.open(os.devnull, os.O_WRONLY)
+
+
+def _run_child(code_obj, base_scope, mode, fn_name, test_input, in_fd, out_w, res_w, limits, codec):
+    """Body of the forked grandchild; never returns.
+
+    Its report on fd 3 is one message: ``ok`` (stdin mode), ``ok`` + newline + the JSON of
+    the return value (functional mode), ``okx`` + newline + a type name (not serialisable),
+    ``memory`` or ``error`` + newline + a detail. Anything else counts as no report."""
     try:
         os.setpgid(0, 0)
         os.dup2(in_fd, 0)
         os.dup2(out_w, 1)
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 2)
+        os.dup2(DEVNULL, 2)
         if res_w != 3:
             os.dup2(res_w, 3)
             res_w = 3
@@ -137,27 +231,27 @@ def _run_child(code_obj, base_scope, mode, fn_name, test_input, in_fd, out_w, re
         _prctl(PR_SET_DUMPABLE, 1)
         for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
-        _child_limits(limits)
+        for which, pair in limits["rlimits"]:
+            try:
+                resource.setrlimit(which, pair)
+            except (ValueError, OSError):
+                pass
         sys.setrecursionlimit(50000)
         if hasattr(sys, "set_int_max_str_digits"):
             sys.set_int_max_str_digits(50000)
-        sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)),
-                                     encoding="utf-8", errors="replace")
-        sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False), 1 << 16),
-                                      encoding="utf-8", errors="replace", line_buffering=False)
-        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
-                                      errors="replace", write_through=True)
+        sys.stdin, sys.stdout, sys.stderr = limits["stdio"]
         sys.argv = ["solution.py"]
     except BaseException as exc:  # setup failure is the harness's, report it plainly
-        _write_all(res_w, _dumps({"status": "error", "detail": "setup: %r" % (exc,)}).encode())
+        _write_all(res_w, ("error\nsetup: %r" % (exc,)).encode("utf-8", "replace"))
         os._exit(0)
 
-    report = {"status": "ok"}
+    report = b"ok"
     try:
         scope = dict(base_scope)
         exec(code_obj, scope)
         if mode == "functional":
-            args = [_loads(line) for line in test_input.split("\n") if line.strip()]
+            dumps, loads = codec
+            args = [loads(line) for line in test_input.split("\n") if line.strip()]
             solution = scope.get("Solution")
             if isinstance(solution, type) and hasattr(solution, fn_name):
                 target = getattr(solution(), fn_name)
@@ -169,10 +263,9 @@ def _run_child(code_obj, base_scope, mode, fn_name, test_input, in_fd, out_w, re
             if isinstance(result, tuple):
                 result = list(result)
             try:
-                report["out"] = _dumps(result)
-            except (TypeError, ValueError) as exc:
-                report = {"status": "ok", "out": None,
-                          "detail": "result is not JSON-serialisable: %s" % type(result).__name__}
+                report = b"ok\n" + dumps(result).encode("utf-8", "surrogatepass")
+            except (TypeError, ValueError):
+                report = b"okx\n" + type(result).__name__.encode("utf-8", "replace")
         sys.stdout.flush()
     except SystemExit:
         try:
@@ -182,22 +275,29 @@ def _run_child(code_obj, base_scope, mode, fn_name, test_input, in_fd, out_w, re
     except MemoryError:
         report = None
     except RecursionError:
-        report = {"status": "error", "detail": "RecursionError"}
+        report = b"error\nRecursionError"
     except BaseException as exc:
         try:
-            report = {"status": "error", "detail": "%s: %s" % (type(exc).__name__, str(exc)[:200])}
+            report = ("error\n%s: %s" % (type(exc).__name__, str(exc)[:200])).encode("utf-8", "replace")
         except BaseException:
-            report = {"status": "error", "detail": "exception"}
+            report = b"error\nexception"
     try:
-        if report is None:
-            _write_all(res_w, MEMORY_MSG)
-        else:
-            _write_all(res_w, _dumps(report).encode())
+        _write_all(res_w, MEMORY_MSG if report is None else report)
     except MemoryError:
         _write_all(res_w, MEMORY_MSG)
     except BaseException:
         pass
     os._exit(0)
+
+
+def _parse_report(res):
+    """(kind, text) from a grandchild's report, or None when it is not exactly one report."""
+    if res in (b"ok", MEMORY_MSG):
+        return res.decode(), None
+    kind, sep, body = res.partition(b"\n")
+    if not sep or kind not in (b"ok", b"okx", b"error"):
+        return None
+    return kind.decode(), body.decode("utf-8", "replace")
 
 
 # ----- the driver ------------------------------------------------------------------------
@@ -255,7 +355,10 @@ def _kill_all(pidns):
         if pidns:
             try:
                 os.kill(-1, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
+            except ProcessLookupError:  # nothing to signal: no other process (not even a zombie)
+                _reap()
+                return
+            except PermissionError:
                 pass
             victims = _other_pids()
         else:
@@ -348,10 +451,7 @@ def _run_one(code_obj, compile_error, payload, index, test_input):
     if compile_error is not None:
         return {"status": "error", "time": 0.0, "wall": 0.0, "out": None, "detail": compile_error}
     data = test_input.encode("utf-8", "surrogatepass") if mode == "stdin" else b""
-    if hasattr(os, "memfd_create"):
-        in_fd = os.memfd_create("stdin", 0)
-    else:
-        in_fd = os.open(os.getcwd(), os.O_TMPFILE | os.O_RDWR, 0o600)
+    in_fd = _memfd()
     _write_all(in_fd, data)
     os.lseek(in_fd, 0, os.SEEK_SET)
     out_r, out_w = os.pipe()
@@ -362,7 +462,7 @@ def _run_one(code_obj, compile_error, payload, index, test_input):
         os.close(out_r)
         os.close(res_r)
         _run_child(code_obj, payload["base_scope"], mode, payload.get("fn_name"), test_input, in_fd,
-                   out_w, res_w, limits)
+                   out_w, res_w, limits, payload.get("codec"))
         os._exit(0)  # not reached
     os.close(in_fd)
     os.close(out_w)
@@ -386,12 +486,7 @@ def _run_one(code_obj, compile_error, payload, index, test_input):
     entry = {"time": round(cpu, 4), "wall": round(wall, 4), "out": None, "detail": ""}
     timeout = limits["timeout"]
     killed_by = os.WTERMSIG(status_word) if os.WIFSIGNALED(status_word) else None
-    try:
-        report = json.loads(res.decode("utf-8", "replace")) if res else None
-        if not isinstance(report, dict):
-            report = None
-    except ValueError:
-        report = None
+    report = _parse_report(res) if res else None
     if why == "wall":
         entry.update(status="timeout", detail="wall-clock limit %.1fs" % limits["wall_timeout"])
     elif why == "output":
@@ -404,26 +499,86 @@ def _run_one(code_obj, compile_error, payload, index, test_input):
         entry.update(status="error", detail="killed by signal %d" % killed_by)
     elif report is None:
         entry.update(status="error", detail="exited without reporting a result")
-    elif report.get("status") == "memory":
+    elif report[0] == "memory":
         entry.update(status="memory", detail="MemoryError")
-    elif report.get("status") == "ok":
+    elif report[0] == "ok":
         entry["status"] = "ok"
-        if mode == "stdin":
-            entry["out"] = out.decode("utf-8", "replace")
-        else:
-            out_value = report.get("out")
-            entry["out"] = out_value if isinstance(out_value, str) else None
-        entry["detail"] = str(report.get("detail", ""))[:300]
+        entry["out"] = out.decode("utf-8", "replace") if mode == "stdin" else report[1]
+    elif report[0] == "okx":
+        entry.update(status="ok", out=None, detail="result is not JSON-serialisable: %s" % report[1][:200])
     else:
-        entry.update(status="error", detail=str(report.get("detail", "error"))[:300])
+        entry.update(status="error", detail=report[1][:300])
     return entry
 
 
+def _star_names(module):
+    """Names ``from module import *`` binds (from the launcher's build, else by importing)."""
+    if BUILD is not None and module in BUILD["star"]:
+        return BUILD["star"][module]
+    mod = __import__(module)
+    names = getattr(mod, "__all__", None)
+    return list(names) if names is not None else [n for n in dir(mod) if not n.startswith("_")]
+
+
+def _code_names(code_obj):
+    """Every name the program's code objects mention (globals, attributes, imports)."""
+    names, stack, code_type = set(), [code_obj], type(code_obj)
+    while stack:
+        code = stack.pop()
+        names.update(code.co_names)
+        stack.extend(const for const in code.co_consts if isinstance(const, code_type))
+    return names
+
+
+def _preamble_for(names):
+    """The part of ``PREAMBLE`` that binds every mentioned name to its full-preamble value.
+
+    A star module runs when it provides a mentioned name (the last provider wins, as in the
+    full preamble) or when it would override a name of a module that runs; a plain import runs
+    when its module name is mentioned or bound by a star module that runs. Programs that can
+    reach their globals dynamically (``DYNAMIC_NAMES``) get the whole preamble."""
+    if names & DYNAMIC_NAMES:
+        return PREAMBLE
+    star = {m: frozenset(_star_names(m)) for m in STAR_MODULES}
+    needed = set()
+    for name in names:
+        providers = [m for m in STAR_MODULES if name in star[m]]
+        if providers:
+            needed.add(providers[-1])
+    changed = True
+    while changed:
+        changed = False
+        for i, m in enumerate(STAR_MODULES):
+            if m in needed:
+                for later in STAR_MODULES[i + 1:]:
+                    if later not in needed and star[m] & star[later]:
+                        needed.add(later)
+                        changed = True
+    bound = set().union(*(star[m] for m in needed)) if needed else set()
+    lines = ["from %s import *\n" % m for m in STAR_MODULES if m in needed]
+    lines += ["import %s\n" % m for m in PLAIN_MODULES if m in names or m in bound]
+    return "".join(lines)
+
+
+def _site_builtins():
+    """``exit``/``quit``/``help``/``copyright``/... as ``site`` defines them (run with -S)."""
+    if hasattr(builtins, "exit"):
+        return
+    try:
+        import site
+        site.setquit()
+        site.setcopyright()
+        site.sethelper()
+    except BaseException:
+        pass
+
+
 def main():
-    raw = sys.stdin.buffer.read()
-    payload = json.loads(raw.decode("utf-8"))
-    del raw
+    payload = marshal.loads(sys.stdin.buffer.read())
+    if BUILD is not None:
+        sys.path[:] = list(BUILD["path"])
     sys.path[:] = [p for p in sys.path if p not in ("", ".")]
+    _site_builtins()
     _prctl(PR_SET_DUMPABLE, 0)
     pidns = bool(payload.get("pidns")) and os.getpid() <= 3
     payload["pidns"] = pidns
@@ -434,10 +589,12 @@ def main():
     _set_limit(resource.RLIMIT_FSIZE, limits["file_size_mb"] * 1024 * 1024)
     _set_limit(resource.RLIMIT_NPROC, limits["nproc"])
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-    # The preamble's names, bound once: each forked test starts from a copy of this scope.
-    base_scope = {"__name__": "__main__", "__builtins__": builtins}
-    exec(PREAMBLE, base_scope)
-    payload["base_scope"] = base_scope
+    limits["rlimits"] = _child_limits(limits)
+    limits["stdio"] = _child_stdio()
+    if payload["mode"] == "functional":
+        import json
+        # Private references: a program rebinding json.dumps/loads only changes its own calls.
+        payload["codec"] = (json.dumps, json.loads)
 
     compile_error = None
     code_obj = None
@@ -448,13 +605,24 @@ def main():
     except BaseException as exc:
         compile_error = "compile: %s: %s" % (type(exc).__name__, str(exc)[:200])
 
+    # The preamble's names, bound once: each forked test starts from a copy of this scope.
+    base_scope = {"__name__": "__main__", "__builtins__": builtins}
+    if code_obj is not None:
+        names = _code_names(code_obj)
+        exec(_preamble_for(names), base_scope)
+        for module in sorted(names & PRELOAD_OK):
+            try:
+                __import__(module)
+            except ImportError:
+                pass
+    payload["base_scope"] = base_scope
+
     gc.collect()
     gc.freeze()  # fewer copy-on-write faults in the forked tests
     for index, test_input in enumerate(payload["inputs"]):
         entry = _run_one(code_obj, compile_error, payload, index, test_input)
         entry["i"] = index
-        line = json.dumps(entry) + "\n"
-        _write_all(1, line.encode("utf-8", "replace"))
+        _write_all(1, _encode_entry(entry))
     _kill_all(pidns)
     _write_all(1, b'{"done": true}\n')
 
