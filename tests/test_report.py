@@ -1,0 +1,82 @@
+"""Tests of vpo.report: files written from a synthetic metrics dict, numbers rendered, plots drawn."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from test_evaluation import LetterTask
+from vpo.evaluation import example_weights, paired, pool_metrics, summarize
+from vpo.report import build_document, write_report
+
+
+def _metrics(seeds: int = 3) -> dict:
+    task = LetterTask()
+    rng = np.random.default_rng(1)
+    w = example_weights(5, 3, 8, seed=0)
+    runs = {key: [pool_metrics((rng.random((5, 6, 3)) > p).astype(float), task, eval_weights=w)
+                  for _ in range(seeds)] for key, p in (("grpo", 0.6), ("vpo", 0.4))}
+    methods = {key: summarize(v, label=key.upper(), m=1 if key == "grpo" else 3, objectives=task.objectives)
+               for key, v in runs.items()}
+    methods["vpo"]["tokens_per_chain"] = 12.5
+    vectors = {key: [(rng.random((6, 3)) > 0.5).astype(float).tolist() for _ in range(2)] for key in methods}
+    return {
+        "title": "Synthetic report",
+        "task": {"name": "letters", "params": {}, "objectives": list(task.objectives)},
+        "eval": {"examples": 5, "pool": 6, "temperature": 0.7, "top_p": 1.0, "eval_weights": 8, "ks_shown": [1, 6]},
+        "methods": methods,
+        "paired": [{"a": "vpo", "b": "grpo", "metric": "pref_best_at_k", "k": 6,
+                    **paired(runs["vpo"], runs["grpo"], "pref_best_at_k", k=6)}],
+        "paper": {"caption": "paper", "columns": ["method", "best@30"], "rows": [["VPO", "0.593"]]},
+        "training": {"vpo": {"label": "VPO", "steps": [1, 2, 3],
+                             "series": {"diversity": {"mean": [0.1, 0.2, 0.3], "low": [0.0, 0.1, 0.2],
+                                                      "high": [0.2, 0.3, 0.4]}}, "seconds": 12.0}},
+        "objective_space": {"x": "a", "y": "b", "color": "c", "examples": ["ex 0", "ex 1"], "vectors": vectors},
+        "findings": ["VPO above GRPO"],
+        "timings": {"eval": 1.5},
+        "notes": ["synthetic"],
+        "config": {"seed": 0},
+    }
+
+
+def test_write_report_files_and_numbers(tmp_path):
+    pytest.importorskip("matplotlib")
+    metrics = _metrics()
+    paths = write_report(metrics, tmp_path)
+    for key in ("md", "html", "json"):
+        assert paths[key].is_file() and paths[key].stat().st_size > 0
+    names = sorted(p.name for p in paths["plots"])
+    assert names == ["best_at_k.png", "objective_space.png", "training.png"]
+    for p in paths["plots"]:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = paths["md"].read_text()
+    best6 = metrics["methods"]["vpo"]["best_at_k"]["mean"][5]
+    assert f"{best6:.3f}" in md
+    assert "pref best@6" in md and "VPO above GRPO" in md and "plots/best_at_k.png" in md
+    assert "<table>" in paths["html"].read_text()
+    loaded = json.loads(paths["json"].read_text())
+    assert loaded["methods"]["grpo"]["m"] == 1
+
+
+def test_single_seed_cis_render_as_missing(tmp_path):
+    metrics = _metrics(seeds=1)
+    doc = build_document(metrics, [])
+    md = doc.markdown()
+    table = md.split("| method | m | seeds |")[1].split("\n\n")[0]
+    assert " (±" not in table  # no CI over seeds with one seed
+    assert " ±" in table  # the CI over examples is there
+
+
+def test_write_report_needs_methods(tmp_path):
+    with pytest.raises(ValueError):
+        write_report({"title": "x"}, tmp_path)
+
+
+def test_smooth_and_window():
+    from vpo.report import smooth, training_window
+
+    assert smooth([1.0, 2.0, 3.0, 4.0], 2) == [1.0, 1.5, 2.5, 3.5]
+    assert smooth([5.0, 7.0], 1) == [5.0, 7.0]
+    assert training_window(8) == 1 and training_window(60) == 6
