@@ -37,24 +37,24 @@ fmt = CompactMazeFormat()  # 35-character prompts, letter routes, <route_i> tags
 maze = task.examples("train", 1)[0]
 print(task.render(maze), "\nprompt:", fmt.prompt(maze, M))
 
-# 2. Model: a ~0.2M-parameter Llama over a 32-token character vocabulary.
+# 2. Model: a ~0.86M-parameter Llama over a 32-token character vocabulary.
 tokenizer = build_char_tokenizer(fmt.alphabet(), extra_tokens=fmt.extra_tokens())
-model = build_tiny_llama(tokenizer, hidden=64, layers=4, heads=4, mlp=192, seed=0)
+model = build_tiny_llama(tokenizer, hidden=128, layers=4, heads=4, mlp=384, seed=0)
 
 cpu = dict(use_cpu=True, bf16=False, gradient_checkpointing=False, report_to="none")
 
 # 3. Warm-up: oracle routes, single-route and 3-route formats mixed.
-sft_data = Dataset.from_list(warmup_records(task, fmt, 4000, m=M, single_fraction=0.5, seed=0))
+sft_data = Dataset.from_list(warmup_records(task, fmt, 10000, m=M, single_fraction=0.5, seed=0))
 SFTTrainer(model=model, train_dataset=sft_data, processing_class=tokenizer,
            args=SFTConfig(output_dir="runs/maze_loop/sft", per_device_train_batch_size=64, learning_rate=2e-3,
                           lr_scheduler_type="cosine", num_train_epochs=1, save_strategy="no", **cpu)).train()
 
 # 4. RL with VPO: the dataset holds the prompt and the maze (JSON) the reward needs.
-mazes = task.examples("rl", 15 * 4, seed=1)
+mazes = task.examples("rl", 20 * 4, seed=1)
 rl_data = Dataset.from_dict({"prompt": [fmt.prompt(e, M) for e in mazes],
                              "example": [json.dumps(e) for e in mazes]})
 args = GRPOConfig(output_dir="runs/maze_loop/rl", per_device_train_batch_size=4 * 8, num_generations=8,
-                  max_completion_length=fmt.max_completion_tokens(16, M), max_steps=15, learning_rate=3e-4,
+                  max_completion_length=fmt.max_completion_tokens(16, M), max_steps=20, learning_rate=1e-4,
                   beta=0.0, remove_unused_columns=False, save_strategy="no", logging_steps=5, **cpu)
 trainer = VPOTrainer(model, task=task, answers=M, estimator="vpo", estimator_options={"num_weights": 100},
                      args=args, train_dataset=rl_data, processing_class=tokenizer)

@@ -253,3 +253,22 @@ def test_smollm2_end_to_end_on_easy_fixture_problems(tmp_path):
         assert result["iterations"] == 3 and 0.0 <= result["best_score"] <= 1.0
         assert len([h for h in result["history"] if not h["seed"]]) + result["failed_mutations"] == 3
     assert len(entry["solved_by_iteration"]) == 4 and (tmp_path / "solved_vs_iteration.png").exists()
+
+
+@pytest.mark.slow
+def test_cli_openevolve_with_a_tiny_policy(tiny_checkpoint, tmp_path, capsys):
+    """``vpo search openevolve`` end to end: seeds sampled from the (random) policy, one
+    spawned worker, the JSON and the plot written."""
+    from vpo.cli import main
+
+    rc = main(["search", "openevolve", "--task", "code", "--problems", "fixtures", "--ids", "fx_minmax",
+               "--model", tiny_checkpoint, "--labels", "tiny", "--iterations", "1", "--chains", "2", "--m", "1",
+               "--max-tokens", "8", "--threads", "1", "--test-timeout", "0.5", "--out", str(tmp_path)])
+    assert rc == 0
+    report = json.loads((tmp_path / "openevolve_search.json").read_text())
+    entry = report["labels"]["tiny"]["problems"]["fx_minmax"]
+    assert entry["iterations"] == 1 and entry["first_solved"] is None
+    assert "tiny: solved 0 of 1" in capsys.readouterr().out
+    assert (tmp_path / "solved_vs_iteration.png").exists()
+    assert main(["search", "openevolve", "--problems", "fixtures", "--ids", "nope", "--model", tiny_checkpoint,
+                 "--out", str(tmp_path)]) == 2

@@ -215,3 +215,14 @@ def test_eval_search_bridge_runs_best_of_n(tmp_path, saved_checkpoints):
         search_from_eval_config("beam", cfg)
     with pytest.raises(ValueError, match="--task code"):
         search_from_eval_config("openevolve", cfg)
+
+
+def test_vpo_eval_search_flag_plots_checkpoints_side_by_side(tmp_path, saved_checkpoints):
+    from vpo.cli import main
+
+    rc = main(["eval", "--search", "best-of-n", "--task", "maze", "--task-params", "size=5",
+               "--model", ",".join(saved_checkpoints), "--label", "a,b", "--answers", "2", "--pool", "4",
+               "--examples", "1", "--max-new-tokens", "16", "--out", str(tmp_path)])
+    assert rc == 0
+    saved = json.loads((tmp_path / "search.json").read_text())
+    assert set(saved["checkpoints"]) == {"a", "b"} and (tmp_path / "search_curves.png").exists()

@@ -365,12 +365,16 @@ def build_document(metrics: Mapping[str, Any], plots: Sequence[Path]) -> _Doc:
         doc.h(2, "Training")
         rows = []
         for key, run in training.items():
-            last = {name: s["mean"][-1] if s.get("mean") else None for name, s in run.get("series", {}).items()}
+            last = {}
+            for name, series in run.get("series", {}).items():
+                tail = series.get("mean") or []
+                tail = tail[-max(1, len(tail) // 10):]
+                last[name] = sum(tail) / len(tail) if tail else None
             rows.append([run.get("label", key), len(run.get("steps", [])) and run["steps"][-1],
                          _num(run.get("seconds"), 0)] + [_num(last.get(n)) for n in sorted(last)])
         first = next(iter(training.values()))
-        doc.table(["run", "steps", "seconds (mean per seed)"] + [f"last {n}" for n in sorted(first.get("series", {}))],
-                  rows)
+        doc.table(["run", "steps", "seconds (mean per seed)"]
+                  + [f"{n}, last 10% of steps" for n in sorted(first.get("series", {}))], rows)
     if metrics.get("timings"):
         doc.h(2, "Timings")
         doc.p("Wall seconds as measured (other work on the machine slows them down); CPU seconds of this "

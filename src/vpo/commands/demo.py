@@ -2,8 +2,8 @@
 
 Usage::
 
-    vpo demo                      # about 15 minutes on 2 CPU cores -> runs/demo/report.md
-    vpo demo --quick              # smoke test, a few minutes -> runs/demo-quick/
+    vpo demo                      # about 12 CPU-minutes (2 idle cores, 1 torch thread) -> runs/demo/report.md
+    vpo demo --quick              # smoke test, about 1 minute -> runs/demo-quick/
     vpo demo --methods all        # adds Multi-RLVR and Max@K
 
 Re-running the same command after an interruption resumes where it stopped.

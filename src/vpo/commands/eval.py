@@ -47,6 +47,11 @@ class EvalConfig:
     out: str = field(default="runs/eval", metadata={"help": "report folder"})
     threads: int = field(default=0, metadata={"help": "torch CPU threads (0: torch default)"})
     progress: bool = field(default=True, metadata={"help": "progress bars"})
+    search: str = field(default="", metadata={
+        "help": "test-time search instead of the pool report: best-of-n (curves for one or more "
+                "comma-separated --model checkpoints) or openevolve (--task code)",
+        "choices": ["", "best-of-n", "openevolve"]})
+    iterations: int = field(default=200, metadata={"help": "OpenEvolve iterations per problem (--search openevolve)"})
 
 
 def parse_params(text: str) -> dict:
@@ -93,6 +98,10 @@ def run_eval(cfg: EvalConfig) -> dict:
         raise FileNotFoundError(f"no checkpoint folder {model_dir}")
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
+    if not cfg.progress:
+        import transformers
+
+        transformers.utils.logging.disable_progress_bar()
     params = parse_params(cfg.task_params)
     spec_path = model_dir / FORMAT_FILE
     if not params and spec_path.is_file():
@@ -149,7 +158,14 @@ def run_eval(cfg: EvalConfig) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    result = run_eval(dataclass_from_args(EvalConfig, args))
+    cfg = dataclass_from_args(EvalConfig, args)
+    if cfg.search:
+        from vpo.commands.search import search_from_eval_config
+
+        search_from_eval_config(cfg.search, cfg)
+        print(f"search results: {cfg.out}")
+        return 0
+    result = run_eval(cfg)
     paths = result["report"]
     print(f"report: {paths['md']}  (html: {paths['html']}, metrics: {paths['json']})")
     return 0

@@ -58,6 +58,10 @@ class DemoConfig:
     rl_lr: float = field(default=1e-4, metadata={"help": "RL learning rate (constant)"})
     rl_temperature: float = field(default=1.0, metadata={"help": "rollout sampling temperature"})
     rl_beta: float = field(default=0.0, metadata={"help": "KL coefficient (0: no reference model, as on CPU)"})
+    rl_truncated: str = field(default="zero", metadata={
+        "help": "rollouts that hit the token limit without EOS: zero (scored as a format failure, the all-zero "
+                "matrix), mask (left out of the loss, TRL's mask_truncated_completions) or keep (scored as parsed)",
+        "choices": ["zero", "mask", "keep"]})
     num_weights: int = field(default=100, metadata={"help": "VPO Dirichlet weights K per group"})
     alpha: float = field(default=1.0, metadata={"help": "VPO Dirichlet concentration"})
     save_steps: int = field(default=10, metadata={"help": "checkpoint every N steps (resume after interruption)"})
@@ -67,6 +71,8 @@ class DemoConfig:
     eval_temperature: float = field(default=0.7, metadata={"help": "evaluation sampling temperature"})
     eval_weights: int = field(default=64, metadata={"help": "fixed Dirichlet(1) weights per maze (preference metrics)"})
     eval_batch: int = field(default=600, metadata={"help": "chains per generate() call in evaluation"})
+    workers: int = field(default=2, metadata={
+        "help": "parallel RL training processes (one torch thread each unless --threads says otherwise)"})
     threads: int = field(default=1, metadata={
         "help": "torch CPU threads (0: torch default); 1 is fastest for this tiny model, and far faster on a shared machine"})
     force: bool = field(default=False, metadata={
@@ -111,7 +117,7 @@ class DemoConfig:
 
     def fingerprint(self) -> dict[str, Any]:
         """Fields that change results (a resumed run must match them)."""
-        skip = {"out", "quick", "force", "progress", "threads", "eval_batch", "methods", "seeds"}
+        skip = {"out", "quick", "force", "progress", "threads", "workers", "eval_batch", "methods", "seeds"}
         return {k: v for k, v in dataclasses.asdict(self).items() if k not in skip}
 
 

@@ -30,7 +30,7 @@ from vpo.demo.config import METHODS, DemoConfig
 from vpo.demo.format import CompactMazeFormat
 
 LOGGED_SERIES = {"demo/diversity": "diversity", "demo/answer_scalar": "answer scalar",
-                 "demo/completion": "completion rate"}
+                 "demo/completion": "completion rate", "demo/truncated": "truncated rollouts"}
 
 
 def _trainer_class() -> type:
@@ -42,13 +42,16 @@ def _trainer_class() -> type:
     class DemoTrainer(VPOTrainer):
         """VPOTrainer plus per-step diversity logging of the rollouts' answers."""
 
-        def __init__(self, *args: Any, fmt: CompactMazeFormat, **kwargs: Any) -> None:
+        def __init__(self, *args: Any, fmt: CompactMazeFormat, truncated: str = "keep", **kwargs: Any) -> None:
             self.demo_format = fmt
+            self.demo_truncated = truncated
             super().__init__(*args, **kwargs)
 
         def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+            stop = {self.processing_class.eos_token_id, self.processing_class.pad_token_id}
+            cut = [not ids or ids[-1] not in stop for ids in completion_ids_list]
             groups: dict[str, list[np.ndarray]] = defaultdict(list)
-            for row, prompt, completion in zip(inputs, prompts, completions, strict=True):
+            for row, prompt, completion, is_cut in zip(inputs, prompts, completions, cut, strict=True):
                 example = parse_example(row["example"])
                 groups[prompt_key(prompt)].append(score_generation(
                     self.vpo_task, self.demo_format, completion_text(completion), example, self.vpo_answers))
@@ -58,7 +61,14 @@ def _trainer_class() -> type:
             answers = np.concatenate(pools)
             self._metrics[mode]["demo/answer_scalar"].append(float(np.mean(self.vpo_task.scalar(answers))))
             self._metrics[mode]["demo/completion"].append(float(np.mean(np.any(answers > 0, axis=1))))
-            return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            self._metrics[mode]["demo/truncated"].append(float(np.mean(cut)))
+            result = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            if self.demo_truncated == "zero" and self._vpo_local_matrices is not None:
+                # format rule: a rollout cut at the token limit (no EOS) is unfinished, scored as
+                # the all-zero matrix (SPEC section 1: unparseable rollout), so running on costs reward
+                self._vpo_local_matrices = [np.zeros_like(mat) if is_cut else mat
+                                            for mat, is_cut in zip(self._vpo_local_matrices, cut, strict=True)]
+            return result
 
     return DemoTrainer
 
@@ -106,6 +116,7 @@ def run_rl(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, method: str, seed
         top_k=0,
         top_p=1.0,
         beta=cfg.rl_beta,
+        mask_truncated_completions=cfg.rl_truncated == "mask",
         epsilon=0.2,
         loss_type="dapo",
         logging_steps=1,
@@ -129,7 +140,8 @@ def run_rl(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, method: str, seed
 
     quiet_libraries(cfg.progress)
     trainer = _trainer_class()(model, task=task, answers=m, estimator=estimator, estimator_options=options,
-                               args=args, train_dataset=dataset, processing_class=tokenizer, fmt=fmt)
+                               args=args, train_dataset=dataset, processing_class=tokenizer, fmt=fmt,
+                               truncated=cfg.rl_truncated)
     quiet_trainer(trainer, cfg.progress)
     last = get_last_checkpoint(str(trainer_dir)) if trainer_dir.is_dir() else None
     if last:

@@ -89,7 +89,6 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
 
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
-    from vpo.demo.rl import rl_examples, run_rl
     from vpo.demo.warmup import run_warmup
     from vpo.tasks import get_task
 
@@ -111,19 +110,36 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     log(f"warm-up: done ({warm['seconds']:.0f} s, {warm['params']} parameters, final loss {warm['final_loss']:.3f})")
 
     # 2. RL -----------------------------------------------------------------------------
-    examples = rl_examples(task, cfg)
     runs: dict[tuple[str, int], dict[str, Any]] = {}
+    pending = []
     for seed in seeds:
         for method in methods:
-            run_dir = out / "checkpoints" / f"{method}-s{seed}"
-            record = _done(run_dir)
+            record = _done(out / "checkpoints" / f"{method}-s{seed}")
             if record is None:
-                log(f"RL: {METHODS[method][0]} (m={cfg.method_answers(method)}) seed {seed}, "
-                    f"{cfg.rl_steps} steps x {cfg.rl_prompts} mazes x {cfg.rl_generations} rollouts")
-                record = run_rl(cfg, task, fmt, method, seed, warm_dir, run_dir, examples, log=log)
-                _write_json(run_dir / "done.json", record)
-            runs[(method, seed)] = record
-            log(f"RL: {method} seed {seed} done ({record['seconds']:.0f} s)")
+                pending.append((method, seed))
+            else:
+                runs[(method, seed)] = record
+    # longest jobs first (multi-answer chains are longer), so the workers finish together
+    pending.sort(key=lambda job: -cfg.method_answers(job[0]))
+    t_rl = time.time()
+    if pending and cfg.workers > 1 and len(pending) > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        log(f"RL: {len(pending)} runs on {min(cfg.workers, len(pending))} worker processes")
+        with ProcessPoolExecutor(max_workers=min(cfg.workers, len(pending)),
+                                 mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = {job: pool.submit(_rl_job, cfg, job[0], job[1], log) for job in pending}
+            for job, future in futures.items():
+                runs[job] = future.result()
+    else:
+        for method, seed in pending:
+            runs[(method, seed)] = _rl_job(cfg, method, seed, log, task=task)
+    if pending:
+        log(f"RL: {len(pending)} runs took {time.time() - t_rl:.0f} s wall")
+    for seed in seeds:
+        for method in methods:
+            log(f"RL: {method} seed {seed} done ({runs[(method, seed)]['seconds']:.0f} s)")
 
     # 3. evaluation ---------------------------------------------------------------------
     evaluated = _evaluate_all(cfg, task, fmt, methods, seeds, out, log)
@@ -134,6 +150,8 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
 
     metrics = build_metrics(cfg, task, methods, seeds, warm, runs, evaluated)
     def both(records: list[dict[str, Any]]) -> dict[str, float | None]:
+        if not records:
+            return {"wall": None, "cpu": None}
         cpu = [r.get("cpu_seconds", r.get("cpu")) for r in records]
         return {"wall": float(sum(r.get("seconds", r.get("wall", 0.0)) for r in records)),
                 "cpu": float(sum(cpu)) if all(c is not None for c in cpu) else None}
@@ -155,6 +173,30 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     paths = write_report(metrics, out)
     log(f"report: {paths['md']} ({time.time() - t0:.0f} s this invocation)")
     return {"report": paths, "metrics": metrics}
+
+
+def _rl_job(cfg: DemoConfig, method: str, seed: int, log: Any, task: Any = None) -> dict[str, Any]:
+    """Train one (method, seed) run and write its ``done.json``; also the body of a worker process."""
+    import torch
+
+    if cfg.threads > 0:
+        torch.set_num_threads(cfg.threads)
+    from vpo.demo.rl import rl_examples, run_rl
+    from vpo.tasks import get_task
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if task is None:
+        task = get_task("maze", size=cfg.size, reward_mode=cfg.reward_mode)
+    fmt = CompactMazeFormat(max_answers=max(3, cfg.answers))
+    out = Path(cfg.out)
+    run_dir = out / "checkpoints" / f"{method}-s{seed}"
+    log(f"RL: {METHODS[method][0]} (m={cfg.method_answers(method)}) seed {seed}, "
+        f"{cfg.rl_steps} steps x {cfg.rl_prompts} mazes x {cfg.rl_generations} rollouts")
+    record = run_rl(cfg, task, fmt, method, seed, out / "checkpoints" / "warmup", run_dir, rl_examples(task, cfg),
+                    log=log)
+    _write_json(run_dir / "done.json", record)
+    return record
 
 
 def _eval_jobs(cfg: DemoConfig, methods: list[str], seeds: list[int], out: Path) -> list[tuple[str, Path, int]]:

@@ -645,6 +645,7 @@ def plot_solved(report: Mapping[str, Any], path: str | Path) -> Path | None:
         return None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -657,6 +658,7 @@ def plot_solved(report: Mapping[str, Any], path: str | Path) -> Path | None:
     ax1.set_xlabel("iteration (0 = the policy's own samples)")
     ax1.set_ylabel(f"problems solved (of {total})")
     ax1.set_ylim(-0.05 * max(1, total), total * 1.05 + 0.05)
+    ax1.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax2.set_xlabel("iteration")
     ax2.set_ylabel("mean best fraction of tests passed")
     ax2.set_ylim(-0.02, 1.02)
