@@ -127,3 +127,14 @@ def test_sample_pools_with_a_tiny_model():
     with pytest.raises(ValueError):
         sample_pools(model, tok, task, examples, m=4, pool=6, progress=False)
     assert not math.isnan(pools.completion_tokens)
+
+
+def test_sample_pools_rejects_ragged_objectives_before_sampling():
+    from vpo.evaluation import sample_pools
+    from vpo.tasks import get_task
+
+    code = get_task("code")
+    examples = code.examples(source=None)
+    assert len({code.num_objectives(e) for e in examples}) > 1  # the fixtures differ in test count
+    with pytest.raises(ValueError, match="--search best-of-n"):
+        sample_pools(None, None, code, examples, m=1, pool=2, progress=False)

@@ -184,6 +184,11 @@ def sample_pools(model: Any, tokenizer: Any, task: Task, examples: Sequence[Exam
         raise ValueError(f"pool ({pool}) must be a positive multiple of m ({m})")
     if not examples:
         raise ValueError("no examples to evaluate")
+    dims = {task.num_objectives(example) for example in examples}
+    if len(dims) > 1:  # the (N, P, D) pool array needs one D; ragged tasks go through vpo.search
+        raise ValueError(f"task {task.name!r} has a different number of objectives per example "
+                         f"({sorted(dims)}); use `vpo eval --search best-of-n` (vpo.search), "
+                         "which handles ragged pools")
     fmt = fmt or TaskFormat(task)
     chains = pool // m
     prompts = [fmt.prompt(example, m) for example in examples]
@@ -222,8 +227,7 @@ def sample_pools(model: Any, tokenizer: Any, task: Task, examples: Sequence[Exam
     finally:
         tokenizer.padding_side = old_side
         model.train(was_training)
-    dim = task.num_objectives(examples[0])
-    vectors = np.zeros((len(examples), pool, dim), dtype=np.float64)
+    vectors = np.zeros((len(examples), pool, dims.pop()), dtype=np.float64)
     for i, example in enumerate(examples):
         for c, text in enumerate(texts[i]):
             vectors[i, c * m:(c + 1) * m] = score_generation(task, fmt, text, example, m)
