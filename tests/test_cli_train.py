@@ -93,3 +93,22 @@ def test_rl_config_defaults_are_the_paper_presets():
     assert cfg.resolved_epochs("maze") == 2 and cfg.resolved_epochs("eureqa") == 6
     assert cfg.resolved_epochs("other") == 1
     assert cfg.resolved_completion_length(3) == 2 * cfg.resolved_completion_length(1)
+
+
+def test_eval_reads_lora_adapter_checkpoint(tmp_path, capsys):
+    # `vpo train --lora` saves only the adapter; `vpo eval` loads the base named in vpo_train.json
+    pytest.importorskip("peft")
+    import math
+
+    folder = _tiny_model_dir(tmp_path)
+    out = tmp_path / "run"
+    assert main(["train", "--task", "maze", "--task-params", "size=5", "--model", str(folder), "--method", "grpo",
+                 "--num-examples", "2", "--output-dir", str(out), "--max-steps", "1", "--num-generations", "2",
+                 "--per-device-train-batch-size", "2", "--max-completion-length", "4", "--force-cpu",
+                 "--lora", "--lora-rank", "2", "--lora-alpha", "4"]) == 0
+    report = tmp_path / "eval"
+    assert main(["eval", "--task", "maze", "--task-params", "size=5", "--model", str(out), "--pool", "2",
+                 "--examples", "1", "--max-new-tokens", "4", "--no-progress", "--out", str(report)]) == 0
+    metrics = json.loads((report / "metrics.json").read_text())
+    (entry,) = metrics["methods"].values()
+    assert all(math.isfinite(x) for x in entry["best_at_k"]["mean"])

@@ -84,8 +84,12 @@ class TaskFormat:
         if self.chat:
             if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
                 raise ValueError("chat=True needs a tokenizer with a chat_template")
+            # enable_thinking=False as in `vpo train` (its chat_template_kwargs), so a thinking
+            # model (Qwen3) is evaluated on the prompts it was trained on; templates without
+            # that switch ignore the extra variable.
             text = self.tokenizer.apply_chat_template([{"role": "user", "content": text}],
-                                                      add_generation_prompt=True, tokenize=False)
+                                                      add_generation_prompt=True, tokenize=False,
+                                                      enable_thinking=False)
         return text
 
     def answers(self, text: str, example: Example, m: int) -> list[str]:

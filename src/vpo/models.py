@@ -340,6 +340,13 @@ def load_gguf_model(path: str | Path | None = None, *, dtype: str = "float32") -
     folder, name = str(file.parent), file.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch_dtype)
+    # transformers' GGUF tokenizer conversion can pick the wrong EOS: for SmolLM2 it names
+    # <|im_start|> (id 1, the BOS) although the file's tokenizer.ggml.eos_token_id, and so the
+    # model config, say <|im_end|> (id 2). With the wrong EOS, generation (TRL's rollouts,
+    # vpo eval) never stops at the end of a chat turn. Trust the id the model config carries.
+    eos_id = model.config.eos_token_id
+    if isinstance(eos_id, int) and eos_id != tokenizer.eos_token_id and 0 <= eos_id < len(tokenizer):
+        tokenizer.eos_token = tokenizer.convert_ids_to_tokens(eos_id)
     _ensure_pad(model, tokenizer)
     if getattr(model, "generation_config", None) is not None:
         model.generation_config.do_sample = True

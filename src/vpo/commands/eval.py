@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from vpo.config import add_dataclass_args, dataclass_from_args
 
@@ -28,7 +30,9 @@ class EvalConfig:
     task_params: str = field(default="", metadata={
         "help": "task parameters as key=value pairs, comma-separated (e.g. size=5,reward_mode=linear); "
                 "default: those recorded in the checkpoint's vpo_format.json, if any"})
-    model: str = field(default="", metadata={"help": "checkpoint folder (transformers save_pretrained layout)"})
+    model: str = field(default="", metadata={
+        "help": "checkpoint folder (transformers save_pretrained layout, or a LoRA adapter from vpo train --lora) "
+                "or a .gguf file"})
     answers: int = field(default=1, metadata={"help": "answers per chain m (the pool holds pool/m chains)"})
     pool: int = field(default=30, metadata={"help": "answers per example"})
     split: str = field(default="test", metadata={"help": "split of the task's examples"})
@@ -76,15 +80,51 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+def load_eval_model(path: str | Path) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` of a checkpoint for ``vpo eval``.
+
+    * a ``.gguf`` file: ``vpo.models.load_pretrained`` (de-quantised, EOS/pad fixed up);
+    * a LoRA adapter folder (``adapter_config.json``, what ``vpo train --lora`` saves): the base
+      model named in the folder's ``vpo_train.json`` (the exact ``--model`` of the run, which may
+      be a ``.gguf`` file), else in ``adapter_config.json``, loaded with ``load_pretrained`` like
+      training did, with the adapter merged in;
+    * any other folder: ``AutoModelForCausalLM``. Tokenizers load with ``load_tokenizer``, which
+      keeps a saved generic tokenizer generic (``AutoTokenizer`` would swap in a model-specific
+      class that re-tokenises differently, e.g. for a checkpoint trained from a GGUF file).
+    """
+    from transformers import AutoModelForCausalLM
+
+    from vpo.models import load_pretrained, load_tokenizer
+
+    path = Path(path)
+    if path.suffix == ".gguf" and path.is_file():
+        return load_pretrained(path)
+    tokenizer = load_tokenizer(path)
+    adapter_config = path / "adapter_config.json"
+    if not adapter_config.is_file():
+        return AutoModelForCausalLM.from_pretrained(path), tokenizer
+    from peft import PeftModel
+
+    base = None
+    record = path / "vpo_train.json"
+    if record.is_file():
+        base = json.loads(record.read_text()).get("train", {}).get("model")
+    base = base or json.loads(adapter_config.read_text()).get("base_model_name_or_path")
+    if not base:
+        raise ValueError(f"{path}: LoRA adapter without a base model (no vpo_train.json or base_model_name_or_path)")
+    model, _ = load_pretrained(base)
+    if len(tokenizer) > model.get_input_embeddings().num_embeddings:
+        model.resize_token_embeddings(len(tokenizer))
+    return PeftModel.from_pretrained(model, str(path)).merge_and_unload(), tokenizer
+
+
 def run_eval(cfg: EvalConfig) -> dict:
     """Evaluate ``cfg.model``; returns {"report": paths, "metrics": dict}."""
     import os
     import time
-    from pathlib import Path
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from vpo.evaluation import (FORMAT_FILE, example_weights, load_format, pool_metrics, sample_pools,
                                 summarize)
@@ -92,10 +132,11 @@ def run_eval(cfg: EvalConfig) -> dict:
     from vpo.tasks import get_task
 
     if not cfg.model:
-        raise ValueError("--model is required (a checkpoint folder)")
+        raise ValueError("--model is required (a checkpoint folder or a .gguf file)")
     model_dir = Path(cfg.model)
-    if not model_dir.is_dir():
-        raise FileNotFoundError(f"no checkpoint folder {model_dir}")
+    gguf = model_dir.suffix == ".gguf" and model_dir.is_file()
+    if not model_dir.is_dir() and not gguf:
+        raise FileNotFoundError(f"no checkpoint folder or .gguf file {model_dir}")
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
     if not cfg.progress:
@@ -111,9 +152,8 @@ def run_eval(cfg: EvalConfig) -> dict:
     if not examples:
         raise ValueError(f"task {cfg.task!r} gave no examples for split {cfg.split!r}")
     start = time.time()
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
-    fmt = load_format(model_dir, task, tokenizer=tokenizer, chat=cfg.chat)
+    model, tokenizer = load_eval_model(model_dir)
+    fmt = load_format(None if gguf else model_dir, task, tokenizer=tokenizer, chat=cfg.chat)
     max_new = cfg.max_new_tokens
     if max_new <= 0:
         if hasattr(fmt, "max_completion_tokens"):
@@ -131,7 +171,7 @@ def run_eval(cfg: EvalConfig) -> dict:
                          "pool metrics need one D")
     weights = example_weights(len(examples), dims.pop(), cfg.eval_weights, seed=cfg.seed)
     per_example = pool_metrics(pools.vectors, task, eval_weights=weights)
-    label = cfg.label or model_dir.name
+    label = cfg.label or (model_dir.stem if gguf else model_dir.name)
     objectives = list(task.objective_names(examples[0]))
     entry = summarize([per_example], label=f"{label} (m={cfg.answers})", m=cfg.answers, objectives=objectives,
                       extra={"tokens_per_chain": pools.completion_tokens, "truncated": pools.truncated})

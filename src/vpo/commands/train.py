@@ -18,8 +18,10 @@ own training split. Models: a local folder, a cached hub id (the hub is offline 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -253,6 +255,43 @@ def run(args: argparse.Namespace) -> int:
     return train(cfg, rl)
 
 
+@contextlib.contextmanager
+def _reference_from_policy(model: Any, *, enabled: bool) -> Iterator[None]:
+    """While TRL's GRPOTrainer is built, give it a frozen copy of ``model`` as the KL reference.
+
+    For full fine-tuning with a KL term, GRPOTrainer re-loads the reference from
+    ``model.config._name_or_path`` (``create_model_from_path``). That breaks for models that
+    ``load_pretrained`` changed or that cannot be re-loaded by name: a ``.gguf`` file (its folder
+    has no config.json: "Unrecognized model"), and any checkpoint that got a new ``<pad>`` token
+    (the re-loaded reference lacks the resized embedding row, so pad ids index out of range).
+    The reference is meant to be the initial policy, so a copy of the loaded model is exact.
+    Without ``enabled`` (LoRA: TRL disables the adapter instead; beta 0: no reference) or if TRL
+    no longer has that hook, nothing is patched.
+    """
+    import copy
+
+    from trl.trainer import grpo_trainer
+
+    original = getattr(grpo_trainer, "create_model_from_path", None)
+    if not enabled or original is None:
+        yield
+        return
+    reference = [copy.deepcopy(model)]
+
+    def create_reference(model_id: str, *args: Any, **kwargs: Any) -> Any:
+        if not reference:  # any later call is not for the reference: TRL's own loader
+            return original(model_id, *args, **kwargs)
+        ref = reference.pop()
+        dtype = kwargs.get("dtype")
+        return ref.to(dtype) if dtype is not None and not isinstance(dtype, str) else ref
+
+    grpo_trainer.create_model_from_path = create_reference
+    try:
+        yield
+    finally:
+        grpo_trainer.create_model_from_path = original
+
+
 def train(cfg: TrainArgs, rl: Any) -> int:
     """Run ``vpo train`` from its two configs; returns 0. Prints where the model went."""
     from datasets import Dataset
@@ -285,9 +324,10 @@ def train(cfg: TrainArgs, rl: Any) -> int:
         options.update(num_weights=cfg.num_weights, alpha=cfg.alpha, sampler=cfg.sampler)
     elif cfg.method == "random_weight":
         options.update(alpha=cfg.alpha)
-    trainer = VPOTrainer(model, task=task, answers=answers, estimator=cfg.method, estimator_options=options,
-                         args=args, train_dataset=dataset, processing_class=tokenizer,
-                         peft_config=peft_config)
+    with _reference_from_policy(model, enabled=peft_config is None and float(args.beta) != 0.0):
+        trainer = VPOTrainer(model, task=task, answers=answers, estimator=cfg.method, estimator_options=options,
+                             args=args, train_dataset=dataset, processing_class=tokenizer,
+                             peft_config=peft_config)
     trainer.train()
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
     summary = {"task": task.name, "method": cfg.method, "answers": answers, "steps": trainer.state.global_step,
