@@ -77,6 +77,18 @@ def test_quick_overrides_only_defaults():
         DemoConfig(pool=31).resolved()
 
 
+def test_truncated_rollouts_score_zero():
+    from vpo.demo.rl import truncated_rollouts, zero_truncated
+
+    cut = truncated_rollouts([[5, 6, 1], [5, 6, 7], [], [5, 0]], {1, 0})  # eos 1, pad 0
+    assert cut == [False, True, True, False]
+    mats = [np.ones((3, 4)) for _ in cut]
+    out = zero_truncated(mats, cut)
+    assert [float(m.sum()) for m in out] == [12.0, 0.0, 0.0, 12.0]
+    assert DemoConfig().rl_truncated == "zero"
+    assert "workers" not in DemoConfig().fingerprint()  # parallelism does not change results
+
+
 def test_warmup_records_mixture(task):
     from vpo.demo.warmup import warmup_records
 

@@ -33,6 +33,19 @@ LOGGED_SERIES = {"demo/diversity": "diversity", "demo/answer_scalar": "answer sc
                  "demo/completion": "completion rate", "demo/truncated": "truncated rollouts"}
 
 
+def truncated_rollouts(completion_ids: list[list[int]], stop_ids: set[int]) -> list[bool]:
+    """Which rollouts were cut at the token limit: no ids, or the last id is not EOS/padding
+    (TRL's own test for ``mask_truncated_completions``)."""
+    return [not ids or ids[-1] not in stop_ids for ids in completion_ids]
+
+
+def zero_truncated(matrices: list[np.ndarray], cut: list[bool]) -> list[np.ndarray]:
+    """The demo's format rule: a rollout cut at the token limit is unfinished and scores the
+    all-zero matrix (SPEC section 1: an unparseable rollout), so running on past the exit, or
+    never closing a chain, costs reward instead of being free."""
+    return [np.zeros_like(mat) if is_cut else mat for mat, is_cut in zip(matrices, cut, strict=True)]
+
+
 def _trainer_class() -> type:
     """``DemoTrainer`` (defined lazily: it subclasses VPOTrainer, which imports TRL)."""
     from vpo import metrics as M
@@ -48,8 +61,8 @@ def _trainer_class() -> type:
             super().__init__(*args, **kwargs)
 
         def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-            stop = {self.processing_class.eos_token_id, self.processing_class.pad_token_id}
-            cut = [not ids or ids[-1] not in stop for ids in completion_ids_list]
+            cut = truncated_rollouts(completion_ids_list, {self.processing_class.eos_token_id,
+                                                           self.processing_class.pad_token_id})
             groups: dict[str, list[np.ndarray]] = defaultdict(list)
             for row, prompt, completion, is_cut in zip(inputs, prompts, completions, cut, strict=True):
                 example = parse_example(row["example"])
@@ -64,10 +77,7 @@ def _trainer_class() -> type:
             self._metrics[mode]["demo/truncated"].append(float(np.mean(cut)))
             result = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
             if self.demo_truncated == "zero" and self._vpo_local_matrices is not None:
-                # format rule: a rollout cut at the token limit (no EOS) is unfinished, scored as
-                # the all-zero matrix (SPEC section 1: unparseable rollout), so running on costs reward
-                self._vpo_local_matrices = [np.zeros_like(mat) if is_cut else mat
-                                            for mat, is_cut in zip(self._vpo_local_matrices, cut, strict=True)]
+                self._vpo_local_matrices = zero_truncated(self._vpo_local_matrices, cut)
             return result
 
     return DemoTrainer
