@@ -37,9 +37,9 @@ fmt = CompactMazeFormat()  # 35-character prompts, letter routes, <route_i> tags
 maze = task.examples("train", 1)[0]
 print(task.render(maze), "\nprompt:", fmt.prompt(maze, M))
 
-# 2. Model: a ~0.86M-parameter Llama over a 32-token character vocabulary.
+# 2. Model: the demo's 0.36M-parameter Llama over a 32-token character vocabulary.
 tokenizer = build_char_tokenizer(fmt.alphabet(), extra_tokens=fmt.extra_tokens())
-model = build_tiny_llama(tokenizer, hidden=128, layers=4, heads=4, mlp=384, seed=0)
+model = build_tiny_llama(tokenizer, hidden=96, layers=3, heads=4, mlp=288, seed=0)
 
 cpu = dict(use_cpu=True, bf16=False, gradient_checkpointing=False, report_to="none")
 

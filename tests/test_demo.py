@@ -40,6 +40,45 @@ def test_compact_format_scores_oracle_routes(task):
             assert any(np.allclose(vec, row) for row in rows)
 
 
+def test_oracle_reference_is_the_three_route_pool(task):
+    from vpo.demo.run import oracle_reference
+    from vpo.tasks.maze import oracle_routes, simulate
+
+    examples = task.examples("test", 4)
+    completion_only = np.tile([1.0, 0.0, 0.0, 0.0], (4, 1, 1))  # every oracle route reaches E
+    ref = oracle_reference(task, examples, completion_only)
+    assert ref["pref_best_at_k"] == pytest.approx(1.0)
+    gold_only = np.tile([0.0, 1.0, 0.0, 0.0], (4, 1, 1))
+    expected_gold = np.mean([max(simulate(e, r).vector[1] for r in oracle_routes(e).values()) for e in examples])
+    assert oracle_reference(task, examples, gold_only)["pref_best_at_k"] == pytest.approx(expected_gold)
+    expected_fixed = np.mean([max(simulate(e, r).vector.mean() for r in oracle_routes(e).values()) for e in examples])
+    assert ref["best_at_k"] == pytest.approx(expected_fixed)
+
+
+def test_distinct_answers_counts_routes_across_chains(task):
+    from vpo.demo.run import distinct_answers
+    from vpo.evaluation import Pools
+
+    examples = task.examples("test", 2)
+    fmt = CompactMazeFormat()
+    texts = [["<route_1>RR<route_2>DD<route_3>RR", "<route_1>DD<route_2>UL<route_3>"],  # RR DD UL (empty: none)
+             ["<route_1>R<route_2>R<route_3>R", "<route_1>R<route_2>R<route_3>R"]]     # R
+    pools = Pools(vectors=np.zeros((2, 6, 4)), m=3, texts=texts)
+    assert distinct_answers(pools, fmt, examples) == pytest.approx((3 + 1) / 2)
+
+
+def test_above_range_reads_the_crossing():
+    from vpo.demo.run import _above_range
+
+    def entry(curve):
+        return {"pref_best_at_k": {"mean": curve}}
+
+    assert "k = 1..2 and below from k = 3" in _above_range(entry([0.5, 0.6, 0.6]), entry([0.4, 0.5, 0.7]))
+    assert "below the warm start's at every k" in _above_range(entry([0.1, 0.2]), entry([0.2, 0.3]))
+    assert "for k = 1..2" in _above_range(entry([0.3, 0.4]), entry([0.2, 0.3]))
+    assert "at 1 of 3 k" in _above_range(entry([0.1, 0.6, 0.6]), entry([0.2, 0.5, 0.7]))
+
+
 def test_compact_format_tokenizer_roundtrip(task):
     pytest.importorskip("transformers")
     from vpo.models import build_char_tokenizer
@@ -159,6 +198,7 @@ def test_quick_demo_report(quick_run):
     assert (out / "checkpoints" / "vpo-s0" / "vpo_format.json").is_file()
     md = (out / "report.md").read_text()
     assert "0.593" in md and "plots/best_at_k.png" in md
+    assert 0.0 < metrics["references"][0]["pref_best_at_k"] <= 1.0 and "Headroom:" in md
 
 
 def test_quick_demo_resumes_without_retraining(quick_run):

@@ -12,7 +12,8 @@ The metrics dict (what ``vpo demo`` and ``vpo eval`` build; every key but ``meth
 * ``methods``: {key: entry from ``vpo.evaluation.summarize``}: curves ``best_at_k``,
   ``pref_best_at_k``, ``pass_at_k`` and scalars ``diversity``, ``completion_rate``,
   ``pareto_fraction``, ``objective_mean`` {name: stat}, each stat {mean, ci_examples,
-  ci_seeds, per_seed}; plus ``label``, ``m``, ``num_seeds`` and optional ``tokens_per_chain``;
+  ci_seeds, per_seed}; plus ``label``, ``m``, ``num_seeds`` and optional ``tokens_per_chain``,
+  ``truncated`` and ``distinct_answers`` (distinct answers per pool);
 * ``paired``: list of {a, b, metric, k, mean, half_width, n, significant};
 * ``paper``: {caption, columns, rows: [[cells...]]}: a reference table shown verbatim;
 * ``comparison``: {caption, columns, rows}: our numbers laid out like the paper's;
@@ -20,6 +21,8 @@ The metrics dict (what ``vpo demo`` and ``vpo eval`` build; every key but ``meth
   over RL steps (e.g. the reward diversity of the training rollouts);
 * ``objective_space``: {x, y, color, examples: [titles], vectors: {key: [(P, D) lists]}}:
   reward vectors of a few examples' pools, drawn in objective space;
+* ``references``: list of {label, best_at_k, pref_best_at_k}: constant levels (e.g. the pool
+  of a task's oracle answers) drawn as dashed lines in the best@k plot;
 * ``findings``, ``notes``: lists of sentences; ``timings``: {stage: seconds}; ``config``.
 
 Plots need matplotlib (the ``plot`` extra); without it the report is written without them and
@@ -165,6 +168,10 @@ def _plot_best_at_k(metrics: Mapping[str, Any], path: Path) -> None:
             if band and all(b[0] is not None for b in band):
                 ax.fill_between(ks, [b[0] for b in band], [b[1] for b in band], alpha=0.15,
                                 color=line.get_color())
+        for ref in metrics.get("references") or []:
+            if ref.get(key) is not None:
+                ax.axhline(ref[key], color="grey", linestyle="--", linewidth=1, label=ref.get("label", "reference"))
+                ax.set_ylim(top=max(ax.get_ylim()[1], ref[key] + 0.02))
         ax.set_xscale("log")
         ax.set_xlabel("k (answers)")
         ax.set_title(title)
@@ -324,11 +331,13 @@ def build_document(metrics: Mapping[str, Any], plots: Sequence[Path]) -> _Doc:
             + [_cell(e["best_at_k"], k - 1) for k in ks] + [_cell(e["pref_best_at_k"], k - 1) for k in ks]
             for key, e in methods.items()]
     doc.table(cols, rows)
+    distinct = any(e.get("distinct_answers") is not None for e in methods.values())
     cols = ["method", "pass@1", f"pass@{pool}", "diversity (L1)", "completion rate", "Pareto fraction",
-            "tokens/chain", "chains without EOS"]
+            "tokens/chain", "chains without EOS"] + (["distinct answers"] if distinct else [])
     rows = [[e.get("label", key), _cell(e["pass_at_k"], 0), _cell(e["pass_at_k"], pool - 1),
              _cell(e["diversity"]), _cell(e["completion_rate"]), _cell(e["pareto_fraction"]),
-             _num(e.get("tokens_per_chain"), 1), _num(e.get("truncated"), 2)] for key, e in methods.items()]
+             _num(e.get("tokens_per_chain"), 1), _num(e.get("truncated"), 2)]
+            + ([_num(e.get("distinct_answers"), 1)] if distinct else []) for key, e in methods.items()]
     doc.table(cols, rows)
     if objectives:
         doc.p("Per-objective mean over the pool's answers (and best in the pool, mean over examples).")

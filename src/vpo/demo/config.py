@@ -53,7 +53,7 @@ class DemoConfig:
     warmup_batch: int = field(default=64, metadata={"help": "warm-up batch size"})
     # RL (VPOTrainer = TRL GRPOTrainer subclass)
     rl_steps: int = field(default=120, metadata={"help": "RL steps per method and seed"})
-    rl_prompts: int = field(default=8, metadata={"help": "mazes per RL step"})
+    rl_prompts: int = field(default=16, metadata={"help": "mazes per RL step"})
     rl_generations: int = field(default=8, metadata={"help": "rollouts per maze (group size G)"})
     rl_lr: float = field(default=3e-4, metadata={"help": "RL learning rate (constant)"})
     rl_temperature: float = field(default=1.0, metadata={"help": "rollout sampling temperature"})

@@ -249,7 +249,37 @@ def _evaluate_all(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, methods: l
             _write_json(seconds_path, seconds)
             log(f"eval: {name} ({len(examples)} mazes x {cfg.pool} answers, {time.time() - t:.0f} s)")
         per_example[name] = pool_metrics(pools[name].vectors, task, eval_weights=weights)
-    return {"examples": examples, "pools": pools, "metrics": per_example, "seconds": seconds}
+    return {"examples": examples, "pools": pools, "metrics": per_example, "seconds": seconds,
+            "oracle": oracle_reference(task, examples, weights)}
+
+
+def oracle_reference(task: Any, examples: list[dict[str, Any]], weights: np.ndarray) -> dict[str, Any]:
+    """The pool of the warm-up's demonstrations: the three oracle routes of each maze.
+
+    ``weights`` (N, E, D): the evaluation weights. Returns {label, best_at_k, pref_best_at_k}:
+    the fixed-scalar max and E_w[max] of that 3-route pool, averaged over the N mazes, i.e. what
+    a policy that copies the demonstrations exactly reaches at any k >= 3.
+    """
+    from vpo.metrics import expected_max
+    from vpo.tasks.maze import oracle_routes, simulate
+
+    fixed, pref = [], []
+    for example, w in zip(examples, weights, strict=True):
+        vectors = np.array([simulate(example, r).vector for r in oracle_routes(example).values()])
+        fixed.append(float(np.max(task.scalar(vectors))))
+        pref.append(expected_max(vectors, w))
+    return {"label": "oracle routes (the 3 demonstrations)", "best_at_k": float(np.mean(fixed)),
+            "pref_best_at_k": float(np.mean(pref))}
+
+
+def distinct_answers(pools: Any, fmt: CompactMazeFormat, examples: list[dict[str, Any]]) -> float:
+    """Mean number of distinct non-empty routes (as move letters) in a maze's pool of answers."""
+    counts = []
+    for example, texts in zip(examples, pools.texts, strict=True):
+        routes = {"".join(ch for ch in answer if ch in "UDLR")
+                  for text in texts for answer in fmt.answers(text, example, pools.m)}
+        counts.append(len(routes - {""}))
+    return float(np.mean(counts))
 
 
 def _series_stats(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -272,6 +302,7 @@ def build_metrics(cfg: DemoConfig, task: Any, methods: list[str], seeds: list[in
 
     objectives = list(task.objective_names())
     per_ex, pools = evaluated["metrics"], evaluated["pools"]
+    fmt = CompactMazeFormat(max_answers=max(3, cfg.answers))
     m_multi = cfg.answers
     groups: dict[str, tuple[str, int, list[str]]] = {
         "warmup_m1": ("warm-up (m=1)", 1, ["warmup-m1"]),
@@ -287,7 +318,9 @@ def build_metrics(cfg: DemoConfig, task: Any, methods: list[str], seeds: list[in
         entries[key] = summarize(seed_metrics[key], label=label, m=m, objectives=objectives,
                                  seeds=seeds if key in methods else [cfg.seed],
                                  extra={"tokens_per_chain": float(np.mean(tokens)),
-                                        "truncated": float(np.mean([pools[n].truncated for n in names]))})
+                                        "truncated": float(np.mean([pools[n].truncated for n in names])),
+                                        "distinct_answers": float(np.mean([distinct_answers(
+                                            pools[n], fmt, evaluated["examples"]) for n in names]))})
     pool = cfg.pool
     comparisons: list[tuple[str, str]] = []
     if "vpo" in methods and "grpo" in methods:
@@ -333,6 +366,7 @@ def build_metrics(cfg: DemoConfig, task: Any, methods: list[str], seeds: list[in
         "paired": paired_rows,
         "training": training,
         "objective_space": space,
+        "references": [evaluated["oracle"]] if evaluated.get("oracle") else [],
         "config": dataclasses.asdict(cfg),
         "warmup": {k: v for k, v in warm.items() if k != "loss_curve"},
         "runs": {f"{m}-s{s}": {k: v for k, v in r.items() if k not in ("series", "reward", "steps")}
@@ -340,6 +374,17 @@ def build_metrics(cfg: DemoConfig, task: Any, methods: list[str], seeds: list[in
     }
     metrics["paper"], metrics["comparison"] = _paper_tables(entries, methods, pool, cfg)
     metrics["findings"] = findings(entries, paired_rows, methods, pool, cfg)
+    oracle = evaluated.get("oracle")
+    if oracle:
+        warm_key = f"warmup_m{m_multi}"
+        metrics["findings"].append(
+            f"Headroom: the pool of the three oracle routes per maze (what copying the warm-up's demonstrations "
+            f"exactly would give at any k >= 3) scores {oracle['pref_best_at_k']:.3f} preference-weighted and "
+            f"{oracle['best_at_k']:.3f} on the fixed scalar; the warm start reaches "
+            f"{entries[warm_key]['pref_best_at_k']['mean'][pool - 1]:.3f} and "
+            f"{entries[warm_key]['best_at_k']['mean'][pool - 1]:.3f} at k={pool} ({entries[warm_key]['label']}). "
+            "Distinct routes per pool of "
+            f"{pool}: " + ", ".join(f"{e['label']} {e['distinct_answers']:.1f}" for e in entries.values()) + ".")
     metrics["notes"] = _notes(cfg)
     return metrics
 
@@ -368,6 +413,19 @@ def _paper_tables(entries: dict[str, Any], methods: list[str], pool: int, cfg: D
                               "diversity gap."),
                   "columns": cols, "rows": rows}
     return paper, comparison
+
+
+def _above_range(entry: dict[str, Any], base: dict[str, Any]) -> str:
+    """Where (in k) the seed-averaged preference-weighted best@k curve of ``entry`` lies above ``base``'s."""
+    diff = np.asarray(entry["pref_best_at_k"]["mean"]) - np.asarray(base["pref_best_at_k"]["mean"])
+    above = [k for k, d in enumerate(diff, start=1) if d > 0]
+    if not above:
+        return "; its preference-weighted best@k curve is below the warm start's at every k"
+    if above == list(range(1, above[-1] + 1)):
+        span = f"k = 1..{above[-1]}" if above[-1] > 1 else "k = 1"
+        rest = f" and below from k = {above[-1] + 1}" if above[-1] < len(diff) else ""
+        return f"; its preference-weighted best@k curve is above the warm start's for {span}{rest}"
+    return f"; its preference-weighted best@k curve is above the warm start's at {len(above)} of {len(diff)} k"
 
 
 def _fmt_diff(row: dict[str, Any]) -> str:
@@ -406,7 +464,7 @@ def findings(entries: dict[str, Any], paired_rows: list[dict[str, Any]], methods
         f1, fk = find(method, base, "best_at_k", 1), find(method, base, "best_at_k", pool)
         out.append(f"{METHODS[method][0]} vs its warm start ({entries[base]['label']}): preference-weighted "
                    f"best@1 {_fmt_diff(r1)}, best@{pool} {_fmt_diff(rk)}; fixed-scalar best@1 {_fmt_diff(f1)}, "
-                   f"best@{pool} {_fmt_diff(fk)}.")
+                   f"best@{pool} {_fmt_diff(fk)}{_above_range(entries[method], entries[base])}.")
     if "vpo" in entries and "grpo" in entries:
         tv, tg = entries["vpo"].get("tokens_per_chain"), entries["grpo"].get("tokens_per_chain")
         if tv and tg:
@@ -415,52 +473,12 @@ def findings(entries: dict[str, Any], paired_rows: list[dict[str, Any]], methods
     return out
 
 
-DEVELOPMENT_RUNS = [
-    "How the defaults were chosen. Earlier development runs (0.86M-parameter model, 3 seeds, 60 held-out mazes, "
-    "60 RL steps, truncated rollouts scored as parsed): (A) warm-up 8000 examples, 75% single-route, RL lr 3e-4: "
-    "the 3-route warm start was weak (11% of its routes reach the exit) and VPO did not learn; VPO - GRPO at "
-    "k=30 = -0.064 +- 0.059 (preference-weighted), and RL lowered best@30 below the warm start for both methods. "
-    "(B) warm-up 16000 examples, 50% single-route, RL lr 3e-4: GRPO's pool diversity fell from 0.91 to 0.29 "
-    "(VPO kept 0.64), but both methods lost EOS (77-83% of the chains ran to the token limit; moves after "
-    "the exit cost nothing) and VPO chains drifted to one long route without further tags; VPO - GRPO at k=30 "
-    "+0.010 +- 0.070. (C) as B with lr 1e-4 (the previous default): VPO - GRPO at k=30 +0.006 +- 0.033, "
-    "diversity GRPO 0.67 vs VPO 0.98; best@30 below the warm start (0.658 fixed-scalar) for both.",
-    "Changes after these runs: (1) a rollout cut at the token limit without EOS is scored as a format failure "
-    "(the all-zero matrix, --rl-truncated zero; TRL's mask_truncated_completions is --rl-truncated mask), so "
-    "running on past the exit costs reward: truncated training rollouts stayed at 0-2% (B: 77-83%). "
-    "(2) a smaller model (hidden 96, 3 layers, 0.36M parameters; a training step costs about half) and a longer "
-    "warm-up (32000 examples, lr 3e-3, about 290 s): its routes reach the exit 39% (single) and 37% (3-route "
-    "chains) of the time at temperature 0.7, preference-weighted best@30 0.740 / 0.738 (B's warm start: 35% / "
-    "30%, 0.697 / 0.678). (3) RL runs in 2 worker processes (one torch thread each), so 120 steps fit the budget: "
-    "the default run took 6 min 54 s wall on 2 cores (load average 1.5 at the start; warm-up 166 s, RL 213 s, "
-    "evaluation 23 s); --quick took 53 s.",
-    "Single-seed development runs from that warm start (120 RL steps, 60 held-out mazes; preference-weighted "
-    "best@1 / best@30, diversity): lr 1e-4: GRPO 0.399 / 0.582, 0.48; VPO 0.284 / 0.602, 0.91 (VPO - GRPO at "
-    "k=30 +0.020 +- 0.066). lr 2e-4: GRPO 0.402 / 0.556, 0.42; VPO 0.309 / 0.615, 0.97 (+0.060 +- 0.057). "
-    "lr 3e-4 (the default): GRPO 0.337 / 0.366, 0.01 (collapsed to about 2.5 distinct routes per maze); VPO "
-    "0.259 / 0.551, 0.97 (+0.185 +- 0.081). VPO variants at lr 2e-4 with Dirichlet alpha 0.3: 0.284 / 0.558; "
-    "at lr 3e-4 with a KL term (beta 0.04): 0.280 / 0.607; lr 2e-4 with rollouts at temperature 0.7: GRPO "
-    "0.399 / 0.534, VPO 0.309 / 0.591. In every setting RL raised best@1 and the completion rate of GRPO "
-    "(and, less, of VPO) but lowered best@30 below the warm start (0.740): RL sharpens the policy, and at "
-    "k=30 the broad warm-up sampler is hard to beat (15 distinct routes in a pool of 30; after RL at lr 2e-4: "
-    "GRPO 4.7, VPO 12.5; at 3e-4: GRPO 2.5, VPO 8.3). The VPO chains of a maze also become similar to each "
-    "other (distinct chains of 10: warm start 9.0, lr 2e-4 8.0, lr 3e-4 6.2), since VPO's set score rewards "
-    "diversity within a chain, not across chains.",
-    "Longer training at a lower rate, as in the hand-written prototype (lr 1e-4, 300 steps, 1 seed): GRPO "
-    "0.453 / 0.541, diversity 0.19, completion rate 0.65; VPO 0.275 / 0.614, 1.03; VPO - GRPO at k=30 "
-    "+0.073 +- 0.060; RL 255 s wall for the seed's two runs (3 seeds: about 13 minutes in all, too close to "
-    "the 15-minute budget on a shared machine). The default (lr 3e-4, 120 steps, 3 seeds) gives the same "
-    "ordering with a larger, significant gap in 7 minutes.",
-    "m = 2 (warm-up with 2-route chains, lr 3e-4, 120 steps, 1 seed): VPO 0.337 / 0.583, diversity 0.89; "
-    "GRPO 0.348 / 0.623, 0.42 (this seed's GRPO did not collapse; GRPO's collapse varies between seeds); "
-    "VPO - GRPO at k=30 -0.040 +- 0.074. m = 3 stays the default.",
-    "Twice the steps at the default rate (lr 3e-4, 240 steps, 1 seed): GRPO 0.405 / 0.457, diversity 0.09, "
-    "completion rate 0.61; VPO 0.246 / 0.557, 1.04, completion rate 0.36; VPO - GRPO at k=30 +0.100 +- 0.089. "
-    "Across all these runs VPO's answers reach the exit no more often than the warm start's (0.35-0.45 vs "
-    "0.37) while GRPO's do (0.51-0.65 vs 0.39): under the max over a chain's routes, one good route earns "
-    "most of the set score, so the estimator pushes little on the quality of the others.",
-]
-"""Facts from the development runs, kept in every report so a reader sees what was tried."""
+INVESTIGATION = (
+    "How the defaults were chosen, and the configurations tried to make RL add to the warm start at "
+    "k = 30 (maze size and reward mode, warm-up length and mixture, learning rate, steps, batch, group size, "
+    "KL, m, alpha, evaluation temperature), with their numbers: docs/demo/investigation.md in the vpo "
+    "repository.")
+"""Pointer to the development log, kept in every report so a reader sees what was tried."""
 
 
 TRUNCATED_RULES = {"zero": "scored as a format failure (the all-zero matrix)",
@@ -485,7 +503,7 @@ def _notes(cfg: DemoConfig) -> list[str]:
         f"(beta {cfg.rl_beta:g}), G = {cfg.rl_generations}, {cfg.rl_prompts} mazes per step; a training rollout "
         "cut at the token limit without EOS is " + TRUNCATED_RULES[cfg.rl_truncated] + ".",
     ]
-    notes.extend(DEVELOPMENT_RUNS)
+    notes.append(INVESTIGATION)
     if cfg.quick:
         notes.insert(0, "--quick: a smoke-test configuration (tiny model, few steps, one seed). Its numbers "
                         "check the pipeline, not the method.")
