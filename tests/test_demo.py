@@ -226,3 +226,22 @@ def test_eval_command_on_demo_checkpoint(quick_run, tmp_path):
     assert len(entry["best_at_k"]["mean"]) == 6 and entry["m"] == 3
     assert result["report"]["md"].is_file()
     assert metrics["task"]["params"] == {"size": 5, "reward_mode": "linear"}
+
+
+def test_headroom_script_search_contains_the_oracle_routes(task):
+    """scripts/maze_headroom.py's exhaustive search must find every oracle route's reward vector."""
+    import importlib.util
+    from pathlib import Path
+
+    from vpo.tasks.maze import oracle_routes, simulate
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "maze_headroom.py"
+    spec = importlib.util.spec_from_file_location("maze_headroom", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    for example in task.examples("test", 8):
+        reachable = script.reachable_vectors(task, example)
+        for route in oracle_routes(example).values():
+            vector = simulate(example, route).vector
+            assert np.any(np.all(np.isclose(reachable, vector), axis=1))
+        assert np.all(reachable[:, 0] == 1.0)  # only routes that reach E are listed

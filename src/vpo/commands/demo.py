@@ -2,7 +2,7 @@
 
 Usage::
 
-    vpo demo                      # about 7 minutes on 2 idle cores (RL in 2 worker processes) -> runs/demo/report.md
+    vpo demo                      # about 11 minutes on 2 idle cores (RL in 2 worker processes) -> runs/demo/report.md
     vpo demo --quick              # smoke test, about 1 minute -> runs/demo-quick/
     vpo demo --methods all        # adds Multi-RLVR and Max@K
 

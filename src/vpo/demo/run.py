@@ -332,8 +332,8 @@ def build_metrics(cfg: DemoConfig, task: Any, methods: list[str], seeds: list[in
         comparisons.append((method, "warmup_m1" if cfg.method_answers(method) == 1 else f"warmup_m{m_multi}"))
     paired_rows = []
     for a, b in comparisons:
-        for metric, k in (("pref_best_at_k", 1), ("pref_best_at_k", pool), ("best_at_k", 1), ("best_at_k", pool),
-                          ("diversity", None)):
+        for metric, k in (("pref_best_at_k", 1), ("pref_best_at_k", m_multi), ("pref_best_at_k", pool),
+                          ("best_at_k", 1), ("best_at_k", pool), ("diversity", None)):
             row = paired(seed_metrics[a], seed_metrics[b], metric, k=k)
             paired_rows.append({"a": a, "b": b, "metric": metric, "k": k, **row})
 
@@ -461,9 +461,11 @@ def findings(entries: dict[str, Any], paired_rows: list[dict[str, Any]], methods
     for method in methods:
         base = "warmup_m1" if cfg.method_answers(method) == 1 else f"warmup_m{cfg.answers}"
         r1, rk = find(method, base, "pref_best_at_k", 1), find(method, base, "pref_best_at_k", pool)
+        rm = find(method, base, "pref_best_at_k", cfg.answers)
         f1, fk = find(method, base, "best_at_k", 1), find(method, base, "best_at_k", pool)
         out.append(f"{METHODS[method][0]} vs its warm start ({entries[base]['label']}): preference-weighted "
-                   f"best@1 {_fmt_diff(r1)}, best@{pool} {_fmt_diff(rk)}; fixed-scalar best@1 {_fmt_diff(f1)}, "
+                   f"best@1 {_fmt_diff(r1)}, best@{cfg.answers} {_fmt_diff(rm)}, best@{pool} {_fmt_diff(rk)}; "
+                   f"fixed-scalar best@1 {_fmt_diff(f1)}, "
                    f"best@{pool} {_fmt_diff(fk)}{_above_range(entries[method], entries[base])}.")
     if "vpo" in entries and "grpo" in entries:
         tv, tg = entries["vpo"].get("tokens_per_chain"), entries["grpo"].get("tokens_per_chain")
