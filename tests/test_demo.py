@@ -157,17 +157,6 @@ def test_changed_config_is_refused(tmp_path):
     assert not (tmp_path / "checkpoints").exists()
 
 
-def _numbers(obj):
-    if isinstance(obj, dict):
-        for v in obj.values():
-            yield from _numbers(v)
-    elif isinstance(obj, list):
-        for v in obj:
-            yield from _numbers(v)
-    elif isinstance(obj, int | float) and not isinstance(obj, bool):
-        yield obj
-
-
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     pytest.importorskip("trl")
@@ -180,7 +169,7 @@ def quick_run(tmp_path_factory):
     return out, result, time.time() - start
 
 
-def test_quick_demo_report(quick_run):
+def test_quick_demo_report(quick_run, numbers_in):
     out, result, _seconds = quick_run
     for name in ("report.md", "report.html", "metrics.json"):
         assert (out / name).is_file()
@@ -192,7 +181,7 @@ def test_quick_demo_report(quick_run):
         assert len(entry["best_at_k"]["mean"]) == 30
         assert all(0.0 <= v <= 1.0 for v in entry["pref_best_at_k"]["mean"])
         assert entry["best_at_k"]["mean"] == sorted(entry["best_at_k"]["mean"])  # best@k grows with k
-    numbers = list(_numbers(metrics))
+    numbers = numbers_in(metrics)
     assert numbers and all(math.isfinite(x) for x in numbers)
     assert metrics["training"]["vpo"]["steps"][-1] == QUICK["rl_steps"]
     assert (out / "checkpoints" / "vpo-s0" / "vpo_format.json").is_file()

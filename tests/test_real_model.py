@@ -22,18 +22,6 @@ import pytest
 from vpo.cli import main
 
 
-def _numbers(obj):
-    """Every int/float inside nested dicts and lists (bools excluded)."""
-    if isinstance(obj, dict):
-        for value in obj.values():
-            yield from _numbers(value)
-    elif isinstance(obj, list):
-        for value in obj:
-            yield from _numbers(value)
-    elif isinstance(obj, int | float) and not isinstance(obj, bool):
-        yield float(obj)
-
-
 @pytest.fixture(scope="module")
 def gguf_path():
     from vpo.models import find_smollm2_gguf
@@ -93,7 +81,7 @@ def test_train_lora_on_gguf_model(lora_run):
 
 
 @pytest.mark.slow
-def test_eval_lora_checkpoint_of_gguf_model(lora_run, tmp_path):
+def test_eval_lora_checkpoint_of_gguf_model(lora_run, tmp_path, numbers_in):
 
     out, _ = lora_run
     report = tmp_path / "eval"
@@ -109,7 +97,7 @@ def test_eval_lora_checkpoint_of_gguf_model(lora_run, tmp_path):
     for key in ("diversity", "completion_rate", "pareto_fraction"):
         assert math.isfinite(entry[key]["mean"])
     assert math.isfinite(entry["tokens_per_chain"]) and 0 < entry["tokens_per_chain"] <= 24
-    numbers = list(_numbers(metrics))
+    numbers = numbers_in(metrics)
     assert numbers and all(math.isfinite(x) for x in numbers)
     assert (report / "report.md").is_file() and (report / "pool.npz").is_file()
     texts = [json.loads(line) for line in (report / "pool.npz.jsonl").read_text().splitlines()]
@@ -132,7 +120,7 @@ def test_train_full_finetune_with_kl_on_gguf_model(gguf_path, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_eval_gguf_file(gguf_path, tmp_path):
+def test_eval_gguf_file(gguf_path, tmp_path, numbers_in):
     report = tmp_path / "eval"
     assert main(["eval", "--task", "maze", "--model", str(gguf_path), "--pool", "2", "--answers", "2",
                  "--examples", "1", "--max-new-tokens", "24", "--threads", "1", "--no-progress",
@@ -140,5 +128,5 @@ def test_eval_gguf_file(gguf_path, tmp_path):
     metrics = json.loads((report / "metrics.json").read_text())
     (label,) = metrics["methods"]
     assert label == gguf_path.stem
-    numbers = list(_numbers(metrics))
+    numbers = numbers_in(metrics)
     assert numbers and all(math.isfinite(x) for x in numbers)
