@@ -2,12 +2,13 @@
 
 Usage::
 
-    python benchmarks/train_step.py                 # 8 prompts x 8 generations, 5 timed steps
+    python benchmarks/train_step.py                 # the demo's setting: 16 prompts x 8 generations, 5 timed steps
     python benchmarks/train_step.py --steps 8 --threads 2 --hidden 128 --layers 4
 
-Setting: a ~0.9M-parameter Llama (hidden 128, 4 layers, MLP 384, tied embeddings) with a
-character tokenizer; 5x5 maze prompts in the demo's compact format (35 tokens, ``vpo.demo``;
-the full text prompt if that module is unavailable); 8 prompts x 8 generations = 64
+Setting: the demo's 0.36M-parameter Llama (hidden 96, 3 layers, MLP 288, tied embeddings), one
+torch thread as in each demo RL worker, a character tokenizer; 5x5 maze prompts in the demo's
+compact format (35 tokens, ``vpo.demo``; the full text prompt if that module is unavailable);
+16 prompts x 8 generations = 128
 completions per step; a random-init model rarely stops early, so completions run to their
 budget (m * 18 + tags + EOS tokens) and every row does the same work.
 
@@ -52,12 +53,12 @@ def build_prompts(task, examples, m):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--prompts", type=int, default=8, help="prompts per step")
+    parser.add_argument("--prompts", type=int, default=16, help="prompts per step")
     parser.add_argument("--generations", type=int, default=8, help="rollouts per prompt (G)")
     parser.add_argument("--steps", type=int, default=5, help="timed steps per row (after 1 warm-up)")
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
-    parser.add_argument("--hidden", type=int, default=128)
-    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--hidden", type=int, default=96)
+    parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--route-tokens", type=int, default=18, help="completion tokens per route")
     parser.add_argument("--json", default=None, help="also write the rows to this JSON file")
     args = parser.parse_args(argv)
