@@ -383,9 +383,13 @@ def test_score_chain_dedups_and_pads():
     assert mat[0].tolist() == [1, 0, 1, 1]
     assert mat[1].tolist() == pytest.approx([1, 1, 1 / 3, 1])
     assert mat[2].tolist() == [0, 0, 0, 0]                    # the duplicate became padding
-    # padding a route with moves after E does not make it a different route
+    # dedup compares the parsed move lists (SPEC section 3, issue #12.6): moves after E make a
+    # different route (same vector, so it counts for Multi-RLVR); an identical route does not
     padded = f"<route_1>{DIAMOND_ROUTE}</route_1><route_2>{DIAMOND_ROUTE} UP UP</route_2>"
-    assert task.score_chain(padded, ex, 3)[1:].tolist() == [[0] * 4, [0] * 4]
+    both = task.score_chain(padded, ex, 3)
+    assert both[1].tolist() == both[0].tolist() and both[2].tolist() == [0] * 4
+    same = f"<route_1>{DIAMOND_ROUTE}</route_1><route_2>{DIAMOND_ROUTE}</route_2>"
+    assert task.score_chain(same, ex, 3)[1:].tolist() == [[0] * 4, [0] * 4]
     # missing block -> empty answer; fallbacks when no numbered tag exists
     assert task.score_chain(f"<route_2>{GOLD_ROUTE}</route_2>", ex, 3)[0][1] == 1
     fallback = task.score_chain(f"{DIAMOND_ROUTE}\n---\n{GOLD_ROUTE}", ex, 3)
@@ -393,7 +397,7 @@ def test_score_chain_dedups_and_pads():
     answers = task.score_chain(f"<answer>{GOLD_ROUTE}</answer> <answer>{DIAMOND_ROUTE}</answer>", ex, 2)
     assert answers[:, 1].tolist() == [1, 0]
     assert task.score_chain(GOLD_ROUTE, ex, 1).shape == (1, 4)
-    assert task.dedup_key("DDDD RRRR", np.zeros(4)) == tuple(DIAMOND_ROUTE.split())
+    assert task.dedup_key("DDDD RRRR", np.zeros(4), ex) == tuple(DIAMOND_ROUTE.split())
 
 
 def test_prompts():

@@ -4,24 +4,35 @@ A task is a small environment in the Gymnasium / MO-Gymnasium spirit, except tha
 "step" is a whole generation::
 
     task = get_task("maze", size=5)
-    example = task.examples("train", 1, seed=0)[0]      # a JSON-serialisable dict
-    prompt = task.prompt(example, m=3)                  # m-answer prompt (m=1: single answer)
+    example = task.examples("train", 1, seed=0)[0]      # a JSON-serialisable dict, validated
+    task.messages(example, m=3)                         # chat turns every engine trains on
     matrix = task.score_chain(model_text, example, m=3) # (3, D), deduplicated, zero-padded
     task.scalar(matrix)                                 # (3,) fixed scalars (GRPO / evaluation)
 
-Scoring never raises on model text: garbage scores the zero vector. Malformed *examples*
-(data, not model output) raise ValueError naming the field and the row.
+What a subclass writes: ``prompt_single`` and ``score`` (or ``score_batch`` when answers are
+cheaper to score together, as code is), the class attributes, and ``validate``. Everything an
+engine needs goes through ``messages`` (the prompt) and ``score_chain`` (the reward matrix), which
+subclasses do not override: ``rewrite_rule``, ``parse_chain``, ``score_batch`` and ``dedup_key``
+are the hooks. ``vpo.tasks.check.check_task`` checks a task against this contract.
+
+Examples are validated once, when they are loaded (``examples``, ``validate``); scoring
+assumes a validated example. Scoring never raises on model text: garbage scores the zero
+vector. Malformed *examples* (data, not model output) raise ValueError naming the field and
+the row.
+
+Shape glossary: M answers per chain (m), D objectives.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
-from vpo.chains import RewriteRule, parse_answers, rewrite_prompt, score_answers
+from vpo.chains import RewriteRule, dedup, pad_rows, parse_answers, rewrite_prompt
 
 Example = dict[str, Any]
 
@@ -32,6 +43,8 @@ class Task(ABC):
 
     name: ClassVar[str] = ""
     """Registry name."""
+    ability: ClassVar[str] = "reasoning"
+    """What the task exercises, e.g. "planning" (verl's ``ability`` column)."""
     objectives: tuple[str, ...] = ()
     """Names of the D objectives, in reward-vector order (per-example tasks override
     ``objective_names``)."""
@@ -48,14 +61,26 @@ class Task(ABC):
         """The single-answer prompt (the format GRPO trains on)."""
 
     def prompt(self, example: Example, m: int = 1) -> str:
-        """Prompt asking for ``m`` answers; m = 1 is the single-answer prompt unchanged."""
+        """Prompt asking for ``m`` answers as one string; m = 1 is the single-answer prompt."""
         single = self.prompt_single(example)
         return single if m == 1 else rewrite_prompt(single, m, self.rewrite_rule)
+
+    def messages(self, example: Example, m: int = 1) -> list[dict[str, str]]:
+        """The chat turns asking for ``m`` answers: what every engine (TRL, verl, OpenRLHF,
+        evaluation) sends to the model. Default: one user turn holding ``prompt(example, m)``."""
+        return [{"role": "user", "content": self.prompt(example, m)}]
 
     # ----- scoring -------------------------------------------------------------------
     @abstractmethod
     def score(self, text: str, example: Example) -> np.ndarray:
         """Reward vector (D,) in [0, 1] of one answer text. Never raises on model text."""
+
+    def score_batch(self, answers: Sequence[str], example: Example) -> np.ndarray:
+        """(n, D) reward vectors of ``n`` answers to one example. Override when answers are
+        cheaper scored together (one sandbox batch for code)."""
+        dim = self.num_objectives(example)
+        rows = [np.asarray(self.score(a, example), dtype=np.float64).reshape(-1) for a in answers]
+        return np.array(rows, dtype=np.float64).reshape(len(rows), dim)
 
     def objective_names(self, example: Example | None = None) -> tuple[str, ...]:
         """The D objective names (for ``example`` where D varies per example)."""
@@ -69,21 +94,28 @@ class Task(ABC):
         """Exactly ``m`` answer strings of an m-answer generation (missing ones empty)."""
         return parse_answers(text, m, tag=self.rewrite_rule.tag, fallbacks=self.parse_fallbacks)
 
-    def dedup_key(self, answer: str, vector: np.ndarray) -> Hashable:
-        """Answers with equal keys count once in a chain (default: identical reward vectors)."""
+    def dedup_key(self, answer: str, vector: np.ndarray, example: Example) -> Hashable:
+        """Answers of one chain with equal keys count once (default: identical reward vectors)."""
         return vector.tobytes()
 
     def score_chain(self, text: str, example: Example, m: int) -> np.ndarray:
         """(m, D) reward matrix of one generation: parse, score, dedup, zero-pad.
 
-        m = 1 scores the whole text as the single answer, so it is (1, D).
+        m = 1 scores the whole text as the single answer, so it is (1, D). Blank answers are
+        dropped before scoring; the first of answers with equal ``dedup_key`` is kept. With
+        ``pad_chains`` False the matrix is (n <= m, D), one row per kept answer.
         """
         dim = self.num_objectives(example)
         if m == 1:
-            return np.asarray(self.score(text, example), dtype=np.float64).reshape(1, dim)
-        answers = self.parse_chain(text, m)
-        return score_answers(answers, lambda a: self.score(a, example), m, dim,
-                             key=self.dedup_key, pad=self.pad_chains)
+            return self.score_batch([text if isinstance(text, str) else ""], example).reshape(1, dim)
+        answers = [a for a in self.parse_chain(text, m) if isinstance(a, str) and a.strip()]
+        vectors = self.score_batch(answers, example) + 0.0  # + 0.0 folds -0.0 into 0.0 for the keys
+        if vectors.shape != (len(answers), dim):
+            raise ValueError(f"{self.name}: score_batch returned shape {vectors.shape} for "
+                             f"{len(answers)} answers, expected ({len(answers)}, {dim})")
+        kept = dedup(range(len(answers)), key=lambda i: self.dedup_key(answers[i], vectors[i], example))
+        rows = vectors[kept].reshape(len(kept), dim)
+        return pad_rows(rows, m, dim=dim) if self.pad_chains else rows
 
     def scalar(self, vectors: np.ndarray | Sequence[float]) -> np.ndarray | float:
         """The task's fixed scalarisation (GRPO and evaluation): (..., D) -> (...). Default mean."""
@@ -92,9 +124,16 @@ class Task(ABC):
         return float(out) if out.ndim == 0 else out
 
     def solved(self, vector: np.ndarray | Sequence[float]) -> bool:
-        """True when every component is at its maximum (1)."""
+        """True when every component is at its maximum (1): the one definition of "solved"
+        (pass@k counts these)."""
         arr = np.asarray(vector, dtype=np.float64)
         return bool(arr.size and np.all(arr >= 1.0 - 1e-9))
+
+    def difficulty(self, example: Example) -> str | None:
+        """The example's difficulty level for per-level search metrics, or None. Default: its
+        ``difficulty`` field when present."""
+        level = example.get("difficulty") if isinstance(example, Mapping) else None
+        return None if level is None else str(level)
 
     # ----- data ----------------------------------------------------------------------
     def validate(self, example: Any, row: int | None = None) -> Example:
@@ -108,6 +147,47 @@ class Task(ABC):
         """Examples of a split: generated (maze) or loaded from ``source`` (a file, a local
         parquet, or a Hugging Face dataset name), validated."""
         raise ValueError(f"task {self.name!r} needs a data source (source=...)")
+
+
+class FileTask(Task):
+    """A task whose examples are records of a file or a Hugging Face dataset (all text tasks).
+
+    Subclasses set ``fixture`` (the shipped sample used when no source is given) and convert a
+    raw record with ``convert``; ``read_records`` and ``convert_all`` are the hooks for sources
+    that need more (several files, a named built-in set).
+    """
+
+    fixture: ClassVar[Path | None] = None
+    """The shipped sample (for tests and demos, not the benchmark); it serves every split."""
+
+    def read_records(self, source: Any, split: str) -> list[Any]:
+        """Raw records of ``source`` for ``split`` (``vpo.tasks.io.load_records``)."""
+        from vpo.tasks.io import load_records
+
+        return load_records(source, split)
+
+    def convert(self, record: Any, row: int) -> Any:
+        """One raw record in the task's example schema (default: the record itself)."""
+        return record
+
+    def convert_all(self, records: list[Any], source: Any, split: str) -> list[Any]:
+        """Every record converted (default: ``convert`` one by one)."""
+        return [self.convert(record, i) for i, record in enumerate(records)]
+
+    def examples(self, split: str = "train", n: int | None = None, *, seed: int | None = None,
+                 source: str | None = None) -> list[Example]:
+        """Validated examples of ``split`` from ``source`` (default: the shipped ``fixture``).
+
+        ``n`` rows: the first ones, or a seeded random subset when ``seed`` is given.
+        """
+        from vpo.tasks.io import select
+
+        src = source if source is not None else self.fixture
+        if src is None:
+            raise ValueError(f"task {self.name!r} needs a data source (source=...)")
+        records = self.read_records(src, split)
+        converted = self.convert_all(records, src, split)
+        return select([self.validate(ex, i) for i, ex in enumerate(converted)], n, seed)
 
 
 def require(example: Mapping[str, Any], field: str, types: type | tuple[type, ...], task: str,

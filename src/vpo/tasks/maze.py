@@ -97,7 +97,7 @@ from typing import Any
 
 import numpy as np
 
-from vpo.chains import RewriteRule, score_answers
+from vpo.chains import RewriteRule
 from vpo.tasks import register_task
 from vpo.tasks.base import Example, Task
 
@@ -889,6 +889,7 @@ class MazeTask(Task):
     objectives = OBJECTIVES
     rewrite_rule = RewriteRule("maze", template=_MULTI_TEMPLATE, pattern=_FORMAT_PATTERN, tag="route")
     parse_fallbacks = True
+    ability = "planning"
 
     def __init__(self, size: int = 9, reward_mode: str = "linear", strict_moves: bool = False,
                  **overrides: Any) -> None:
@@ -977,25 +978,11 @@ class MazeTask(Task):
         on model text (garbage -> zeros)."""
         return self._run_text(text, example).vector
 
-    def dedup_key(self, answer: str, vector: np.ndarray) -> Hashable:
-        """The parsed move list (without an example; ``score_chain`` keys on executed moves)."""
+    def dedup_key(self, answer: str, vector: np.ndarray, example: Example) -> Hashable:
+        """The parsed move list (SPEC section 3): routes that differ only after the exit, or in
+        moves beyond the budget, are different routes."""
         moves = _iter_moves(_answer_region(answer), self.strict_moves) if isinstance(answer, str) else None
         return () if moves is None else tuple(moves)
-
-    def score_chain(self, text: str, example: Example, m: int) -> np.ndarray:
-        """(m, 4) matrix: routes parsed from ``<route_i>`` tags (or the fallbacks), scored,
-        deduplicated on the moves actually executed, zero-padded to m rows."""
-        if m == 1:
-            return self.score(text, example).reshape(1, 4)
-        answers = self.parse_chain(text, m)
-        executed: dict[str, tuple[str, ...]] = {}
-
-        def score_one(answer: str) -> np.ndarray:
-            trajectory = self._run_text(answer, example)
-            executed[answer] = trajectory.moves
-            return trajectory.vector
-
-        return score_answers(answers, score_one, m, 4, key=lambda a, _v: executed[a], pad=self.pad_chains)
 
     # ----- oracles -------------------------------------------------------------------
     shortest_safe_route = staticmethod(shortest_safe_route)

@@ -41,8 +41,9 @@ from typing import Any
 import numpy as np
 
 from vpo.chains import RewriteRule
-from vpo.tasks import Example, Task, register_task
-from vpo.tasks.io import load_records, need, select
+from vpo.tasks import Example, register_task
+from vpo.tasks.base import FileTask
+from vpo.tasks.io import need, select
 from vpo.tasks.text import last_tag, max_token_f1, parse_indices
 
 __all__ = ["FIXTURE", "MAX_CITATIONS", "MusiqueTask", "hop_count", "hop_stratified"]
@@ -117,13 +118,14 @@ def hop_stratified(examples: Sequence[Example], per_hop: int = 100, hops: Sequen
 
 
 @register_task("musique")
-class MusiqueTask(Task):
+class MusiqueTask(FileTask):
     """MuSiQue-Ans: cite supporting paragraphs and answer; vector [hop_1..hop_4, answer_f1]."""
 
     objectives = ("hop_1", "hop_2", "hop_3", "hop_4", "answer_f1")
     rewrite_rule = RewriteRule("musique", template=_MULTI_TEMPLATE, pattern=re.escape(_SINGLE_INSTRUCTION),
                                tag="response")
     ability = "multi_hop_qa"
+    fixture = FIXTURE
 
     # ----- prompts -------------------------------------------------------------------
     def prompt_single(self, example: Example) -> str:
@@ -192,13 +194,3 @@ class MusiqueTask(Task):
                 raise ValueError(f"{name}: row {row}: field '{where}.paragraph_support_idx' = {support} "
                                  "is not the idx of any paragraph")
         return example
-
-    def examples(self, split: str = "train", n: int | None = None, *, seed: int | None = None,
-                 source: str | None = None) -> list[Example]:
-        """Validated MuSiQue rows of ``split`` from ``source`` (default: the shipped fixture,
-        a 6-question sample for tests and demos, not the benchmark; it serves every split).
-
-        ``n`` rows: the first ones, or a seeded random subset when ``seed`` is given.
-        """
-        rows = load_records(source if source is not None else FIXTURE, split)
-        return select([self.validate(r, i) for i, r in enumerate(rows)], n, seed)

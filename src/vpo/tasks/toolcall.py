@@ -77,8 +77,9 @@ from typing import Any
 import numpy as np
 
 from vpo.chains import RewriteRule, rewrite_prompt
-from vpo.tasks import Example, Task, register_task
-from vpo.tasks.io import load_json_rows, load_records, need, resolve_path, select
+from vpo.tasks import Example, register_task
+from vpo.tasks.base import FileTask
+from vpo.tasks.io import load_json_rows, need, resolve_path
 from vpo.tasks.text import all_tags, multiset_f1, normalize_answer, set_f1, token_f1
 
 __all__ = ["FIXTURE", "BFCL_FIXTURE", "ToolCallTask", "from_bfcl_row", "from_toolrl_row",
@@ -404,12 +405,13 @@ def _bfcl_answers(path: Path | None) -> dict[str, Mapping[str, Any]] | None:
 
 # ----- the task -------------------------------------------------------------------------
 @register_task("toolcall")
-class ToolCallTask(Task):
+class ToolCallTask(FileTask):
     """Tool calling scored as [format, tool_name, arg_key, arg_value]."""
 
     objectives = ("format", "tool_name", "arg_key", "arg_value")
     rewrite_rule = RewriteRule("toolcall", template=_MULTI_APPEND, pattern=None, tag="response")
     ability = "tool_use"
+    fixture = FIXTURE
 
     def __init__(self, think_prefilled: bool = False) -> None:
         self.think_prefilled = bool(think_prefilled)
@@ -456,27 +458,19 @@ class ToolCallTask(Task):
             raise ValueError(f"{name}: row {row}: field 'gold_response' must be str or null")
         return example
 
-    def examples(self, split: str = "train", n: int | None = None, *, seed: int | None = None,
-                 source: str | None = None) -> list[Example]:
-        """Validated examples of ``split`` from ``source``: ToolRL raw/processed rows, BFCL rows
-        or rows already in the example schema (default: the shipped ToolRL-style fixture, a
-        6-row sample for tests and demos, not the benchmark; it serves every split).
-
-        ``n`` rows: the first ones, or a seeded random subset when ``seed`` is given.
-        """
-        src = source if source is not None else FIXTURE
-        rows = load_records(src, split)
-        answers = _bfcl_answers(resolve_path(src, split)) if any(
-            isinstance(r, Mapping) and "function" in r for r in rows) else None
+    def convert_all(self, records: list[Any], source: Any, split: str) -> list[Any]:
+        """ToolRL raw/processed rows, BFCL rows (with their possible answers from the sibling
+        ``possible_answer`` file) or rows already in the example schema, as examples."""
+        answers = _bfcl_answers(resolve_path(source, split)) if any(
+            isinstance(r, Mapping) and "function" in r for r in records) else None
         out = []
-        for i, r in enumerate(rows):
+        for i, r in enumerate(records):
             if isinstance(r, Mapping) and "function" in r:
                 answer = answers.get(str(r.get("id"))) if answers is not None else None
                 if answers is not None and answer is None and "ground_truth" not in r \
                         and "irrelevance" not in str(r.get("id")):
                     raise ValueError(f"{self.name}: row {i}: no possible answer with id {r.get('id')!r}")
-                example = from_bfcl_row(r, i, answer)
+                out.append(from_bfcl_row(r, i, answer))
             else:
-                example = from_toolrl_row(r, i)
-            out.append(self.validate(example, i))
-        return select(out, n, seed)
+                out.append(from_toolrl_row(r, i))
+        return out
