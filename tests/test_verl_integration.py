@@ -202,7 +202,7 @@ def test_registered_and_used_inside_a_ray_worker(ray_session, maze_rollouts, vpo
                             non_tensors={"uid": __import__("numpy").array(uids, dtype=object)})
         adv = ca(data, adv_estimator="vpo", config=OC.create(algorithm)).batch["advantages"][:, 0]
         return {"verl_was_imported": verl_was_imported, "registered": sorted(n for n in reg if n in
-                ("vpo", "multi_rlvr", "random_weight", "max_at_k", "maxrl")),
+                ("vpo", "multi_rlvr", "random_weight", "max_at_k", "maxrl", "goal_conditioned")),
                 "plugin_module": reg["vpo"].__module__, "advantages": adv.tolist()}
 
     result = ray.get(ray.remote(in_worker).remote(scores, uids, algorithm), timeout=180)
@@ -427,7 +427,8 @@ def test_compute_score_serves_every_task_with_fixed_keys(name):
     assert len(keys) == 1
 
 
-def test_random_weight_scores_are_reproducible_per_rollout():
+def test_random_weight_shares_one_w_per_prompt():
+    # issue #12.1: one w per prompt (dataset row), shared by all its rollouts, fixed for the run
     task = get_task("maze", **MAZE_PARAMS)
     ex = task.examples("train", 1, seed=3)[0]
     r = routes(ex)
@@ -435,9 +436,12 @@ def test_random_weight_scores_are_reproducible_per_rollout():
     a = compute_score("maze", r["gold"], truth, extra, method="random_weight")["score"]
     assert a == compute_score("maze", r["gold"], truth, extra, method="random_weight")["score"]
     b = compute_score("maze", r["gold"] + " ", truth, extra, method="random_weight")["score"]
-    assert a != b  # another rollout text draws another w
+    assert a == b  # another rollout text of the same prompt: the same w
     vector = simulate(ex, route_via_gold(ex)).vector
-    assert 0.0 <= a <= vector.max() + 1e-12
+    w = group_weights(4, 4, num_weights=1)[0]
+    assert a == pytest.approx(float(vector @ w)) and 0.0 <= a <= vector.max() + 1e-12
+    other = compute_score("maze", r["gold"], *maze_row(ex, 5, 1), method="random_weight")["score"]
+    assert other == pytest.approx(float(vector @ group_weights(5, 4, num_weights=1)[0])) and other != a
 
 
 def test_reward_kwargs_task_params_override_the_exported_ones():

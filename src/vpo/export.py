@@ -41,13 +41,10 @@ from typing import Any
 
 from vpo.tasks import Example, Task, get_task, task_class
 
-__all__ = ["ABILITIES", "FORMATS", "example_from_row", "export", "export_rows", "make_task",
+__all__ = ["FORMATS", "example_from_row", "example_key", "export", "export_rows", "make_task",
            "test_seed", "trl_row", "verl_row", "write_parquet"]
 
 FORMATS = ("verl", "trl")
-ABILITIES = {"maze": "planning", "musique": "multi_hop_qa", "eureqa": "entity_reasoning",
-             "toolcall": "tool_use", "code": "coding"}
-"""veRL ``ability`` tags; a task's own ``ability`` attribute wins."""
 
 
 def test_seed(seed: int) -> int:
@@ -62,20 +59,10 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-def _ability(task: Task) -> str:
-    return str(getattr(task, "ability", None) or ABILITIES.get(task.name, "reasoning"))
-
-
-def _example_id(example: Mapping[str, Any], split: str, index: int) -> str:
+def example_key(example: Mapping[str, Any], split: str, index: int) -> str:
+    """A stable key of an example: its ``id``, else ``<split>-<index>`` (keys goal weights and groups)."""
     ident = example.get("id") if isinstance(example, Mapping) else None
     return str(ident) if isinstance(ident, str | int) and not isinstance(ident, bool) else f"{split}-{index}"
-
-
-def _messages(task: Task, example: Example, answers: int) -> list[dict[str, str]]:
-    chat = getattr(task, "messages", None)
-    if callable(chat):
-        return [dict(message) for message in chat(example, answers)]
-    return [{"role": "user", "content": task.prompt(example, answers)}]
 
 
 def verl_row(task: Task, example: Example, *, index: int, split: str, answers: int = 1,
@@ -83,12 +70,12 @@ def verl_row(task: Task, example: Example, *, index: int, split: str, answers: i
     """One row of verl's RLHF parquet schema (see the module docstring)."""
     return {
         "data_source": task.name,
-        "prompt": _messages(task, example, answers),
-        "ability": _ability(task),
+        "prompt": [dict(turn) for turn in task.messages(example, answers)],
+        "ability": task.ability,
         "reward_model": {"style": "rule", "ground_truth": _dumps(example)},
         "extra_info": {"index": int(index), "split": split, "task": task.name, "answers": int(answers),
                        "task_params": _dumps(dict(task_params or {})),
-                       "example_id": _example_id(example, split, index)},
+                       "example_id": example_key(example, split, index)},
     }
 
 
@@ -98,7 +85,7 @@ def trl_row(task: Task, example: Example, *, index: int, split: str, answers: in
     return {"prompt": task.prompt(example, answers), "example": _dumps(example), "task": task.name,
             "answers": int(answers), "index": int(index), "split": split,
             "task_params": _dumps(dict(task_params or {})),
-            "example_id": _example_id(example, split, index)}
+            "example_id": example_key(example, split, index)}
 
 
 def example_from_row(row: Mapping[str, Any]) -> Example:
@@ -113,13 +100,23 @@ def example_from_row(row: Mapping[str, Any]) -> Example:
 
 
 def export_rows(task: Task, examples: Sequence[Example], *, split: str, fmt: str = "verl", answers: int = 1,
-                task_params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Rows of one split in format ``fmt`` ("verl" or "trl")."""
+                task_params: Mapping[str, Any] | None = None, goals: Any = None) -> list[dict[str, Any]]:
+    """Rows of one split in format ``fmt`` ("verl" or "trl").
+
+    ``goals`` (a ``WeightOptions``; goal-conditioned GRPO): each example gets its keyed goal
+    weights (``vpo.goals.attach_goal``, keyed on ``example_key``), stated in its prompt and
+    stored in its ground truth.
+    """
     if fmt not in FORMATS:
         raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if not isinstance(answers, int) or answers < 1:
         raise ValueError(f"answers must be a positive integer, got {answers!r}")
     build = verl_row if fmt == "verl" else trl_row
+    if goals is not None:
+        from vpo.goals import attach_goal
+
+        examples = [attach_goal(task, ex, key=example_key(ex, split, i), seed=goals.seed, alpha=goals.alpha,
+                                sampler=goals.sampler) for i, ex in enumerate(examples)]
     return [build(task, example, index=i, split=split, answers=answers, task_params=task_params)
             for i, example in enumerate(examples)]
 
@@ -170,13 +167,13 @@ def _examples(task: Task, split: str, n: int, seed: int, source: str | None) -> 
 
 def export(task_name: str, out_dir: str | os.PathLike[str], *, fmt: str = "verl", train: int = 1000,
            test: int = 100, seed: int = 42, answers: int = 1, source: str | None = None,
-           task_params: Mapping[str, Any] | None = None, size: int | None = 9) -> dict[str, Any]:
+           task_params: Mapping[str, Any] | None = None, size: int | None = 9, goals: Any = None) -> dict[str, Any]:
     """Write ``train.parquet`` and ``test.parquet`` for ``task_name`` into ``out_dir``.
 
     ``size`` goes to tasks whose constructor takes it (maze). Train rows use ``seed``, test
     rows ``test_seed(seed)``. A split asked for 0 rows is skipped. File-backed tasks return
     at most what the source holds. Returns ``{"train": path, "test": path, "counts": {...},
-    "task_params": {...}, "seeds": {...}}``.
+    "task_params": {...}, "seeds": {...}}``. ``goals`` as in ``export_rows``.
     """
     task, params = make_task(task_name, task_params, size=size)
     seeds = {"train": int(seed), "test": test_seed(seed)}
@@ -185,7 +182,7 @@ def export(task_name: str, out_dir: str | os.PathLike[str], *, fmt: str = "verl"
         if n <= 0:
             continue
         examples = _examples(task, split, n, seeds[split], source)
-        rows = export_rows(task, examples, split=split, fmt=fmt, answers=answers, task_params=params)
+        rows = export_rows(task, examples, split=split, fmt=fmt, answers=answers, task_params=params, goals=goals)
         result[split] = write_parquet(rows, Path(out_dir) / f"{split}.parquet")
         result["counts"][split] = len(rows)
     return result

@@ -21,7 +21,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from vpo.config import add_dataclass_args, dataclass_from_args
+from vpo.config import add_dataclass_args, dataclass_from_args, parse_params
+from vpo.estimators.options import WeightOptions
 
 FORMATS = ("verl", "trl")
 
@@ -42,6 +43,12 @@ class ExportConfig:
                                metadata={"help": "data file/folder/HF dataset name for file-backed tasks"})
     param: list[str] = field(default_factory=list,
                              metadata={"help": "extra task parameters key=value (value JSON or text)"})
+    method: str = field(default="", metadata={
+        "help": "the estimator the data is for, when its prompts differ (goal_conditioned: each prompt states "
+                "its goal weights, also stored in the ground truth)"})
+    goal_seed: int = field(default=0, metadata={"help": "seed of the goal weights (--method goal_conditioned)"})
+    alpha: float = field(default=WeightOptions.alpha,
+                         metadata={"help": "Dirichlet concentration of the goal weights (--method goal_conditioned)"})
 
 
 @dataclass
@@ -57,20 +64,6 @@ class PreviewConfig:
     param: list[str] = field(default_factory=list, metadata={"help": "extra task parameters key=value"})
 
 
-def parse_params(items: list[str]) -> dict[str, Any]:
-    """``["a=1", "b=x"]`` -> ``{"a": 1, "b": "x"}`` (values parsed as JSON when they are JSON)."""
-    params: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"--param expects key=value, got {item!r}")
-        try:
-            params[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            params[key.strip()] = value
-    return params
-
-
 def run_export(args: argparse.Namespace) -> int:
     from vpo.export import export
 
@@ -79,9 +72,18 @@ def run_export(args: argparse.Namespace) -> int:
         raise ValueError("--out is required")
     if cfg.train < 0 or cfg.test < 0:
         raise ValueError("--train and --test must be >= 0")
+    goals = None
+    if cfg.method:
+        from vpo.estimators import get_spec
+
+        spec = get_spec(cfg.method)
+        if cfg.answers > 1 and not spec.multi_answer:
+            raise ValueError(f"--method {cfg.method} scores one answer per rollout; use --answers 1")
+        if spec.conditions_prompt:
+            goals = WeightOptions(alpha=cfg.alpha, seed=cfg.goal_seed)
     result = export(args.task, cfg.out, fmt=cfg.format, train=cfg.train, test=cfg.test, seed=cfg.seed,
-                    answers=cfg.answers, source=cfg.source, task_params=parse_params(cfg.param),
-                    size=cfg.size)
+                    answers=cfg.answers, source=cfg.source, task_params=parse_params(cfg.param, "--param"),
+                    size=cfg.size, goals=goals)
     for split in ("train", "test"):
         if split in result:
             print(f"{split}: {result['counts'][split]} rows (seed {result['seeds'][split]}) -> {result[split]}")
@@ -94,7 +96,7 @@ def run_preview(args: argparse.Namespace) -> int:
     from vpo.export import make_task
 
     cfg = dataclass_from_args(PreviewConfig, args)
-    task, params = make_task(args.task, parse_params(cfg.param), size=cfg.size)
+    task, params = make_task(args.task, parse_params(cfg.param, "--param"), size=cfg.size)
     kwargs: dict[str, Any] = {"seed": cfg.seed}
     if cfg.source is not None:
         kwargs["source"] = cfg.source

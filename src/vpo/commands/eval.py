@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vpo.config import add_dataclass_args, dataclass_from_args
+from vpo.config import add_dataclass_args, dataclass_from_args, parse_params
 
 
 @dataclass
@@ -56,20 +56,6 @@ class EvalConfig:
                 "comma-separated --model checkpoints) or openevolve (--task code)",
         "choices": ["", "best-of-n", "openevolve"]})
     iterations: int = field(default=200, metadata={"help": "OpenEvolve iterations per problem (--search openevolve)"})
-
-
-def parse_params(text: str) -> dict:
-    """'size=5,reward_mode=linear' -> {"size": 5, "reward_mode": "linear"} (JSON values when they parse)."""
-    params = {}
-    for part in (p.strip() for p in text.split(",") if p.strip()):
-        if "=" not in part:
-            raise ValueError(f"--task-params: expected key=value, got {part!r}")
-        key, value = part.split("=", 1)
-        try:
-            params[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            params[key.strip()] = value.strip()
-    return params
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

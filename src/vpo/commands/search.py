@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vpo.config import add_dataclass_args, dataclass_from_args
+from vpo.config import add_dataclass_args, dataclass_from_args, parse_params
 
 
 @dataclass
@@ -110,8 +110,6 @@ def parse_select(text: str) -> Any:
 def run_best_of_n(cfg: BestOfNConfig) -> dict[str, Any]:
     from vpo.search import run_search_eval
     from vpo.tasks import get_task
-
-    from vpo.commands.eval import parse_params
 
     labels = _labels(cfg.model, cfg.labels)
     task = get_task(cfg.task, **parse_params(cfg.task_params))

@@ -35,7 +35,7 @@ __all__ = ["gdpo", "goal_conditioned", "grpo", "max_at_k", "max_at_k_weights", "
            "random_weight"]
 
 
-@register_estimator("grpo", multi_answer=False, rollout_score="scalar")
+@register_estimator("grpo", multi_answer=False, rollout_score="scalar", group_norm=True)
 def grpo(rewards: Any, group_ids: Any, *, scalar: Callable | None = None, std: str = GRPO_NORM.std,
          eps: float = GRPO_NORM.eps, degenerate: str = GRPO_NORM.degenerate,
          scale: str = GRPO_NORM.scale) -> EstimatorResult:
@@ -50,7 +50,7 @@ def grpo(rewards: Any, group_ids: Any, *, scalar: Callable | None = None, std: s
     return grpo_result(batch, row_scalars(batch, scalar), std, eps, degenerate, scale, prefix="grpo")
 
 
-@register_estimator("multi_rlvr", multi_answer=True, rollout_score="scalar_sum")
+@register_estimator("multi_rlvr", multi_answer=True, rollout_score="scalar_sum", group_norm=True)
 def multi_rlvr(rewards: Any, group_ids: Any, *, scalar: Callable | None = None, std: str = GRPO_NORM.std,
                eps: float = GRPO_NORM.eps, degenerate: str = GRPO_NORM.degenerate,
                scale: str = GRPO_NORM.scale) -> EstimatorResult:
@@ -245,7 +245,7 @@ def _one_weight_per_group(name: str, rewards: Any, group_ids: Any, explicit: Any
     return grpo_result(batch, scores, *scalar_norm, prefix=name)
 
 
-@register_estimator("random_weight", multi_answer=False, rollout_score="weighted", weights="fixed")
+@register_estimator("random_weight", multi_answer=False, rollout_score="weighted", weights="fixed", group_norm=True)
 def random_weight(rewards: Any, group_ids: Any, *, alpha: float = WeightOptions.alpha, sampler: str = "iid",
                   seed: Any = None, rng: np.random.Generator | None = None, step: Any = None,
                   weight_keys: Sequence[Hashable] | None = None, std: str = GRPO_NORM.std, eps: float = GRPO_NORM.eps,
@@ -263,7 +263,7 @@ def random_weight(rewards: Any, group_ids: Any, *, alpha: float = WeightOptions.
 
 
 @register_estimator("goal_conditioned", multi_answer=False, rollout_score="weighted", weights="fixed",
-                    conditions_prompt=True)
+                    conditions_prompt=True, group_norm=True)
 def goal_conditioned(rewards: Any, group_ids: Any, *, goal_weights: Any = None, alpha: float = WeightOptions.alpha,
                      sampler: str = "iid", seed: Any = None, rng: np.random.Generator | None = None,
                      step: Any = None, weight_keys: Sequence[Hashable] | None = None, std: str = GRPO_NORM.std,

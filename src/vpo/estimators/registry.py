@@ -63,6 +63,9 @@ class EstimatorSpec:
     """One of ``WEIGHT_KEYING``: whether the estimator draws keyed weights, and how."""
     conditions_prompt: bool
     """The group's weight vector is written into its prompt (goal-conditioned GRPO)."""
+    group_norm: bool
+    """The advantage is a group z-normalisation of the rollout score, so an engine with only a
+    group-norm estimator (OpenRLHF's ``group_norm``) trains it from the score alone."""
     options: tuple[str, ...]
     """Keyword options the estimator accepts."""
     defaults: Mapping[str, Any]
@@ -81,7 +84,7 @@ _PLUGINS_LOADED = False
 
 
 def register_estimator(name: str, *, multi_answer: bool = True, rollout_score: str = "vector",
-                       weights: str | None = None, conditions_prompt: bool = False
+                       weights: str | None = None, conditions_prompt: bool = False, group_norm: bool = False
                        ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: register ``fn(rewards, group_ids, *, option=default, ...)`` under ``name``
     with the facts of its ``EstimatorSpec``.
@@ -117,7 +120,7 @@ def register_estimator(name: str, *, multi_answer: bool = True, rollout_score: s
         doc = inspect.getdoc(fn) or ""
         _REGISTRY[name] = EstimatorSpec(
             name=name, fn=estimator, multi_answer=bool(multi_answer), rollout_score=rollout_score, weights=weights,
-            conditions_prompt=bool(conditions_prompt), options=accepted,
+            conditions_prompt=bool(conditions_prompt), group_norm=bool(group_norm), options=accepted,
             defaults=MappingProxyType({p.name: p.default for p in params if p.default is not inspect.Parameter.empty}),
             summary=doc.split("\n", 1)[0])
         estimator.spec = _REGISTRY[name]  # type: ignore[attr-defined]

@@ -63,7 +63,7 @@ def vpo_reference(rewards: Sequence[np.ndarray], group_ids: Sequence[Hashable],
     return np.array(scores), np.array(advantages)
 
 
-@register_estimator("vpo", multi_answer=True, rollout_score="set_score", weights="per_step")
+@register_estimator("vpo", multi_answer=True, rollout_score="set_score", weights="per_step", group_norm=True)
 def vpo(rewards: Any, group_ids: Any, *, num_weights: int | None = None, alpha: float | None = None,
         sampler: str | None = None, seed: Any = None, rng: np.random.Generator | None = None, step: Any = None,
         weight_keys: Sequence[Hashable] | None = None, weights: Any = None, std: str = VPO_NORM.std,

@@ -61,9 +61,21 @@ class Task(ABC):
         """The single-answer prompt (the format GRPO trains on)."""
 
     def prompt(self, example: Example, m: int = 1) -> str:
-        """Prompt asking for ``m`` answers as one string; m = 1 is the single-answer prompt."""
+        """Prompt asking for ``m`` answers as one string; m = 1 is the single-answer prompt.
+        An example with goal weights (``vpo.goals``) gets the sentence that states them."""
         single = self.prompt_single(example)
-        return single if m == 1 else rewrite_prompt(single, m, self.rewrite_rule)
+        text = single if m == 1 else rewrite_prompt(single, m, self.rewrite_rule)
+        return self.with_goal(text, example)
+
+    def with_goal(self, text: str, example: Example) -> str:
+        """``text`` followed by the statement of ``example``'s goal weights, when it has them
+        (goal-conditioned GRPO); unchanged otherwise."""
+        from vpo.goals import goal_of, goal_text
+
+        weights = goal_of(example)
+        if weights is None:
+            return text
+        return f"{text.rstrip()}\n\n{goal_text(weights, self.objective_names(example))}"
 
     def messages(self, example: Example, m: int = 1) -> list[dict[str, str]]:
         """The chat turns asking for ``m`` answers: what every engine (TRL, verl, OpenRLHF,

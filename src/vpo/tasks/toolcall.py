@@ -424,7 +424,8 @@ class ToolCallTask(FileTask):
         """Chat messages: the instruction as system turn, the dialogue (plus the m-answer block
         when m > 1) as user turn."""
         user = example["input"] if m == 1 else rewrite_prompt(example["input"], m, self.rewrite_rule)
-        return [{"role": "system", "content": example["instruction"]}, {"role": "user", "content": user}]
+        return [{"role": "system", "content": example["instruction"]},
+                {"role": "user", "content": self.with_goal(user, example)}]
 
     def score(self, text: str, example: Example) -> np.ndarray:
         """[format, tool_name, arg_key, arg_value] of one answer text; never raises on text."""
