@@ -25,10 +25,11 @@ Options (keyword arguments of ``get_task``; JSON strings, so they travel in ``ta
 * ``block="first"`` (default) reads the first ``<support>`` and the first ``<answer>`` block,
   as the authors' release does; ``block="last"`` reads the last ones (a model that echoes
   the requested format in its reasoning then still gets its final answer read).
-* ``citations="comma"`` (default) counts a cited index only when ``<support>`` is a
-  comma-separated list and the item is a bare integer, as the release does: ``3, 7`` cites 3
-  and 7, ``[3, 7]`` or ``3 7`` cite nothing. ``citations="any"`` counts every integer written
-  in ``<support>`` (``[3, 7]``, ``3 and 7``, ``#3 #7`` all cite 3 and 7).
+* ``citations="comma"`` (default) splits ``<support>`` on commas and counts an item only
+  when it is a bare integer (digits 0-9 once stripped), as the release does (the prompt asks
+  for this form): ``3, 7`` cites 3 and 7; ``[3, 7]`` and ``3 7`` cite nothing; ``[3, 7, 9]``
+  cites 7. ``citations="any"`` counts every integer written in ``<support>`` (``[3, 7]``,
+  ``3 and 7``, ``#3 #7`` all cite 3 and 7).
 
 The defaults reproduce the release, whose rewards the paper's results were trained and
 measured with (docs/fidelity.md lists every such choice).
