@@ -35,7 +35,7 @@ class AdvantagesConfig:
     rollouts: int = field(default=4, metadata={"help": "rollouts per group"})
     answers: int = field(default=3, metadata={"help": "answers per rollout m (single-answer estimators need 1)"})
     objectives: int = field(default=4, metadata={"help": "objectives D per answer"})
-    estimator: str = field(default="vpo", metadata={"help": "advantage estimator", "choices": _estimator_names()})
+    estimator: str = field(default="vpo", metadata={"help": "advantage estimator", "choices": _estimator_names})
     num_weights: int = field(default=100, metadata={"help": "weights K per group (vpo)"})
     alpha: float = field(default=1.0, metadata={"help": "Dirichlet concentration (vpo, random_weight)"})
     sampler: str = field(default="iid", metadata={"help": "simplex sampler (vpo, random_weight)",
