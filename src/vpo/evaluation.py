@@ -43,78 +43,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from vpo import metrics as M
+from vpo.formats import FORMAT_FILE, PromptFormat, TaskFormat, load_format  # noqa: F401  (re-exported)
 from vpo.tasks.base import Example, Task
-
-FORMAT_FILE = "vpo_format.json"
-"""File in a checkpoint folder naming the prompt format the checkpoint was trained on."""
 
 SCALAR_METRICS = ("diversity", "completion_rate", "pareto_fraction")
 CURVE_METRICS = ("best_at_k", "pref_best_at_k", "pass_at_k")
-
-
-# ----- prompt formats ---------------------------------------------------------------------
-
-class PromptFormat(Protocol):
-    """How a checkpoint is prompted and how its generations split into answers."""
-
-    name: str
-
-    def prompt(self, example: Example, m: int) -> str:
-        """Prompt text asking for ``m`` answers (m = 1: the single-answer prompt)."""
-
-    def answers(self, text: str, example: Example, m: int) -> list[str]:
-        """Exactly ``m`` answer strings of one generation (missing ones are ``""``)."""
-
-
-@dataclass
-class TaskFormat:
-    """The task's own prompts (``task.prompt``) and parser (``task.parse_chain``).
-
-    ``chat``: wrap the prompt in the tokenizer's chat template (a user turn plus the
-    generation prompt); needs ``tokenizer`` with a ``chat_template``.
-    """
-
-    task: Task
-    chat: bool = False
-    tokenizer: Any = None
-    name: str = "task"
-
-    def prompt(self, example: Example, m: int) -> str:
-        text = self.task.prompt(example, m)
-        if self.chat:
-            if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
-                raise ValueError("chat=True needs a tokenizer with a chat_template")
-            # enable_thinking=False as in `vpo train` (its chat_template_kwargs), so a thinking
-            # model (Qwen3) is evaluated on the prompts it was trained on; templates without
-            # that switch ignore the extra variable.
-            text = self.tokenizer.apply_chat_template([{"role": "user", "content": text}],
-                                                      add_generation_prompt=True, tokenize=False,
-                                                      enable_thinking=False)
-        return text
-
-    def answers(self, text: str, example: Example, m: int) -> list[str]:
-        return [text] if m == 1 else self.task.parse_chain(text, m)
-
-
-def load_format(model_dir: str | Path | None, task: Task, *, tokenizer: Any = None,
-                chat: bool | None = None) -> PromptFormat:
-    """The prompt format a checkpoint was trained on.
-
-    A checkpoint folder with ``vpo_format.json`` (written by ``vpo demo``) names its format,
-    e.g. the demo's compact maze format; otherwise the task's own prompts are used, wrapped in
-    the tokenizer's chat template when ``chat`` is True (None: when the tokenizer has one).
-    """
-    spec_path = Path(model_dir) / FORMAT_FILE if model_dir is not None else None
-    if spec_path is not None and spec_path.is_file():
-        spec = json.loads(spec_path.read_text())
-        if spec.get("format") == "maze-compact":
-            from vpo.demo.format import CompactMazeFormat
-
-            return CompactMazeFormat.from_dict(spec)
-        raise ValueError(f"{spec_path}: unknown prompt format {spec.get('format')!r}")
-    if chat is None:
-        chat = bool(getattr(tokenizer, "chat_template", None))
-    return TaskFormat(task, chat=chat, tokenizer=tokenizer)
 
 
 # ----- sampling ---------------------------------------------------------------------------

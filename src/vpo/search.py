@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from vpo import metrics as M
-from vpo.tasks.base import Example, Task
+from vpo.tasks.base import SOLVED_TOL, Example, Task
 
 __all__ = [
     "CURVE_NAMES",
@@ -67,8 +67,8 @@ __all__ = [
 CURVE_NAMES = ("best_at_k", "pass_at_k", "coverage_at_k")
 CURVE_TITLES = {"best_at_k": "best@k (task scalar)", "pass_at_k": "pass@k (all objectives at max)",
                 "coverage_at_k": "coverage@k (objectives reached)"}
-SOLVED_TOL = 1e-9
-"""A component counts as at its maximum when it is >= 1 - SOLVED_TOL."""
+# coverage@k counts a component at its maximum as ``Task.solved`` does; an answer is solved when
+# ``task.solved`` says so, the one definition ``vpo eval`` uses too.
 
 Selector = str | Sequence[float] | np.ndarray | Callable[[np.ndarray, str], float]
 
@@ -218,7 +218,7 @@ def pool_curves(vectors: Any, task: Task, ks: Sequence[int] | None = None) -> di
         raise ValueError(f"ks must lie in 1..{pool} (the pool size), got {ks_list}")
     scalars = np.asarray(task.scalar(arr), dtype=np.float64).reshape(pool)
     at_max = arr >= 1.0 - SOLVED_TOL                                  # (P, D)
-    solved = int(np.sum(np.all(at_max, axis=1)))
+    solved = sum(task.solved(row) for row in arr)
     return {
         "best_at_k": M.best_at_k_curve(scalars, ks_list),
         "pass_at_k": np.array([M.pass_at_k(pool, solved, k) for k in ks_list], dtype=np.float64),

@@ -41,7 +41,8 @@ class EvalConfig:
     temperature: float = field(default=0.7, metadata={"help": "sampling temperature"})
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling top-p"})
     max_new_tokens: int = field(default=0, metadata={
-        "help": "generation budget per chain (0: the demo format's own budget, else 256 x m)"})
+        "help": "generation budget per chain (0: the prompt format's own: 256 x m for the task's prompts, the "
+                "step budget for the demo's compact maze format)"})
     batch_size: int = field(default=256, metadata={"help": "chains per generate() call"})
     eval_weights: int = field(default=64, metadata={"help": "fixed Dirichlet(1) weights per example"})
     seed: int = field(default=0, metadata={"help": "sampling seed and evaluation-weight seed"})
@@ -142,10 +143,7 @@ def run_eval(cfg: EvalConfig) -> dict:
     fmt = load_format(None if gguf else model_dir, task, tokenizer=tokenizer, chat=cfg.chat)
     max_new = cfg.max_new_tokens
     if max_new <= 0:
-        if hasattr(fmt, "max_completion_tokens"):
-            max_new = fmt.max_completion_tokens(max(int(e.get("budget", 0)) for e in examples), cfg.answers)
-        else:
-            max_new = 256 * cfg.answers
+        max_new = fmt.completion_budget(examples, cfg.answers)
     pools = sample_pools(model, tokenizer, task, examples, m=cfg.answers, pool=cfg.pool,
                          temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=max_new,
                          batch_size=cfg.batch_size, fmt=fmt, seed=cfg.seed, progress=cfg.progress)

@@ -36,6 +36,9 @@ from vpo.chains import RewriteRule, dedup, pad_rows, parse_answers, rewrite_prom
 
 Example = dict[str, Any]
 
+SOLVED_TOL = 1e-9
+"""A component is at its maximum when it is >= 1 - SOLVED_TOL (float rounding of 1.0)."""
+
 
 class Task(ABC):
     """Base class of every task. Subclasses set the class attributes and implement
@@ -139,7 +142,7 @@ class Task(ABC):
         """True when every component is at its maximum (1): the one definition of "solved"
         (pass@k counts these)."""
         arr = np.asarray(vector, dtype=np.float64)
-        return bool(arr.size and np.all(arr >= 1.0 - 1e-9))
+        return bool(arr.size and np.all(arr >= 1.0 - SOLVED_TOL))
 
     def difficulty(self, example: Example) -> str | None:
         """The example's difficulty level for per-level search metrics, or None. Default: its
