@@ -73,7 +73,7 @@ def test_think_prefilled_option():
 
 
 def test_text_without_calls_earns_the_call_scores_only_when_no_call_is_due():
-    # issue #12.4 reverses the old all-zero score on NO_CALL (SPEC section 4: "no gold calls and
+    # issue #12.4 reverses the old all-zero score on NO_CALL (docs/algorithm.md §4: "no gold calls and
     # no predicted calls: the three call scores are 1"); format still needs <think>
     for text in ["", "   ", "Sure, where do you want to go?", "{\"name\": \"x\"}", None]:
         np.testing.assert_array_equal(TASK.score(text, NO_CALL), [0, 1, 1, 1])
@@ -277,7 +277,7 @@ def test_no_call_prompt_single_answer_and_chain():
     np.testing.assert_array_equal(TASK.score_chain("", NO_CALL, 1), [[0, 1, 1, 1]])
     np.testing.assert_array_equal(TASK.score_chain("garbage", NO_CALL, 1), [[0, 1, 1, 1]])
     np.testing.assert_array_equal(TASK.score_chain("<think>no tool fits</think>", NO_CALL, 1), [[1, 1, 1, 1]])
-    # in a chain a missing or blank block is no answer: a zero (padding) row, as SPEC section 3
+    # in a chain a missing or blank block is no answer: a zero (padding) row, as docs/algorithm.md §3
     # says and the release's score_multi does; a non-blank block without calls earns the call scores
     text = "<response_1>I would ask where.</response_1><response_2>  </response_2>"
     np.testing.assert_array_equal(TASK.score_chain(text, NO_CALL, 3), [[0, 1, 1, 1], [0, 0, 0, 0], [0, 0, 0, 0]])

@@ -180,7 +180,7 @@ def parse_answers(text: str, m: int, *, tag: str = "answer", fallbacks: bool = F
     Reads numbered blocks ``<{tag}_i>...</{tag}_i>`` for i = 1..m (tag name in any case:
     ``<ROUTE_1>`` is route 1; stripped; an unclosed
     block ends at the next numbered opening tag or the end of the text; see
-    ``_numbered_blocks``). With ``fallbacks=True`` (the maze's rules, SPEC section 3) and no
+    ``_numbered_blocks``). With ``fallbacks=True`` (the maze's rules, docs/algorithm.md §3) and no
     numbered opening tag anywhere in ``text``: split on ``---`` if that gives at least two
     non-blank parts, else take the closed ``<answer>...</answer>`` blocks (any case), else the whole
     (stripped) text is answer 1. Extra answers beyond m are dropped.

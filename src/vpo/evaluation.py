@@ -7,7 +7,7 @@ Usage::
     per_example = pool_metrics(pools.vectors, task, eval_weights=weights)   # dict of arrays
     entry = summarize([per_example], label="VPO", m=3)      # one method, one or more seeds
 
-SPEC section 5: k counts ANSWERS, not chains. A method with m answers per chain gets
+docs/algorithm.md §5: k counts ANSWERS, not chains. A method with m answers per chain gets
 ``pool // m`` chains per example, a single-answer method ``pool`` samples, so every pool holds
 the same number of answers. Each answer of a chain is scored on its own with ``task.score``
 (a missing answer scores the zero vector); duplicates inside a chain are kept as answers,

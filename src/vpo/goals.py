@@ -1,5 +1,5 @@
 """Goal conditioning: a per-prompt weight vector w written into the prompt (goal-conditioned
-GRPO, SPEC section 2).
+GRPO, docs/algorithm.md §2).
 
 Usage::
 

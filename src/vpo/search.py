@@ -11,7 +11,7 @@ Usage::
     curves = search_curves([pool_1, pool_2, ...], task)    # pools: (P, D_i) per example
     plot_search_curves({"GRPO": curves_a, "VPO": curves_b}, "curves.png")
 
-Shapes: P answers per example pool (n answers = n // m chains of m answers; SPEC section 5
+Shapes: P answers per example pool (n answers = n // m chains of m answers; docs/algorithm.md §5
 counts answers, not chains), D objectives (for code D = number of tests and varies per
 example, so pools are passed as a list of (P, D_i) arrays, never one stacked array).
 

@@ -6,7 +6,7 @@ Usage::
     vpo train --task musique --data data/musique_trl --model Qwen/Qwen3-1.7B --method grpo --lora
 
 The run uses ``vpo.integrations.trl.VPOTrainer`` (TRL's GRPOTrainer with the advantage
-replaced by the chosen estimator) and the paper's presets (SPEC section 7: lr 1e-6 constant,
+replaced by the chosen estimator) and the paper's presets (docs/algorithm.md §7: lr 1e-6 constant,
 AdamW (0.9, 0.999, wd 0.01), clip 0.2, KL 1e-3, G = 8, temperature 1, epochs per task, 2x the
 completion budget for m > 1); every preset is a flag. Data: ``--data`` names a TRL export
 (``prompt`` + ``example`` columns, from ``vpo data``; a ``datasets`` folder or a JSONL/JSON/
@@ -225,9 +225,10 @@ def train(cfg: TrainArgs, rl: Any) -> int:
     model, tokenizer = load_pretrained(cfg.model)
     grpo_overrides: dict[str, Any] = {}
     if cfg.chat_template and getattr(tokenizer, "chat_template", None):
+        # the task's chat turns, as verl and evaluation send them (toolcall: system + user)
         for row in rows:
             if isinstance(row["prompt"], str):
-                row["prompt"] = [{"role": "user", "content": row["prompt"]}]
+                row["prompt"] = task.messages(json.loads(row["example"]), answers)
         grpo_overrides["chat_template_kwargs"] = {"enable_thinking": False}
     dataset = Dataset.from_list(rows)
     args = rl.to_grpo_config(cfg.output_dir, task=task.name, answers=answers, **grpo_overrides)

@@ -41,7 +41,7 @@ def truncated_rollouts(completion_ids: list[list[int]], stop_ids: set[int]) -> l
 
 def zero_truncated(matrices: list[np.ndarray], cut: list[bool]) -> list[np.ndarray]:
     """The demo's format rule: a rollout cut at the token limit is unfinished and scores the
-    all-zero matrix (SPEC section 1: an unparseable rollout), so running on past the exit, or
+    all-zero matrix (docs/algorithm.md §1: an unparseable rollout), so running on past the exit, or
     never closing a chain, costs reward instead of being free."""
     return [np.zeros_like(mat) if is_cut else mat for mat, is_cut in zip(matrices, cut, strict=True)]
 

@@ -17,7 +17,7 @@ reward matrices (m_i, D) (or one (B, M, D) array), ``group_ids`` (B,) hashable l
 group is a prompt; its rollouts need not be contiguous). Options are keyword-only and
 checked: an unknown or inapplicable option raises ValueError naming it.
 
-Built-in estimators (SPEC sections 1-2; ``docs/algorithm.md`` has the formulas):
+Built-in estimators (``docs/algorithm.md`` §1-2 has the formulas):
 
 ==================== ========================================================== ==========================
 name                 per-rollout score                                          advantage default

@@ -1,4 +1,4 @@
-"""The paper's baselines (SPEC section 2), one function each, behind the same registry as VPO.
+"""The paper's baselines (docs/algorithm.md §2), one function each, behind the same registry as VPO.
 
 Usage::
 
@@ -269,7 +269,7 @@ def goal_conditioned(rewards: Any, group_ids: Any, *, goal_weights: Any = None, 
                      step: Any = None, weight_keys: Sequence[Hashable] | None = None, std: str = GRPO_NORM.std,
                      eps: float = GRPO_NORM.eps, degenerate: str = GRPO_NORM.degenerate,
                      scale: str = GRPO_NORM.scale) -> EstimatorResult:
-    """Goal-conditioned GRPO: random weighting whose w is written into the prompt (SPEC section 2).
+    """Goal-conditioned GRPO: random weighting whose w is written into the prompt (docs/algorithm.md §2).
 
     ``goal_weights`` are the weights the prompts stated: a mapping group label -> (D,) or a
     (B, D) array (one vector per group); the adapters read them from the examples

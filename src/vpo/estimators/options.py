@@ -66,7 +66,7 @@ def check_nonnegative(value: Any, name: str, *, allow_zero: bool = True) -> floa
 
 @dataclass(frozen=True)
 class WeightOptions:
-    """How the K weight vectors of a group are drawn (SPEC section 1). Invalid values raise at
+    """How the K weight vectors of a group are drawn (docs/algorithm.md §1). Invalid values raise at
     construction: an explicit ``num_weights=0`` or ``alpha=0`` is an error, never a default."""
 
     num_weights: int = field(default=100, metadata={"help": "Dirichlet weights K per group"})
@@ -120,7 +120,7 @@ class NormOptions:
 
 
 VPO_NORM = NormOptions("population", 1e-6, "zero", "group")
-"""The authors' VPO normalisation (SPEC section 1)."""
+"""The authors' VPO normalisation (docs/algorithm.md §1)."""
 GRPO_NORM = NormOptions("sample", 1e-6, "raw", "group")
 """verl's ``grpo`` (Bessel std, eps 1e-6, a one-member group gives s / (1 + eps))."""
 MAX_AT_K_NORM = NormOptions("sample", 1e-6, "none", "group")

@@ -1,4 +1,4 @@
-"""The VPO estimator (SPEC section 1): the set score of each rollout, then group z-norm.
+"""The VPO estimator (docs/algorithm.md §1): the set score of each rollout, then group z-norm.
 
 Usage::
 
@@ -69,7 +69,7 @@ def vpo(rewards: Any, group_ids: Any, *, num_weights: int | None = None, alpha: 
         weight_keys: Sequence[Hashable] | None = None, weights: Any = None, std: str = VPO_NORM.std,
         eps: float = VPO_NORM.eps, degenerate: str = VPO_NORM.degenerate,
         scale: str = VPO_NORM.scale) -> EstimatorResult:
-    """VPO (SPEC section 1): R = mean_k max_i w_k . r_i with K weights per group, group z-norm.
+    """VPO (docs/algorithm.md §1): R = mean_k max_i w_k . r_i with K weights per group, group z-norm.
 
     ``num_weights`` K, ``alpha``, ``sampler`` default to ``WeightOptions`` (100, 1.0, iid);
     ``seed`` and ``step`` key the weights per group (``vpo.weights.group_weights`` of the group

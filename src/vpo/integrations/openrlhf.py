@@ -11,7 +11,7 @@ Usage (full command in ``recipes/openrlhf/``)::
         --algo.advantage.estimator group_norm --rollout.n_samples_per_prompt 8
 
 OpenRLHF has no estimator registry, so VPO runs as "reward = the rollout's set score R_g,
-advantage = OpenRLHF's ``group_norm``" (Bessel std, eps 1e-9; SPEC section 1: the VPO work
+advantage = OpenRLHF's ``group_norm``" (Bessel std, eps 1e-9; docs/algorithm.md §1: the VPO work
 is all in the per-rollout score as long as a prompt's rollouts share the K weights).
 
 The file is loaded by ``importlib.util.spec_from_file_location("reward_func", path)``, so it

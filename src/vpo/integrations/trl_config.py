@@ -1,4 +1,4 @@
-"""TRL presets: the paper's RL hyperparameters (SPEC section 7) as a dataclass mapped onto TRL's
+"""TRL presets: the paper's RL hyperparameters (docs/algorithm.md §7) as a dataclass mapped onto TRL's
 ``GRPOConfig``. Light to import (torch and TRL load inside ``to_grpo_config``), so the CLI can
 build its flags from it.
 
@@ -16,11 +16,11 @@ from typing import Any
 __all__ = ["RLConfig", "TASK_EPOCHS"]
 
 TASK_EPOCHS: dict[str, float] = {"maze": 2, "musique": 1, "eureqa": 6, "toolcall": 20}
-"""Epochs per task in the paper's runs (SPEC section 7); other tasks default to 1."""
+"""Epochs per task in the paper's runs (docs/algorithm.md §7); other tasks default to 1."""
 
 @dataclass
 class RLConfig:
-    """RL hyperparameters with the paper's presets (SPEC section 7), mapped to TRL's
+    """RL hyperparameters with the paper's presets (docs/algorithm.md §7), mapped to TRL's
     ``GRPOConfig`` by ``to_grpo_config``. Fields left at None are resolved per task and number
     of answers. Importing this module stays cheap: torch and TRL load inside the method.
     """

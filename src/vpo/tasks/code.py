@@ -439,7 +439,7 @@ class CodeTask(FileTask):
         return programs + [""] * (m - len(programs))
 
     def dedup_key(self, answer: str, vector: np.ndarray, example: Example) -> Hashable:
-        """AST-identical programs count once (SPEC section 3)."""
+        """AST-identical programs count once (docs/algorithm.md §3)."""
         return program_key(self.answer_code(answer) or answer)
 
     @staticmethod

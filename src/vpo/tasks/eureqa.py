@@ -1,4 +1,4 @@
-"""EUREQA entity back-chaining: resolve five masked entities of a narrative (SPEC section 4).
+"""EUREQA entity back-chaining: resolve five masked entities of a narrative (docs/algorithm.md §4).
 
 Usage::
 

@@ -1,4 +1,4 @@
-"""MuSiQue multi-hop question answering with per-hop evidence rewards (SPEC section 4).
+"""MuSiQue multi-hop question answering with per-hop evidence rewards (docs/algorithm.md §4).
 
 Usage::
 

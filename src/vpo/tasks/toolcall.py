@@ -1,4 +1,4 @@
-"""Tool calling (ToolRL data, BFCL-style data): a 4-objective reward (SPEC section 4).
+"""Tool calling (ToolRL data, BFCL-style data): a 4-objective reward (docs/algorithm.md §4).
 
 Usage::
 
@@ -34,7 +34,7 @@ ties go to the prediction with the better arg_value, then to the earlier one, so
 calls align whatever their order.
 Gold calls left without a prediction, and predictions left without a gold call, are pairs
 scoring 0, so the means run over max(#gold, #predicted) pairs. With no gold calls and no
-predicted calls, the three call scores are 1 (SPEC section 4), whatever else the text holds:
+predicted calls, the three call scores are 1 (docs/algorithm.md §4), whatever else the text holds:
 on a prompt whose gold calls no tool, an empty or garbage answer scores ``[0, 1, 1, 1]``
 (format still needs ``<think>``), as in the release's reward. Inside an m-answer chain a
 missing or blank ``<response_i>`` block is not an answer: ``Task.score_chain`` drops it and
@@ -475,7 +475,7 @@ class ToolCallTask(FileTask):
         """[format, tool_name, arg_key, arg_value] of one answer text; never raises on text."""
         out = np.zeros(4, dtype=np.float64)
         # no early exit for text without tags: with no gold calls, "no call" is the right call
-        # (SPEC section 4), so garbage and empty answers earn the three call scores there
+        # (docs/algorithm.md §4), so garbage and empty answers earn the three call scores there
         parsed = parse_output(text if isinstance(text, str) else "", self.block)
         gold = example["gold_calls"]
         if gold:
