@@ -55,7 +55,7 @@ def test_vpo_train_and_vpotrainer_train_with_it(tmp_path, capsys):
     folder = _tiny_model_dir(tmp_path)
     out = tmp_path / "run"
     assert main(["train", "--task", "maze", "--task-params", "size=5", "--model", str(folder),
-                 "--method", "toy_centred", "--num-examples", "2", "--output-dir", str(out), "--max-steps", "2",
+                 "--method", "toy_centred", "--examples", "2", "--out", str(out), "--max-steps", "2",
                  "--num-generations", "2", "--per-device-train-batch-size", "2", "--max-completion-length", "6",
                  "--learning-rate", "1e-3", "--force-cpu", "--kl-beta", "0"]) == 0
     summary = json.loads([line for line in capsys.readouterr().out.splitlines() if line.startswith("{")][-1])

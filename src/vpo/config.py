@@ -11,7 +11,10 @@ Each config field carries its help text in ``field(metadata={"help": ...})``::
 
 Field ``foo_bar`` becomes ``--foo-bar``; bools become ``--foo-bar/--no-foo-bar``;
 ``list[str]``/``tuple[str, ...]`` fields take comma-separated values; ``choices`` may be a
-callable, evaluated when the parser is built (so registries filled after import count).
+callable, evaluated when the parser is built (so registries filled after import count);
+``aliases`` in the metadata are further spellings of the flag (old names keep working). The
+same concept has the same flag in every subcommand: ``--task-params``, ``--answers`` (m),
+``--pool`` (answers per example), ``--examples``, ``--source``, ``--out``, ``--method``.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ def _base_type(tp: Any) -> Any:
 
 
 def _split_csv(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
+    return _split_top_level(text)  # commas inside brackets or quotes stay: size=5,lava=[1,3]
 
 
 def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, *, skip: tuple[str, ...] = ()) -> None:
@@ -56,22 +59,23 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, *, skip: tupl
             continue
         tp = _base_type(hints[f.name])
         help_text = f.metadata.get("help", "")
+        flags = (_flag(f.name), *f.metadata.get("aliases", ()))  # old spellings keep working
         default = f.default if f.default is not dataclasses.MISSING else (
             f.default_factory() if f.default_factory is not dataclasses.MISSING else None  # type: ignore[misc]
         )
         if tp is bool:
-            parser.add_argument(_flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction,
+            parser.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction,
                                 default=default, help=help_text)
         elif _is_sequence(tp):
             (item_type, *_) = typing.get_args(tp) or (str,)
-            parser.add_argument(_flag(f.name), dest=f.name, default=default,
+            parser.add_argument(*flags, dest=f.name, default=default,
                                 type=lambda s, t=item_type: [t(x) for x in _split_csv(s)],
                                 help=f"{help_text} (comma-separated; default {','.join(map(str, default or []))})")
         else:
             choices = f.metadata.get("choices")
             if callable(choices):  # computed when the parser is built (e.g. the estimator registry)
                 choices = list(choices())
-            parser.add_argument(_flag(f.name), dest=f.name, type=tp if tp in (int, float, str) else str,
+            parser.add_argument(*flags, dest=f.name, type=tp if tp in (int, float, str) else str,
                                 default=default, choices=choices,
                                 help=f"{help_text} (default: {default})")
 

@@ -5,7 +5,7 @@ Usage::
     vpo data export maze --out data/maze --format verl            # 1000 train (seed 42), 100 test (seed 4242)
     vpo data export musique --out data/musique --format trl --answers 3 \\
         --source 'musique_ans_v1.0_{split}.jsonl' --train 20000 --test 300
-    vpo data export maze --out data/maze7 --size 7 --param reward_mode=convex_bonus
+    vpo data export maze --out data/maze7 --size 7 --task-params reward_mode=convex_bonus
     vpo data preview toolcall --answers 3
 
 The test split's seed is ``100 * seed + 42`` (``vpo.export.test_seed``). ``--size`` only
@@ -41,8 +41,8 @@ class ExportConfig:
     answers: int = field(default=1, metadata={"help": "answers per generation m (m > 1: multi-answer prompt)"})
     source: str | None = field(default=None,
                                metadata={"help": "data file/folder/HF dataset name for file-backed tasks"})
-    param: list[str] = field(default_factory=list,
-                             metadata={"help": "extra task parameters key=value (value JSON or text)"})
+    task_params: list[str] = field(default_factory=list, metadata={
+        "help": "task parameters key=value (value JSON or text)", "aliases": ("--param",)})
     method: str = field(default="", metadata={
         "help": "the estimator the data is for, when its prompts differ (goal_conditioned: each prompt states "
                 "its goal weights, also stored in the ground truth)"})
@@ -61,7 +61,8 @@ class PreviewConfig:
     size: int = field(default=9, metadata={"help": "grid size, for tasks that take one (maze)"})
     seed: int = field(default=42, metadata={"help": "seed of the split"})
     source: str | None = field(default=None, metadata={"help": "data file/folder/HF dataset name"})
-    param: list[str] = field(default_factory=list, metadata={"help": "extra task parameters key=value"})
+    task_params: list[str] = field(default_factory=list, metadata={
+        "help": "task parameters key=value (value JSON or text)", "aliases": ("--param",)})
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -82,7 +83,7 @@ def run_export(args: argparse.Namespace) -> int:
         if spec.conditions_prompt:
             goals = WeightOptions(alpha=cfg.alpha, seed=cfg.goal_seed)
     result = export(args.task, cfg.out, fmt=cfg.format, train=cfg.train, test=cfg.test, seed=cfg.seed,
-                    answers=cfg.answers, source=cfg.source, task_params=parse_params(cfg.param, "--param"),
+                    answers=cfg.answers, source=cfg.source, task_params=parse_params(cfg.task_params),
                     size=cfg.size, goals=goals)
     for split in ("train", "test"):
         if split in result:
@@ -96,7 +97,7 @@ def run_preview(args: argparse.Namespace) -> int:
     from vpo.export import make_task
 
     cfg = dataclass_from_args(PreviewConfig, args)
-    task, params = make_task(args.task, parse_params(cfg.param, "--param"), size=cfg.size)
+    task, params = make_task(args.task, parse_params(cfg.task_params), size=cfg.size)
     kwargs: dict[str, Any] = {"seed": cfg.seed}
     if cfg.source is not None:
         kwargs["source"] = cfg.source

@@ -51,12 +51,15 @@ class TrainArgs:
         default=None, metadata={"help": "answers per rollout m (default 3 for multi-answer estimators, else 1)"})
     task_params: list[str] = field(
         default_factory=list, metadata={"help": "task constructor parameters, key=value (e.g. size=5)"})
-    data: str | None = field(
-        default=None, metadata={"help": "training data: TRL export or raw task examples (default: the task's own)"})
-    num_examples: int | None = field(
-        default=None, metadata={"help": "use at most this many training examples (default: all; maze: 1000)"})
+    source: str | None = field(
+        default=None, metadata={"help": "training data: TRL export or raw task examples (default: the task's own)",
+                                "aliases": ("--data",)})
+    examples: int | None = field(
+        default=None, metadata={"help": "use at most this many training examples (default: all; maze: 1000)",
+                                "aliases": ("--num-examples",)})
     data_seed: int = field(default=42, metadata={"help": "seed of generated/subsampled training examples"})
-    output_dir: str = field(default="runs/train", metadata={"help": "checkpoint and log folder"})
+    out: str = field(default="runs/train", metadata={"help": "checkpoint and log folder (TRL's output_dir)",
+                                                     "aliases": ("--output-dir",)})
     lora: bool = field(default=False, metadata={"help": "train a LoRA adapter (peft) instead of all weights"})
     lora_rank: int = field(default=16, metadata={"help": "LoRA rank r"})
     lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha"})
@@ -220,7 +223,7 @@ def train(cfg: TrainArgs, rl: Any) -> int:
     spec = get_spec(cfg.method)
     answers = resolve_answers(cfg.method, cfg.answers)
     weight_options = WeightOptions(num_weights=cfg.num_weights, alpha=cfg.alpha, sampler=cfg.sampler, seed=rl.seed)
-    rows = build_train_rows(task, answers, data=cfg.data, n=cfg.num_examples, seed=cfg.data_seed,
+    rows = build_train_rows(task, answers, data=cfg.source, n=cfg.examples, seed=cfg.data_seed,
                             goals=weight_options if spec.conditions_prompt else None)
     model, tokenizer = load_pretrained(cfg.model)
     grpo_overrides: dict[str, Any] = {}
@@ -231,7 +234,7 @@ def train(cfg: TrainArgs, rl: Any) -> int:
                 row["prompt"] = task.messages(json.loads(row["example"]), answers)
         grpo_overrides["chat_template_kwargs"] = {"enable_thinking": False}
     dataset = Dataset.from_list(rows)
-    args = rl.to_grpo_config(cfg.output_dir, task=task.name, answers=answers, **grpo_overrides)
+    args = rl.to_grpo_config(cfg.out, task=task.name, answers=answers, **grpo_overrides)
 
     peft_config = None
     if cfg.lora:
@@ -251,12 +254,12 @@ def train(cfg: TrainArgs, rl: Any) -> int:
     summary = {"task": task.name, "method": cfg.method, "answers": answers, "steps": trainer.state.global_step,
                "first_reward": rewards[0] if rewards else None, "last_reward": rewards[-1] if rewards else None}
     if cfg.save:
-        trainer.save_model(cfg.output_dir)
-        tokenizer.save_pretrained(cfg.output_dir)
-        Path(cfg.output_dir, "vpo_train.json").write_text(json.dumps(
+        trainer.save_model(cfg.out)
+        tokenizer.save_pretrained(cfg.out)
+        Path(cfg.out, "vpo_train.json").write_text(json.dumps(
             {"train": {k: v for k, v in vars(cfg).items()}, "rl": rl.as_dict(), "summary": summary},
             indent=2, default=str))
     print(json.dumps(summary))
     if cfg.save:
-        print(f"saved to {cfg.output_dir}")
+        print(f"saved to {cfg.out}")
     return 0
