@@ -465,6 +465,64 @@ def test_non_move_tokens_ignored_or_strict():
     assert parse_moves("UP2 R3") == ["UP", "RIGHT"]  # digits separate, they are not counts
 
 
+
+@pytest.mark.parametrize(("text", "moves"), [
+    ("I'd go DOWN then RIGHT", ["DOWN", "RIGHT"]),             # the d of I'd is not a move
+    ("I'll take a route: R R D", ["RIGHT", "RIGHT", "DOWN"]),   # nor the ll of I'll; a is prose
+    ("we\u2019d go U", ["UP"]),                                # typographic apostrophe too
+    ("R's and D's", []),                                        # possessives are words
+    ("'D' 'R'", ["DOWN", "RIGHT"]),                             # quoted moves still count
+    ("D-D-R", ["DOWN", "DOWN", "RIGHT"]),                       # hyphens separate
+    ("Dé R", ["RIGHT"]),                                        # a non-ASCII letter joins the word
+    ("UP2 R3", ["UP", "RIGHT"]),
+    ("RRDD", ["RIGHT", "RIGHT", "DOWN", "DOWN"]),
+    ("UPDOWN", []),
+    ("a", []),
+])
+def test_move_words(text, moves):
+    assert parse_moves(text) == moves
+
+
+def test_strict_rejects_contractions():
+    assert parse_moves("I'd DOWN", strict=True) == []
+    assert parse_moves("DOWN, R -> r", strict=True) == ["DOWN", "RIGHT", "RIGHT"]
+
+
+def test_answer_region_case_and_unicode():
+    assert parse_moves("UP <Answer>down</ANSWER> LEFT") == ["DOWN"]
+    assert parse_moves("UP <answer>down</answer>", answer_block=False) == ["UP", "DOWN"]
+    # "İ".lower() is two characters: the region must not shift (it did with text.lower().find)
+    assert parse_moves("İİİ <answer>RIGHT</answer> DOWN") == ["RIGHT"]
+    # re.ASCII: the long s and the Kelvin sign do not spell the tag
+    assert parse_moves("<an\u017fwer>UP</an\u017fwer> DOWN") == ["UP", "DOWN"]
+    assert parse_moves("<answer>UP</answer> <answer>DOWN</answer>") == ["UP"]
+
+
+_MOVE_WORDS = st.sampled_from(["UP", "DOWN", "LEFT", "RIGHT", "up", "Down", "U", "d", "l", "R", "RRDD", "udlr"])
+_SEPARATORS = st.sampled_from([" ", ", ", "\n", " -> ", "; ", "1", " . ", "\t", "|"])
+_PROSE = st.sampled_from(["I'd", "I'll", "we'd", "you'll", "a", "then", "go", "UPDOWN", "R's", "Dé", "don't"])
+
+
+def _expected(word: str) -> list[str]:
+    up = word.upper()
+    return [up] if up in STEP else [{"U": "UP", "D": "DOWN", "L": "LEFT", "R": "RIGHT"}[ch] for ch in up]
+
+
+@settings(max_examples=300, deadline=None)
+@given(words=st.lists(_MOVE_WORDS, max_size=20), seps=st.lists(_SEPARATORS, min_size=21, max_size=21),
+       prose=st.lists(st.tuples(st.integers(0, 20), _PROSE), max_size=5))
+def test_parse_moves_property(words, seps, prose):
+    """Move words joined by any separators parse to their moves; prose words add none."""
+    expected = [move for word in words for move in _expected(word)]
+    tokens = list(words)
+    for position, word in sorted(prose, reverse=True):
+        tokens.insert(min(position, len(tokens)), word)
+    text = "".join(tok + seps[i % len(seps)] for i, tok in enumerate(tokens))
+    assert parse_moves(text) == expected
+    assert parse_moves(text, strict=True) == ([] if prose else expected)
+    assert parse_moves(f"think {text} <answer>{text}</answer> UP") == expected
+
+
 def test_parse_is_linear_and_fast():
     task = get_task("maze", size=9)
     ex = task.examples("test", 1)[0]
@@ -580,6 +638,39 @@ def test_validate_names_field_and_row(mutate, field):
         task.score(DIAMOND_ROUTE, ex)  # malformed data raises; model text never does
     with pytest.raises(ValueError, match="row 3"):
         task.validate([1, 2], 3)
+
+
+def test_scoring_validates_each_example_once(monkeypatch):
+    import vpo.tasks.maze.simulator as sim
+
+    calls = []
+    real = sim._validate
+    monkeypatch.setattr(sim, "_validate", lambda ex, row: (calls.append(row), real(ex, row))[1])
+    monkeypatch.setattr(sim, "_GRIDS", {})  # an empty cache: independent of the other tests
+    task = get_task("maze", size=5)
+    ex = _hand_maze(budget=17)  # content no other test uses, so the first score validates
+    for _ in range(50):
+        assert task.score(DIAMOND_ROUTE, ex).tolist() == [1, 0, 1, 1]
+    task.score_chain(f"<route_1>{DIAMOND_ROUTE}</route_1><route_2>{GOLD_ROUTE}</route_2>", ex, 3)
+    task.prompt(ex, m=3)
+    assert len(calls) == 1
+    # an equal copy decoded again from JSON (the verl reward function's case) is not re-validated
+    assert task.score(DIAMOND_ROUTE, json.loads(json.dumps(ex))).tolist() == [1, 0, 1, 1]
+    assert len(calls) == 1
+    # changing a field in place is new content: validated again, and the error names the field
+    ex["budget"] = 0
+    with pytest.raises(ValueError, match="field 'budget'"):
+        task.score(DIAMOND_ROUTE, ex)
+    ex["budget"] = 16  # again content no other test scores
+    assert task.score(DIAMOND_ROUTE, ex).tolist() == [1, 0, 1, 1]
+    assert len(calls) == 3
+    # generated examples are validated when loaded, so scoring them validates nothing
+    fresh = get_task("maze", size=7).examples("test", 3, seed=987654)
+    before = len(calls)
+    for example in fresh:
+        task.score("RIGHT", example)
+    assert len(calls) == before
+    assert len(sim._GRIDS) <= sim._CACHE_SIZE
 
 
 def test_parameters():

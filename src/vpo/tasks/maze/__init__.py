@@ -25,21 +25,24 @@ their parsed move lists are identical (``MazeTask.dedup_key``).
 
 The package, one module per concern:
 
-- ``generate``: ``MazeConfig`` and the per-size defaults, the two generator protocols ("paper":
+- ``generator``: ``MazeConfig`` and the per-size defaults, the two generator protocols ("paper":
   the authors' released generator call for call, default at size 9, so ``task.examples`` gives
   the paper's 1000 train / 100 test mazes; "vpo": this project's generator, default at every
   other size, unchanged so the CPU demo's mazes are too) and the split seeds.
-- ``simulate``: the walk, the reward, oracle routes, rendering, and the validate-once cache.
+- ``simulator``: the walk, the reward, oracle routes, rendering, and the validate-once cache.
 - ``parse``: moves out of model text.
 - ``schema``: tiles, objectives and the example validator.
 - ``task``: ``MazeTask`` (prompts, scoring, data).
+
+(The modules are not called ``generate`` / ``simulate`` so that they do not clash with the
+functions of those names exported here.)
 
 Shape glossary: M answers per chain (m), D objectives (4 here).
 """
 
 from __future__ import annotations
 
-from vpo.tasks.maze.generate import (
+from vpo.tasks.maze.generator import (
     PROTOCOLS,
     SIZE_DEFAULTS,
     SPLIT_SEEDS,
@@ -66,7 +69,7 @@ from vpo.tasks.maze.schema import (
     WALL,
     validate_example,
 )
-from vpo.tasks.maze.simulate import (
+from vpo.tasks.maze.simulator import (
     Trajectory,
     _reward,  # noqa: F401 - scripts/maze_headroom.py reuses the task's own reward formula
     checked_grid,

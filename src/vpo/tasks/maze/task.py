@@ -9,7 +9,7 @@ Usage::
     demo = get_task("maze", size=5)                  # CPU demo grid, protocol "vpo"
 
 Examples are validated when loaded (``examples``, ``validate``) and, for dicts that did not come
-from there, the first time scoring sees their content (``simulate.checked_grid``); scoring an
+from there, the first time scoring sees their content (``simulator.checked_grid``); scoring an
 answer then costs a cache lookup, the parse and the walk.
 """
 
@@ -23,7 +23,7 @@ import numpy as np
 from vpo.chains import RewriteRule
 from vpo.tasks import register_task
 from vpo.tasks.base import Example, Task
-from vpo.tasks.maze.generate import (
+from vpo.tasks.maze.generator import (
     PROTOCOLS,
     SPLIT_SEEDS,
     SPLIT_SIZES,
@@ -34,7 +34,7 @@ from vpo.tasks.maze.generate import (
 )
 from vpo.tasks.maze.parse import _answer_region, _iter_moves
 from vpo.tasks.maze.schema import OBJECTIVES, REWARD_MODES, _is_int, _validate
-from vpo.tasks.maze.simulate import (
+from vpo.tasks.maze.simulator import (
     Trajectory,
     checked_grid,
     oracle_routes,
@@ -103,7 +103,7 @@ class MazeTask(Task):
     Parameters: ``size`` (odd, >= 5; 9 is the paper's grid), ``reward_mode`` ("linear" |
     "convex_bonus", stamped on generated examples; scoring follows the example's own field),
     ``strict_moves`` (a non-move word in an answer zeroes it), ``protocol`` ("paper" | "vpo",
-    the generator; default "paper" for size 9, "vpo" otherwise; see ``vpo.tasks.maze.generate``),
+    the generator; default "paper" for size 9, "vpo" otherwise; see ``vpo.tasks.maze.generator``),
     and any ``MazeConfig`` field (``budget_slack=3``, ``lava=(1, 3)``, ...) to override the
     per-size defaults.
     """
@@ -151,7 +151,7 @@ class MazeTask(Task):
         return f"maze{self.size}-{kind}{split}-s{seed}-{index}"
 
     def iter_examples(self, seed: int, *, split: str = "stream") -> Iterator[Example]:
-        """Endless stream of the accepted mazes of ``seed`` (``generate.attempt_seeds``), with ids
+        """Endless stream of the accepted mazes of ``seed`` (``generator.attempt_seeds``), with ids
         (``example_id``): ``itertools.islice(task.iter_examples(step), 8)``.
 
         Under "paper" the attempt seeds count up from ``seed``, so the streams of seeds 0 and 1

@@ -67,7 +67,7 @@ from typing import Any
 
 from vpo.tasks.base import Example
 from vpo.tasks.maze.schema import BONUS, DIAMOND, EXIT, GOLD, LAVA, OPEN, REWARD_MODES, START, WALL
-from vpo.tasks.maze.simulate import _INF, _bfs, _Grid, _neighbours
+from vpo.tasks.maze.simulator import _INF, _bfs, _Grid, _neighbours
 
 __all__ = ["PROTOCOLS", "SIZE_DEFAULTS", "SPLIT_SEEDS", "SPLIT_SIZES", "MazeConfig", "attempt_seeds",
            "config_for_size", "default_protocol", "generate", "split_examples"]
