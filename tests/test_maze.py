@@ -671,6 +671,16 @@ def test_scoring_validates_each_example_once(monkeypatch):
         task.score("RIGHT", example)
     assert len(calls) == before
     assert len(sim._GRIDS) <= sim._CACHE_SIZE
+    # validate() is type-strict even for cached content (the cache compares numbers by value)
+    same = _hand_maze(budget=1)
+    task.score("", same)
+    with pytest.raises(ValueError, match="row 2: field 'budget'"):
+        task.validate(dict(same, budget=True), 2)
+    # rows loaded through validate() are compiled there: scoring them validates nothing more
+    loaded = task.validate(_hand_maze(budget=18), 0)
+    before = len(calls)
+    task.score(DIAMOND_ROUTE, loaded)
+    assert len(calls) == before
 
 
 def test_parameters():

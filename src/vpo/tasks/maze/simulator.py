@@ -295,19 +295,23 @@ def _content_key(example: Mapping[str, Any]) -> Hashable:
             None if bonus is None else tuple(bonus))
 
 
-def checked_grid(example: Any) -> _Grid:
+def checked_grid(example: Any, row: int | None = None, *, strict: bool = False) -> _Grid:
     """The compiled grid of ``example``, validating it the first time its content is seen.
 
-    Raises ValueError naming the field when the example is malformed (never cached).
+    ``strict`` validates even when the content is cached (the cache compares numbers by value,
+    so ``budget=True`` would match a validated ``budget=1``); ``MazeTask.validate`` uses it.
+    Raises ValueError naming the field (and ``row``) when the example is malformed (never cached).
     """
     try:
         key = _content_key(example)
         grid = _GRIDS.get(key)
     except Exception:  # noqa: BLE001 - malformed beyond hashing: the validator names the field
         key, grid = None, None
+    if grid is not None and not strict:
+        return grid
+    _validate(example, row)
     if grid is not None:
         return grid
-    _validate(example, None)
     grid = _Grid(example)
     if key is not None:
         with _GRIDS_LOCK:

@@ -136,7 +136,7 @@ class MazeTask(Task):
         _validate(example, row)
 
     def validate(self, example: Any, row: int | None = None) -> Example:
-        _validate(example, row)
+        checked_grid(example, row, strict=True)  # and compiles it: scoring it validates nothing
         return dict(example)
 
     def generate(self, seed: int) -> tuple[Example | None, str]:
