@@ -5,7 +5,7 @@ Usage::
     from vpo.tasks.maze import config_for_size, generate, split_examples
     example, reason = generate(42, config_for_size(9), protocol="paper")   # the paper's train maze 0
     mazes = split_examples(config_for_size(9), seed=42, n=1000, protocol="paper")  # its train split
-    example, reason = generate(7, config_for_size(5))                      # (None, "no_conflict") ...
+    example, reason = generate(4, config_for_size(5))                      # (None, "unreachable")
 
 Both protocols follow the SPEC's rules (section 4): a Prim's-algorithm maze, extra openings
 (cycles), S and E on opposite corners, gold / diamond corners, bonus B in the centre,
@@ -38,12 +38,17 @@ generator, kept unchanged so that every maze it ever produced (and the digests p
 tests) stays reproducible. Only ``random.Random.random()`` is used (the one stream the Python
 docs promise across versions); integers, shuffles and samples are derived from it here. A
 split draws attempt seeds from ``random.Random(seed)`` (``int(random() * 2**53)``) instead of
-counting up. Rejections: the paper's, except that the conflict check takes both corner orders
-(``d(S,G) + d(G,D) + d(D,E)`` and ``d(S,D) + d(D,G) + d(G,E)``: checking one order lets
-mazes through where a route reaching both corners fits), an interior with fewer than
-``lava[0]`` cells is rejected, and so is a maze where the greedy via-gold route collects no gold
-or the via-diamond route no diamond (well under 1% of draws). ``strict_conflict`` rejects
-before the lava draw.
+counting up. Rejections: the paper's (without the 90-step cap: any unreachable corner
+rejects), except that the conflict check takes both corner orders (``d(S,G) + d(G,D) + d(D,E)``
+and ``d(S,D) + d(D,G) + d(G,E)``: checking one order lets mazes through where a route reaching
+both corners fits; the paper's 1000 train mazes happen to pass both orders, 3 of 5000 "paper"
+mazes in general do not), an interior with fewer than ``lava[0]`` cells is rejected, and so is
+a maze where the greedy via-gold route collects no gold or the via-diamond route no diamond
+(well under 1% of draws). ``strict_conflict`` rejects before the lava draw.
+
+The "paper" protocol relies on ``randrange``, ``randint``, ``choice``, ``shuffle`` and
+``sample`` keeping their algorithms for integer arguments, as they have since Python 3.2; the
+pinned digests in tests/test_maze.py would show a change.
 
 Per-size defaults (5 follows the CPU prototype, 9 the paper, 7 interpolates; other odd sizes
 >= 11 scale the 9x9 counts by area)::
@@ -53,8 +58,9 @@ Per-size defaults (5 follows the CPU prototype, 9 the paper, 7 interpolates; oth
        7   (8, 13)            2  (2,4)              3  (2,3)          2            4    16-28
        9  (18, 28)            2  (3,5)              3  (3,5)          2            7    23-33
 
-Generation takes about 1 ms per accepted 9x9 maze ("paper", rejections included) and 0.2 /
-0.3 / 0.65 ms at 5 / 7 / 9 ("vpo") on one CPU core, so fresh mazes can be drawn every batch.
+Generation takes 0.10 / 0.16 / 0.25 ms per accepted maze at 5 / 7 / 9 ("paper") and 0.17 /
+0.28 / 0.45 ms ("vpo", whose oracle check costs more) of CPU time on one core, rejections
+included, so fresh mazes can be drawn every batch.
 """
 
 from __future__ import annotations
