@@ -18,7 +18,8 @@ Validation happens once per example: ``checked_grid`` validates an example the f
 content is seen and keeps the compiled ``_Grid`` in a bounded cache keyed by that content, so
 scoring many answers to one example (or to an equal copy decoded again from JSON, as the verl
 reward function does per rollout) validates it once. Before, every answer re-validated its
-example, 55% of the maze's scoring time.
+example (53% of the scoring time under cProfile) and rebuilt its grid; with the cache and the
+faster parser, the benchmark's maze mix scores about 60k answers per CPU-second instead of 17k.
 
 Cells are flat indices ``r * size + c`` inside this module; positions in examples are
 [row, col] lists.
