@@ -154,8 +154,9 @@ class MazeTask(Task):
         """Endless stream of the accepted mazes of ``seed`` (``generator.attempt_seeds``), with ids
         (``example_id``): ``itertools.islice(task.iter_examples(step), 8)``.
 
-        Under "paper" the attempt seeds count up from ``seed``, so the streams of seeds 0 and 1
-        share all but their first maze: space stream seeds far apart (e.g. ``step * 10**6``).
+        Under "paper" the attempt seeds count up from ``seed``, so the stream of seed s + 1 is
+        the stream of seed s without its first attempt: space stream seeds far apart (e.g.
+        ``step * 10**6``).
         """
         for index, example in enumerate(split_examples(self.config, seed, reward_mode=self.reward_mode,
                                                        protocol=self.protocol)):
