@@ -64,10 +64,7 @@ def _answer_region(text: str) -> str:
 
 
 def _word_moves(word: str) -> list[str] | None:
-    """Moves of one word, or None when it is not a move word."""
-    known = _COMMON.get(word)
-    if known is not None:
-        return known
+    """Moves of one word, or None when it is not a move word (``_COMMON`` is tried first)."""
     if not word.isascii():
         return None
     upper = word.upper()
