@@ -26,6 +26,8 @@ TARGET = 5000.0
 
 
 def _maze_answers(task, examples, rng):
+    # random routes of half, full and over-budget length plus a refusal, per maze; the mazes are
+    # the first 4 of the paper's test set (size 9 -> protocol "paper"), validated once at load
     moves = ("UP", "DOWN", "LEFT", "RIGHT")
     out = []
     for example in examples:
