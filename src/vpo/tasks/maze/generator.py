@@ -7,7 +7,7 @@ Usage::
     mazes = split_examples(config_for_size(9), seed=42, n=1000, protocol="paper")  # its train split
     example, reason = generate(4, config_for_size(5))                      # (None, "unreachable")
 
-Both protocols follow the SPEC's rules (section 4): a Prim's-algorithm maze, extra openings
+Both protocols follow the rules of docs/algorithm.md §4: a Prim's-algorithm maze, extra openings
 (cycles), S and E on opposite corners, gold / diamond corners, bonus B in the centre,
 budget = max(via_gold, via_diamond) + slack, conflict rejection, items in the corner zones, lava
 inside, a lava-free route must fit. They differ in how they draw random numbers and in a few
@@ -122,7 +122,7 @@ class MazeConfig:
     """budget = max(via_gold, via_diamond) + budget_slack."""
     strict_conflict: bool = False
     """Also reject a maze where some route could collect a gold tile AND a diamond tile within
-    the budget (the SPEC's corner check alone leaves that possible in about half the mazes)."""
+    the budget (the corner check of docs/algorithm.md §4 alone leaves that possible in about half the mazes)."""
 
     def __post_init__(self) -> None:
         def bad(field: str, why: str) -> ValueError:

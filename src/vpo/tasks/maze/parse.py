@@ -5,7 +5,7 @@ Usage::
     from vpo.tasks.maze import parse_moves
     parse_moves("I'd go <answer>DOWN d R r</answer>")   # ['DOWN', 'DOWN', 'RIGHT', 'RIGHT']
 
-Rules (SPEC section 4, answer = space-separated UP/DOWN/LEFT/RIGHT):
+Rules (docs/algorithm.md §4, answer = space-separated UP/DOWN/LEFT/RIGHT):
 
 - Region: if an ``<answer>`` block is present (tag matched case-insensitively, ASCII only; an
   unclosed block runs to the end of the text) only its content is read, else the whole text.

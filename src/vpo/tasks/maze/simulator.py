@@ -7,7 +7,7 @@ Usage::
     routes = oracle_routes(example)                 # {"safe": [...], "gold": [...], "diamond": [...]}
     print(render(example, routes["gold"]))          # the grid with the route drawn as *
 
-Rules (SPEC section 4): moves beyond ``budget`` are dropped; a move into a wall or off the grid
+Rules (docs/algorithm.md §4): moves beyond ``budget`` are dropped; a move into a wall or off the grid
 leaves the agent in place but spends the step; lava is walkable and each lava tile counts once;
 each item counts once; the route ENDS on the step that enters E (later moves are ignored, an
 item on a later step does not count). Reward (D = 4): all zero unless E is reached; then

@@ -214,7 +214,7 @@ class MazeTask(Task):
         return self._run_text(text, example).vector
 
     def dedup_key(self, answer: str, vector: np.ndarray, example: Example) -> Hashable:
-        """The parsed move list (SPEC section 3): routes that differ only after the exit, or in
+        """The parsed move list (docs/algorithm.md §3): routes that differ only after the exit, or in
         moves beyond the budget, are different routes."""
         moves = _iter_moves(_answer_region(answer), self.strict_moves) if isinstance(answer, str) else None
         return () if moves is None else tuple(moves)
