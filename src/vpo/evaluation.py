@@ -29,6 +29,9 @@ Metrics per example (all estimators exact, from ``vpo.metrics``):
 ``summarize`` turns per-example metrics of one method (one dict per training seed, same
 examples in the same order) into means with confidence intervals over examples and over
 seeds; ``paired`` gives paired differences between two methods on the same examples.
+
+Shape glossary: G examples (prompts, one group each), P answers per pool, M answers per chain
+(m), D objectives, K evaluation weights, L points of a curve, S training seeds.
 """
 
 from __future__ import annotations
@@ -54,10 +57,10 @@ CURVE_METRICS = ("best_at_k", "pref_best_at_k", "pass_at_k")
 
 @dataclass
 class Pools:
-    """Answer pools of one checkpoint on N examples.
+    """Answer pools of one checkpoint on G examples (prompts).
 
-    ``vectors``: (N, P, D) reward vectors, P = chains x m answers per example, chain-major
-    (answers of chain c are rows c*m .. c*m+m-1). ``texts``: N lists of the raw generations
+    ``vectors``: (G, P, D) reward vectors, P = chains x m answers per example, chain-major
+    (answers of chain c are rows c*m .. c*m+m-1). ``texts``: G lists of the raw generations
     (pool // m per example). ``completion_tokens``: mean generated tokens per chain;
     ``truncated``: fraction of chains that hit ``max_new_tokens`` without EOS.
     """
@@ -122,7 +125,7 @@ def sample_pools(model: Any, tokenizer: Any, task: Task, examples: Sequence[Exam
     if not examples:
         raise ValueError("no examples to evaluate")
     dims = {task.num_objectives(example) for example in examples}
-    if len(dims) > 1:  # the (N, P, D) pool array needs one D; ragged tasks go through vpo.search
+    if len(dims) > 1:  # the (G, P, D) pool array needs one D; ragged tasks go through vpo.search
         raise ValueError(f"task {task.name!r} has a different number of objectives per example "
                          f"({sorted(dims)}); use `vpo eval --search best-of-n` (vpo.search), "
                          "which handles ragged pools")
@@ -175,19 +178,19 @@ def sample_pools(model: Any, tokenizer: Any, task: Task, examples: Sequence[Exam
 # ----- metrics ------------------------------------------------------------------------------
 
 def example_weights(num_examples: int, dim: int, num: int = 64, *, seed: int = 0) -> np.ndarray:
-    """(N, E, D) fixed Dirichlet(1) evaluation weights, one set per example, reproducible from
+    """(G, K, D) fixed Dirichlet(1) evaluation weights, one set per example, reproducible from
     ``seed`` and the example's index (so every method meets the same weights on an example)."""
     return np.stack([M.evaluation_weights(num, dim, seed=seed * 1_000_003 + i) for i in range(num_examples)])
 
 
 def pool_metrics(vectors: np.ndarray, task: Task, *, eval_weights: np.ndarray) -> dict[str, np.ndarray]:
-    """Per-example metrics of pools ``vectors`` (N, P, D); ``eval_weights`` (N, E, D) or (E, D).
+    """Per-example metrics of pools ``vectors`` (G, P, D); ``eval_weights`` (G, K, D) or (K, D).
 
-    Returns a dict of arrays with leading axis N (see the module docstring for the keys).
+    Returns a dict of arrays with leading axis G (see the module docstring for the keys).
     """
     vectors = np.asarray(vectors, dtype=np.float64)
     if vectors.ndim != 3:
-        raise ValueError(f"vectors must be (N, P, D), got shape {vectors.shape}")
+        raise ValueError(f"vectors must be (G, P, D), got shape {vectors.shape}")
     n_ex, pool, dim = vectors.shape
     weights = np.asarray(eval_weights, dtype=np.float64)
     if weights.ndim == 2:
@@ -227,9 +230,9 @@ def _finite(x: float) -> float | None:
 def _stat(per_seed: list[np.ndarray]) -> dict[str, Any]:
     """Mean with CIs over examples (seed-averaged per example) and over seed means.
 
-    ``per_seed``: S arrays of shape (N,) or (N, L). Scalars give floats, curves lists."""
-    stack = np.stack([np.asarray(a, dtype=np.float64) for a in per_seed])       # (S, N[, L])
-    per_example = stack.mean(axis=0)                                             # (N[, L])
+    ``per_seed``: S arrays of shape (G,) or (G, L). Scalars give floats, curves lists."""
+    stack = np.stack([np.asarray(a, dtype=np.float64) for a in per_seed])       # (S, G[, L])
+    per_example = stack.mean(axis=0)                                             # (G[, L])
     seed_means = stack.mean(axis=1)                                              # (S[, L])
     if per_example.ndim == 1:
         return {"mean": float(per_example.mean()), "ci_examples": _ci(per_example),
@@ -265,7 +268,7 @@ def summarize(per_seed: Sequence[Mapping[str, np.ndarray]], *, label: str, m: in
 
 
 def seed_average(per_seed: Sequence[Mapping[str, np.ndarray]], key: str, k: int | None = None) -> np.ndarray:
-    """(N,) per-example value of ``key`` (at ``k`` for curves, 1-based), averaged over seeds."""
+    """(G,) per-example value of ``key`` (at ``k`` for curves, 1-based), averaged over seeds."""
     arrays = [np.asarray(d[key], dtype=np.float64) for d in per_seed]
     if k is not None:
         arrays = [a[:, k - 1] for a in arrays]

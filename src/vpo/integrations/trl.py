@@ -148,7 +148,7 @@ def group_weights(seed: int, key: str, step: int, num: int, dim: int, *, alpha: 
 
 
 def decode_examples(values: Sequence[Any]) -> list[Example]:
-    """Examples of a batch's ``example`` cells, each distinct cell decoded once (the G rollouts
+    """Examples of a batch's ``example`` cells, each distinct cell decoded once (the N rollouts
     of a prompt share one)."""
     decoded: dict[Any, Example] = {}
     out = []
@@ -208,7 +208,7 @@ class VPOReward:
     ``VPOReward(task, answers=m, seed=0, num_weights=100, alpha=1.0, sampler="iid")`` scores each
     completion with ``task.score_chain(text, example, m)`` -> (m, D) and returns
     R = mean_k max_i w_k . r_i, with the K weights of a prompt keyed on (seed, prompt, global
-    step) (``group_weights``: identical for all G rollouts of the prompt on every rank). Needs
+    step) (``group_weights``: identical for all N rollouts of the prompt on every rank). Needs
     the dataset column ``example``. Logs through TRL's ``log_metric``: ``vpo/objective/<name>``
     (best answer's value per objective, mean over rollouts), ``vpo/answers_parsed`` and
     ``vpo/duplicate_rate``. The weight options are ``WeightOptions``'s, checked the same way.

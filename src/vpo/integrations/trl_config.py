@@ -32,7 +32,7 @@ class RLConfig:
     weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay"})
     clip_epsilon: float = field(default=0.2, metadata={"help": "PPO clip range epsilon"})
     kl_beta: float = field(default=1e-3, metadata={"help": "KL penalty coefficient (0: no reference model)"})
-    num_generations: int = field(default=8, metadata={"help": "rollouts per prompt, the group size G"})
+    num_generations: int = field(default=8, metadata={"help": "rollouts per prompt N (G groups of N make a batch)"})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature of the rollouts"})
     per_device_train_batch_size: int = field(
         default=8, metadata={"help": "completions per device per micro-batch"})

@@ -53,7 +53,7 @@ ignored (use ``+algorithm.vpo_options.scale=none`` for centring without division
 
 Shared weights. verl passes no uid and no step to ``compute_score``; the weights of a prompt
 are ``vpo.weights.group_weights([extra_info["index"]], K, D, seed=seed, step=step)``, the
-project's one keying, so all G rollouts of a prompt use the same K weights (common random
+project's one keying, so all N rollouts of a prompt use the same K weights (common random
 numbers, docs/algorithm.md §1). ``step`` is ``extra_info["global_steps"]`` when the data carries it
 (a custom dataset or reward manager can add it); verl 0.9.1's reward loop does not, and then
 the step is ``FIXED``: a prompt keeps its K weights for the whole run (a fixed bank of K draws
