@@ -154,7 +154,8 @@ def test_plugin_registers_on_import_verl_in_a_fresh_process():
     info = json.loads(out.stdout.strip().splitlines()[-1])
     assert "vpo.integrations.verl_plugin" in info["entry_points"]
     assert info["loaded_by_verl"], "import verl did not load the vpo plugin (entry point missing or failing)"
-    assert info["same"] == {name: True for name in VERL_ESTIMATORS}
+    # the built-ins (a test module may have registered more estimators in this process only)
+    assert info["same"] == {name: True for name in VERL_ESTIMATORS if get_spec(name).fn.__module__.startswith("vpo.")}
     assert info["added_again"] == [] and info["unchanged"]
     assert info["grpo_kept"] == "verl.trainer.ppo.core_algos"
 
