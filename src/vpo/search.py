@@ -297,7 +297,7 @@ def run_search_eval(checkpoints: Sequence[tuple[str, Any]], task: Task, examples
     ``out_dir/search_curves.png`` and ``out_dir/search.json``; returns the JSON dict.
 
     ``checkpoints``: (label, model) pairs where model is a path (a folder, or a ``.gguf``
-    file; loaded with ``loader``, default ``vpo.models.load_pretrained``) or an already
+    file; loaded with ``loader``, default ``vpo.models.load_checkpoint``) or an already
     loaded ``(model, tokenizer)`` pair. A folder is prompted in the format it was trained on
     (``vpo.evaluation.load_format``: e.g. the demo's compact maze format). The JSON holds per label the curves and, per example,
     the selected answer's index, score and reward vector.
@@ -312,7 +312,7 @@ def run_search_eval(checkpoints: Sequence[tuple[str, Any]], task: Task, examples
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if loader is None:
-        from vpo.models import load_pretrained as loader
+        from vpo.models import load_checkpoint as loader
     report: dict[str, Any] = {"task": task.name, "n": n, "m": m, "temperature": temperature, "top_p": top_p,
                               "select": select if isinstance(select, str) else (
                                   "callable" if callable(select) else np.asarray(select).tolist()),

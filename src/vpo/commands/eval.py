@@ -68,41 +68,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def load_eval_model(path: str | Path) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` of a checkpoint for ``vpo eval``.
+    """``(model, tokenizer)`` of a checkpoint for ``vpo eval``: ``vpo.models.load_checkpoint``."""
+    from vpo.models import load_checkpoint
 
-    * a ``.gguf`` file: ``vpo.models.load_pretrained`` (de-quantised, EOS/pad fixed up);
-    * a LoRA adapter folder (``adapter_config.json``, what ``vpo train --lora`` saves): the base
-      model named in the folder's ``vpo_train.json`` (the exact ``--model`` of the run, which may
-      be a ``.gguf`` file), else in ``adapter_config.json``, loaded with ``load_pretrained`` like
-      training did, with the adapter merged in;
-    * any other folder: ``AutoModelForCausalLM``. Tokenizers load with ``load_tokenizer``, which
-      keeps a saved generic tokenizer generic (``AutoTokenizer`` would swap in a model-specific
-      class that re-tokenises differently, e.g. for a checkpoint trained from a GGUF file).
-    """
-    from transformers import AutoModelForCausalLM
-
-    from vpo.models import load_pretrained, load_tokenizer
-
-    path = Path(path)
-    if path.suffix == ".gguf" and path.is_file():
-        return load_pretrained(path)
-    tokenizer = load_tokenizer(path)
-    adapter_config = path / "adapter_config.json"
-    if not adapter_config.is_file():
-        return AutoModelForCausalLM.from_pretrained(path), tokenizer
-    from peft import PeftModel
-
-    base = None
-    record = path / "vpo_train.json"
-    if record.is_file():
-        base = json.loads(record.read_text()).get("train", {}).get("model")
-    base = base or json.loads(adapter_config.read_text()).get("base_model_name_or_path")
-    if not base:
-        raise ValueError(f"{path}: LoRA adapter without a base model (no vpo_train.json or base_model_name_or_path)")
-    model, _ = load_pretrained(base)
-    if len(tokenizer) > model.get_input_embeddings().num_embeddings:
-        model.resize_token_embeddings(len(tokenizer))
-    return PeftModel.from_pretrained(model, str(path)).merge_and_unload(), tokenizer
+    return load_checkpoint(path)
 
 
 def run_eval(cfg: EvalConfig) -> dict:

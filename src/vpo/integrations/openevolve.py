@@ -126,11 +126,11 @@ def clear_model_cache() -> None:
 def _load_cached(path: str, dtype: str, device: str) -> tuple[Any, Any]:
     key = (str(path), dtype, device)
     if key not in _MODEL_CACHE:
-        from vpo.models import load_pretrained
+        from vpo.models import load_checkpoint
 
         if not Path(path).exists():
             raise FileNotFoundError(f"model not found: {path} (a model folder or a .gguf file)")
-        model, tokenizer = load_pretrained(path, dtype=dtype)
+        model, tokenizer = load_checkpoint(path, dtype=dtype)
         model.to(device)
         model.eval()
         _MODEL_CACHE[key] = (model, tokenizer)
