@@ -68,7 +68,6 @@ single-answer method on an m-answer prompt; an unknown ``reward_kwargs`` option.
 from __future__ import annotations
 
 import json
-import math
 import threading
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
