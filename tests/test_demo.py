@@ -41,7 +41,7 @@ def test_compact_format_scores_oracle_routes(task):
 
 
 def test_oracle_reference_is_the_three_route_pool(task):
-    from vpo.demo.run import oracle_reference
+    from vpo.demo.results import oracle_reference
     from vpo.tasks.maze import oracle_routes, simulate
 
     examples = task.examples("test", 4)
@@ -56,7 +56,7 @@ def test_oracle_reference_is_the_three_route_pool(task):
 
 
 def test_distinct_answers_counts_routes_across_chains(task):
-    from vpo.demo.run import distinct_answers
+    from vpo.demo.results import distinct_answers
     from vpo.evaluation import Pools
 
     examples = task.examples("test", 2)
@@ -68,7 +68,7 @@ def test_distinct_answers_counts_routes_across_chains(task):
 
 
 def test_above_range_reads_the_crossing():
-    from vpo.demo.run import _above_range
+    from vpo.demo.results import _above_range
 
     def entry(curve):
         return {"pref_best_at_k": {"mean": curve}}
