@@ -408,20 +408,20 @@ class VPOTrainer(GRPOTrainer):
         options = dict(self.vpo_options)
         if "scalar" in spec.options:
             options.setdefault("scalar", self.vpo_task.scalar)
-        if spec.weights is not None:
-            # keyed on the prompt text, so two groups of one prompt get its weights, as VPOReward
-            options["weight_keys"] = list(keys)
-            if spec.weights == "per_step":
-                options["step"] = int(self.state.global_step)
-        elif "step" in spec.options:
-            options["step"] = int(self.state.global_step)
-        if spec.conditions_prompt:
+        if spec.conditions_prompt:  # the weights are the ones the prompts state, not drawn here
             if goals is None or any(g is None for g in goals):
                 raise ValueError(f"estimator {self.vpo_estimator_name!r} needs the goal weights its prompts state; "
                                  "build the data with goal weights (vpo train does; `vpo data export --method "
                                  f"{self.vpo_estimator_name}`)")
             options.pop("seed", None)
             options["goal_weights"] = np.stack(goals)
+        elif spec.weights is not None:
+            # keyed on the prompt text, so two groups of one prompt get its weights, as VPOReward
+            options["weight_keys"] = list(keys)
+            if spec.weights == "per_step":
+                options["step"] = int(self.state.global_step)
+        elif "step" in spec.options:
+            options["step"] = int(self.state.global_step)
         result = self.vpo_estimator(list(rewards), group_ids, **options)
         advantages = np.asarray(result.advantages, dtype=np.float64).reshape(-1)
         if advantages.shape[0] != total:
