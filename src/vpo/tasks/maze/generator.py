@@ -317,33 +317,8 @@ def _generate_vpo(seed: int, config: MazeConfig, reward_mode: str) -> tuple[Exam
     if safe > budget:
         return None, "no_safe_route"
 
-    chars = [OPEN if o else WALL for o in is_open]
-    for cell in gold:
-        chars[cell] = GOLD
-    for cell in diamond:
-        chars[cell] = DIAMOND
-    for cell in lava:
-        chars[cell] = LAVA
-    chars[start], chars[exit_], chars[centre] = START, EXIT, BONUS
-    example: Example = {
-        "size": size,
-        "grid": ["".join(chars[r * size:(r + 1) * size]) for r in range(size)],
-        "start": _pos(start, size),
-        "exit": _pos(exit_, size),
-        "budget": budget,
-        "gold": [_pos(c, size) for c in gold],
-        "diamond": [_pos(c, size) for c in diamond],
-        "lava": [_pos(c, size) for c in lava],
-        "bonus": _pos(centre, size),
-        "gold_corner": _pos(gold_corner, size),
-        "diamond_corner": _pos(diamond_corner, size),
-        "reward_mode": reward_mode,
-        "via_gold": via_gold,
-        "via_diamond": via_diamond,
-        "both_corners": both_corners,
-        "safe_distance": safe,
-        "seed": seed,
-    }
+    example = _example(size, is_open, start, exit_, centre, gold, diamond, lava, gold_corner, diamond_corner,
+                       reward_mode, budget, (via_gold, via_diamond), both_corners, safe, seed, protocol=None)
     grid = _Grid(example)
     if grid.collect_route(grid.gold)[1] == 0 or grid.collect_route(grid.diamond)[1] == 0:
         return None, "oracle"
@@ -464,8 +439,10 @@ def _mixed_fits(is_open: Sequence[bool], size: int, d_s: Sequence[int], d_e: Seq
 
 def _example(size: int, is_open: Sequence[bool], start: int, exit_: int, centre: int, gold: Sequence[int],
              diamond: Sequence[int], lava: Sequence[int], gold_corner: int, diamond_corner: int, reward_mode: str,
-             budget: int, via: tuple[int, int], both_corners: int, safe: int, seed: int) -> Example:
-    """The example dict (schema in ``vpo.tasks.maze.schema``) of a finished "paper" grid."""
+             budget: int, via: tuple[int, int], both_corners: int, safe: int, seed: int,
+             protocol: str | None = "paper") -> Example:
+    """The example dict (schema in ``vpo.tasks.maze.schema``) of a finished grid. "vpo" examples
+    carry no ``protocol`` key (``protocol=None``), so they stay byte for byte what they were."""
     chars = [OPEN if o else WALL for o in is_open]
     for cells, tile in ((gold, GOLD), (diamond, DIAMOND), (lava, LAVA)):
         for cell in cells:
@@ -489,8 +466,7 @@ def _example(size: int, is_open: Sequence[bool], start: int, exit_: int, centre:
         "both_corners": both_corners,
         "safe_distance": safe,
         "seed": seed,
-        "protocol": "paper",
-    }
+    } | ({"protocol": protocol} if protocol else {})
 
 
 # ----------------------------------------------------------------------------------------
