@@ -67,6 +67,7 @@ __all__ = [
     "group_weights",
     "parse_example",
     "prompt_key",
+    "score_and_log",
 ]
 
 EXPECTED_TRL_HOOKS: dict[str, tuple[str, ...]] = {
@@ -163,15 +164,6 @@ def decode_examples(values: Sequence[Any]) -> list[Example]:
     return out
 
 
-def _answer_stats(task: Task, text: str, m: int) -> tuple[int, int]:
-    """(non-empty answers parsed, textual duplicates among them) of one generation."""
-    if m == 1:
-        return (1 if text.strip() else 0), 0
-    answers = [" ".join(a.split()) for a in task.parse_chain(text, m)]
-    answers = [a for a in answers if a]
-    return len(answers), len(answers) - len(set(answers))
-
-
 def _row_values(kwargs: Mapping[str, Any], column: str, n: int) -> list[Any]:
     values = kwargs.get(column)
     if values is None:
@@ -182,21 +174,25 @@ def _row_values(kwargs: Mapping[str, Any], column: str, n: int) -> list[Any]:
     return list(values)
 
 
-def _log_chain_metrics(log: Callable[[str, float], None], task: Task, examples: Sequence[Example],
-                       texts: Sequence[str], matrices: Sequence[np.ndarray], m: int) -> None:
-    """Per-objective best-in-chain means, answers parsed per chain, duplicate rate."""
-    parsed = dup = 0
-    for text in texts:
-        n_ans, n_dup = _answer_stats(task, text, m)
-        parsed += n_ans
-        dup += n_dup
-    log("vpo/answers_parsed", parsed / max(len(texts), 1))
-    log("vpo/duplicate_rate", dup / parsed if parsed else 0.0)
-    names = task.objective_names(examples[0]) if examples else ()
-    if names and all(mat.shape[1] == len(names) for mat in matrices):
-        best = np.stack([mat.max(axis=0) if mat.size else np.zeros(len(names)) for mat in matrices])
-        for j, name in enumerate(names):
-            log(f"vpo/objective/{name}", float(best[:, j].mean()))
+def score_and_log(task: Task, texts: Sequence[str], examples: Sequence[Example], m: int,
+                  log: Callable[[str, float], None] | None) -> list[np.ndarray]:
+    """The (m, D) matrices of ``texts`` (one parse and one scoring each) and, through ``log``,
+    the chain metrics of that same pass: ``vpo/answers_parsed`` (non-blank answers per chain),
+    ``vpo/duplicate_rate`` (share of them the task's dedup drops) and ``vpo/objective/<name>``
+    (mean over chains of the best answer's value per objective)."""
+    stats: dict[str, int] = {}
+    matrices = [np.asarray(task.score_chain(t, ex, m, stats=stats), dtype=np.float64)
+                for t, ex in zip(texts, examples, strict=True)]
+    if callable(log):
+        parsed = stats.get("answers", 0)
+        log("vpo/answers_parsed", parsed / max(len(texts), 1))
+        log("vpo/duplicate_rate", stats.get("duplicates", 0) / parsed if parsed else 0.0)
+        names = task.objective_names(examples[0]) if examples else ()
+        if names and all(mat.shape[1] == len(names) for mat in matrices):
+            best = np.stack([mat.max(axis=0) if mat.size else np.zeros(len(names)) for mat in matrices])
+            for j, name in enumerate(names):
+                log(f"vpo/objective/{name}", float(best[:, j].mean()))
+    return matrices
 
 
 # ----------------------------------------------------------------------------------------------
@@ -237,8 +233,7 @@ class VPOReward:
         state = kwargs.get("trainer_state")
         step = int(getattr(state, "global_step", 0) or 0)
         texts = [completion_text(c) for c in completions]
-        matrices = [np.asarray(self.task.score_chain(t, ex, self.answers), dtype=np.float64)
-                    for t, ex in zip(texts, examples, strict=True)]
+        matrices = score_and_log(self.task, texts, examples, self.answers, kwargs.get("log_metric"))
         cache: dict[tuple[str, int], np.ndarray] = {}
         row_weights = []
         for prompt, matrix in zip(prompts, matrices, strict=True):
@@ -248,11 +243,7 @@ class VPOReward:
             row_weights.append(cache[key])
         from vpo.objective import set_scores
 
-        scores = [float(x) for x in set_scores(matrices, row_weights)] if matrices else []
-        log = kwargs.get("log_metric")
-        if callable(log):
-            _log_chain_metrics(log, self.task, examples, texts, matrices, self.answers)
-        return scores
+        return [float(x) for x in set_scores(matrices, row_weights)] if matrices else []
 
 
 class TaskScalarReward:
@@ -349,11 +340,11 @@ class VPOTrainer(GRPOTrainer):
     # -- the public hook -------------------------------------------------------------------------
     def score_rollouts(self, prompts: Sequence[Any], completions: Sequence[Any],
                        completion_ids: Sequence[Sequence[int]], examples: Sequence[Example]) -> list[np.ndarray]:
-        """The (m, D) reward matrix of each local completion. Override to change how rollouts are
-        scored (the demo zeroes truncated ones); the estimator, TRL's logged reward and the chain
-        metrics all read what this returns."""
-        return [np.asarray(self.vpo_task.score_chain(completion_text(c), ex, self.vpo_answers), dtype=np.float64)
-                for c, ex in zip(completions, examples, strict=True)]
+        """The (m, D) reward matrix of each local completion, each scored once (the chain metrics
+        are logged from the same pass). Override to change how rollouts are scored (the demo zeroes
+        truncated ones); the estimator and TRL's logged reward read what this returns."""
+        return score_and_log(self.vpo_task, [completion_text(c) for c in completions], examples, self.vpo_answers,
+                             self._log_metric)
 
     # -- TRL hook 1: score the local rollouts once; TRL's reward is the best answer's scalar -----
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -363,8 +354,6 @@ class VPOTrainer(GRPOTrainer):
         matrices = self.score_rollouts(prompts, completions, completion_ids_list, examples)
         if len(matrices) != len(completions):
             raise RuntimeError(f"score_rollouts returned {len(matrices)} matrices for {len(completions)} completions")
-        _log_chain_metrics(self._log_metric, self.vpo_task, examples, [completion_text(c) for c in completions],
-                           matrices, self.vpo_answers)
         goals = [_goal(ex) for ex in examples] if self.vpo_spec.conditions_prompt else [None] * len(matrices)
         self._vpo_batch = list(zip([prompt_key(p) for p in prompts], matrices, goals, strict=True))
         rewards = torch.tensor(self.vpo_reward.from_matrices(matrices), dtype=torch.float32,

@@ -113,22 +113,31 @@ class Task(ABC):
         """Answers of one chain with equal keys count once (default: identical reward vectors)."""
         return vector.tobytes()
 
-    def score_chain(self, text: str, example: Example, m: int) -> np.ndarray:
+    def score_chain(self, text: str, example: Example, m: int, *,
+                    stats: dict[str, int] | None = None) -> np.ndarray:
         """(m, D) reward matrix of one generation: parse, score, dedup, zero-pad.
 
         m = 1 scores the whole text as the single answer, so it is (1, D). Blank answers are
         dropped before scoring; the first of answers with equal ``dedup_key`` is kept. With
-        ``pad_chains`` False the matrix is (n <= m, D), one row per kept answer.
+        ``pad_chains`` False the matrix is (n <= m, D), one row per kept answer. ``stats``, when
+        given, accumulates ``answers`` (non-blank answers parsed) and ``duplicates`` (those the
+        dedup dropped), so a caller logs them without parsing the text again.
         """
         dim = self.num_objectives(example)
         if m == 1:
-            return self.score_batch([text if isinstance(text, str) else ""], example).reshape(1, dim)
+            text = text if isinstance(text, str) else ""
+            if stats is not None:
+                stats["answers"] = stats.get("answers", 0) + int(bool(text.strip()))
+            return self.score_batch([text], example).reshape(1, dim)
         answers = [a for a in self.parse_chain(text, m) if isinstance(a, str) and a.strip()]
         vectors = self.score_batch(answers, example) + 0.0  # + 0.0 folds -0.0 into 0.0 for the keys
         if vectors.shape != (len(answers), dim):
             raise ValueError(f"{self.name}: score_batch returned shape {vectors.shape} for "
                              f"{len(answers)} answers, expected ({len(answers)}, {dim})")
         kept = dedup(range(len(answers)), key=lambda i: self.dedup_key(answers[i], vectors[i], example))
+        if stats is not None:
+            stats["answers"] = stats.get("answers", 0) + len(answers)
+            stats["duplicates"] = stats.get("duplicates", 0) + len(answers) - len(kept)
         rows = vectors[kept].reshape(len(kept), dim)
         return pad_rows(rows, m, dim=dim) if self.pad_chains else rows
 
