@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from vpo.tasks.base import Example, Task
 
 __all__ = ["DEFAULT_TOKENS_PER_ANSWER", "FORMAT_FILE", "PromptFormat", "TaskFormat", "load_format",
-           "register_format"]
+           "recorded_task_params", "register_format", "resolve_task_params"]
 
 FORMAT_FILE = "vpo_format.json"
 """File in a checkpoint folder naming the prompt format it was trained on (and its task params)."""
@@ -120,3 +120,36 @@ def load_format(model_dir: str | Path | None, task: Task, *, tokenizer: Any = No
     if chat is None:
         chat = bool(getattr(tokenizer, "chat_template", None))
     return TaskFormat(task, chat=chat, tokenizer=tokenizer)
+
+
+def recorded_task_params(model_dir: str | Path) -> dict[str, Any] | None:
+    """The task parameters a checkpoint folder records (``vpo_format.json``, written by ``vpo
+    demo`` and kept by ``vpo train``), or None."""
+    spec_path = Path(model_dir) / FORMAT_FILE
+    if not spec_path.is_file():
+        return None
+    params = json.loads(spec_path.read_text()).get("task_params")
+    return dict(params) if isinstance(params, Mapping) else None
+
+
+def resolve_task_params(given: Mapping[str, Any], checkpoints: Sequence[str | Path],
+                        flag: str = "--task-params") -> dict[str, Any]:
+    """The task parameters to evaluate ``checkpoints`` with: what they record, completed by the
+    ``given`` ones. ValueError when two checkpoints record different parameters (their pools
+    would be on different examples) or when a given value contradicts a recorded one (e.g.
+    searching 9x9 mazes with a model trained on 5x5)."""
+    recorded: dict[str, Any] = {}
+    source: dict[str, str] = {}
+    for path in checkpoints:
+        params = recorded_task_params(path) if Path(path).is_dir() else None
+        for key, value in (params or {}).items():
+            if key in recorded and recorded[key] != value:
+                raise ValueError(f"checkpoints {source[key]} and {path} record different task parameters "
+                                 f"({key}={recorded[key]!r} and {key}={value!r}); search them separately")
+            recorded.setdefault(key, value)
+            source.setdefault(key, str(path))
+    for key, value in given.items():
+        if key in recorded and recorded[key] != value:
+            raise ValueError(f"{flag} {key}={value!r} contradicts {key}={recorded[key]!r} recorded by the checkpoint "
+                             f"{source[key]} ({FORMAT_FILE}); drop it from {flag} or pass the recorded value")
+    return {**recorded, **dict(given)}

@@ -14,7 +14,6 @@ plots/ and the pool (pool.npz + pool.npz.jsonl with the raw generations) under -
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,8 +81,9 @@ def run_eval(cfg: EvalConfig) -> dict:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
-    from vpo.evaluation import (FORMAT_FILE, example_weights, load_format, pool_metrics, sample_pools,
+    from vpo.evaluation import (example_weights, load_format, pool_metrics, sample_pools,
                                 summarize)
+    from vpo.formats import resolve_task_params
     from vpo.report import write_report
     from vpo.tasks import get_task
 
@@ -99,10 +99,7 @@ def run_eval(cfg: EvalConfig) -> dict:
         import transformers
 
         transformers.utils.logging.disable_progress_bar()
-    params = parse_params(cfg.task_params)
-    spec_path = model_dir / FORMAT_FILE
-    if not params and spec_path.is_file():
-        params = dict(json.loads(spec_path.read_text()).get("task_params", {}))
+    params = resolve_task_params(parse_params(cfg.task_params), [] if gguf else [model_dir])
     task = get_task(cfg.task, **params)
     examples = task.examples(cfg.split, cfg.examples, source=cfg.source or None)
     if not examples:

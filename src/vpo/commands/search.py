@@ -42,7 +42,9 @@ class BestOfNConfig:
     examples: int = field(default=20, metadata={"help": "number of examples"})
     pool: int = field(default=30, metadata={"help": "answers per example (pool // answers chains)",
                                             "aliases": ("--n",)})
-    answers: int = field(default=1, metadata={"help": "answers per chain m", "aliases": ("--m",)})
+    answers: list[int] = field(default_factory=lambda: [1], metadata={
+        "help": "answers per chain m: one for every --model, or one per --model (e.g. 1,3: GRPO against VPO)",
+        "aliases": ("--m",)})
     select: str = field(default="scalar", metadata={"help": "'scalar' or comma-separated weights, one per objective"})
     temperature: float = field(default=0.7, metadata={"help": "sampling temperature"})
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling"})
@@ -114,11 +116,21 @@ def run_best_of_n(cfg: BestOfNConfig) -> dict[str, Any]:
     from vpo.search import run_search_eval
     from vpo.tasks import get_task
 
+    from vpo.formats import resolve_task_params
+
     labels = _labels(cfg.model, cfg.labels)
-    task = get_task(cfg.task, **parse_params(cfg.task_params))
-    examples = task.examples(cfg.split, cfg.examples, seed=cfg.seed, source=cfg.source)
+    answers = list(cfg.answers) * len(cfg.model) if len(cfg.answers) == 1 else list(cfg.answers)
+    if len(answers) != len(cfg.model) or min(answers) < 1:
+        raise ValueError(f"--answers takes one positive m or one per --model ({len(cfg.model)}), got {cfg.answers}")
+    bad = [m for m in answers if cfg.pool % m]
+    if cfg.pool < 1 or bad:
+        raise ValueError(f"--pool ({cfg.pool}) must be a positive multiple of every --answers value (equal pools)")
+    parse_select(cfg.select)  # a malformed --select fails before any model loads
     checkpoints = [(label, _resolve_model(model)) for label, model in zip(labels, cfg.model, strict=True)]
-    report = run_search_eval(checkpoints, task, examples, cfg.out, n=cfg.pool, m=cfg.answers, select=parse_select(cfg.select),
+    params = resolve_task_params(parse_params(cfg.task_params), [path for _, path in checkpoints])
+    task = get_task(cfg.task, **params)
+    examples = task.examples(cfg.split, cfg.examples, seed=cfg.seed, source=cfg.source)
+    report = run_search_eval(checkpoints, task, examples, cfg.out, n=cfg.pool, m=answers, select=parse_select(cfg.select),
                              temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
                              batch_size=cfg.batch_size, seed=cfg.seed)
     for label, entry in report["checkpoints"].items():
@@ -179,7 +191,7 @@ def search_from_eval_config(kind: str, cfg: Any) -> dict[str, Any]:
     if kind == "best-of-n":
         return run_best_of_n(BestOfNConfig(
             task=cfg.task, task_params=getattr(cfg, "task_params", ""), model=models, labels=labels,
-            source=cfg.source or None, split=cfg.split, examples=cfg.examples, pool=cfg.pool, answers=cfg.answers,
+            source=cfg.source or None, split=cfg.split, examples=cfg.examples, pool=cfg.pool, answers=[cfg.answers],
             temperature=cfg.temperature, top_p=cfg.top_p,
             max_new_tokens=cfg.max_new_tokens if cfg.max_new_tokens > 0 else 256 * cfg.answers,
             batch_size=cfg.batch_size, seed=cfg.seed, out=cfg.out))
