@@ -278,6 +278,25 @@ def load_pretrained(path: str | Path, *, dtype: str = "float32") -> tuple[Any, A
     return model, tokenizer
 
 
+def check_model_path(model: str | Path, flag: str = "--model") -> None:
+    """Fail at once, naming ``flag``, when ``model`` is neither a local folder, a ``.gguf`` file nor
+    a hub id already in the local cache (the hub is not reachable: loading would retry for a
+    minute and then fail with a long traceback)."""
+    path = Path(model)
+    if path.exists():
+        return
+    text = str(model)
+    if text.endswith(".gguf") or text.startswith((".", "/", "~")) or text.count("/") != 1:
+        raise FileNotFoundError(f"{flag} {text}: no such folder or .gguf file")
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # pragma: no cover - transformers always brings it
+        return
+    if not isinstance(try_to_load_from_cache(text, "config.json"), str):
+        raise FileNotFoundError(f"{flag} {text}: not a local folder or .gguf file, and not a hub model in the local "
+                                "cache (the hub is not downloaded from here)")
+
+
 def load_checkpoint(path: str | Path, *, dtype: str = "float32") -> tuple[Any, Any]:
     """``(model, tokenizer)`` of a checkpoint to sample from: the one loader of ``vpo eval``,
     ``vpo search`` and the OpenEvolve adapter.

@@ -218,16 +218,32 @@ def train(cfg: TrainArgs, rl: Any) -> int:
     from vpo.tasks import get_task
 
     from vpo.estimators import get_spec
+    from vpo.formats import FORMAT_FILE, TaskFormat, load_format, resolve_task_params
+    from vpo.models import check_model_path
 
-    task = get_task(cfg.task, **parse_params(cfg.task_params))
+    check_model_path(cfg.model)
+    model_dir = Path(cfg.model) if Path(cfg.model).is_dir() else None
+    # a checkpoint that records its task (the demo's) is trained on that task, in its own format
+    params = resolve_task_params(parse_params(cfg.task_params), [model_dir] if model_dir else [])
+    task = get_task(cfg.task, **params)
     spec = get_spec(cfg.method)
     answers = resolve_answers(cfg.method, cfg.answers)
     weight_options = WeightOptions(num_weights=cfg.num_weights, alpha=cfg.alpha, sampler=cfg.sampler, seed=rl.seed)
     rows = build_train_rows(task, answers, data=cfg.source, n=cfg.examples, seed=cfg.data_seed,
                             goals=weight_options if spec.conditions_prompt else None)
     model, tokenizer = load_pretrained(cfg.model)
+    fmt = load_format(model_dir, task, tokenizer=tokenizer, chat=False)
     grpo_overrides: dict[str, Any] = {}
-    if cfg.chat_template and getattr(tokenizer, "chat_template", None):
+    if not isinstance(fmt, TaskFormat):
+        if spec.conditions_prompt:
+            raise ValueError(f"--method {cfg.method} states goal weights in the task's prompts, but {cfg.model} was "
+                             f"trained on the {fmt.name!r} prompt format, which has no place for them")
+        examples = [json.loads(row["example"]) for row in rows]
+        for row, example in zip(rows, examples, strict=True):
+            row["prompt"] = fmt.prompt(example, answers)
+        if rl.max_completion_length is None:
+            grpo_overrides["max_completion_length"] = fmt.completion_budget(examples, answers)
+    elif cfg.chat_template and getattr(tokenizer, "chat_template", None):
         # the task's chat turns, as verl and evaluation send them (toolcall: system + user)
         for row in rows:
             if isinstance(row["prompt"], str):
@@ -259,6 +275,10 @@ def train(cfg: TrainArgs, rl: Any) -> int:
         Path(cfg.out, "vpo_train.json").write_text(json.dumps(
             {"train": {k: v for k, v in vars(cfg).items()}, "rl": rl.as_dict(), "summary": summary},
             indent=2, default=str))
+        if model_dir is not None and (model_dir / FORMAT_FILE).is_file():  # keep the prompt format and task
+            record = json.loads((model_dir / FORMAT_FILE).read_text())
+            record.update(task=task.name, task_params=params, method=cfg.method)
+            Path(cfg.out, FORMAT_FILE).write_text(json.dumps(record, indent=1, sort_keys=True))
     print(json.dumps(summary))
     if cfg.save:
         print(f"saved to {cfg.out}")
