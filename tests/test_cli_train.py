@@ -149,3 +149,13 @@ def test_a_missing_model_fails_at_once_in_one_line(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert "--model" in err and len(err.splitlines()) == 1 and "Traceback" not in err
     assert time.perf_counter() - start < 10
+
+
+def test_a_verl_export_given_to_train_is_named(tmp_path, capsys):
+    from vpo.export import export
+
+    export("maze", tmp_path / "data", fmt="verl", train=2, test=0, size=5)
+    assert main(["train", "--task", "maze", "--task-params", "size=5", "--model", str(tmp_path),
+                 "--source", str(tmp_path / "data" / "train.parquet")]) == 2
+    err = capsys.readouterr().err
+    assert "looks like a verl export" in err and "--format trl" in err

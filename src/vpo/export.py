@@ -167,22 +167,52 @@ def _examples(task: Task, split: str, n: int, seed: int, source: str | None) -> 
 
 def export(task_name: str, out_dir: str | os.PathLike[str], *, fmt: str = "verl", train: int = 1000,
            test: int = 100, seed: int = 42, answers: int = 1, source: str | None = None,
-           task_params: Mapping[str, Any] | None = None, size: int | None = 9, goals: Any = None) -> dict[str, Any]:
-    """Write ``train.parquet`` and ``test.parquet`` for ``task_name`` into ``out_dir``.
+           task_params: Mapping[str, Any] | None = None, size: int | None = 9, goals: Any = None,
+           overlap: bool = False) -> dict[str, Any]:
+    """Write ``train.parquet`` and ``test.parquet`` for ``task_name`` into ``out_dir``, and
+    ``export.json`` (what was asked, what was written, and why any split is short).
 
     ``size`` goes to tasks whose constructor takes it (maze). Train rows use ``seed``, test
-    rows ``test_seed(seed)``. A split asked for 0 rows is skipped. File-backed tasks return
-    at most what the source holds. Returns ``{"train": path, "test": path, "counts": {...},
-    "task_params": {...}, "seeds": {...}}``. ``goals`` as in ``export_rows``.
+    rows ``test_seed(seed)``. A split asked for 0 rows is skipped. The splits never share an
+    example (by ``example_key``) unless ``overlap``: when a source serves the same rows to
+    both splits (a single file, the shipped fixtures, HumanEval), the test split is drawn first
+    and train gets the rest. A split may hold fewer rows than asked (a small source); the
+    result's ``short`` says so. Returns ``{"train": path, "test": path, "counts": {...},
+    "requested": {...}, "short": [...], "task_params": {...}, "seeds": {...}}``. ``goals`` as in
+    ``export_rows``.
     """
     task, params = make_task(task_name, task_params, size=size)
     seeds = {"train": int(seed), "test": test_seed(seed)}
-    result: dict[str, Any] = {"counts": {}, "task_params": params, "seeds": seeds}
-    for split, n in (("train", train), ("test", test)):
+    requested = {"train": int(train), "test": int(test)}
+    result: dict[str, Any] = {"counts": {}, "requested": requested, "task_params": params, "seeds": seeds,
+                              "short": [], "overlap_removed": 0}
+    chosen: dict[str, list[Example]] = {}
+    for split in ("test", "train"):  # test first: with a shared source, train gets what test did not take
+        n = requested[split]
         if n <= 0:
             continue
-        examples = _examples(task, split, n, seeds[split], source)
-        rows = export_rows(task, examples, split=split, fmt=fmt, answers=answers, task_params=params, goals=goals)
+        if overlap or "test" not in chosen:
+            chosen[split] = _examples(task, split, n, seeds[split], source)
+            continue
+        taken = {example_key(ex, "test", i) for i, ex in enumerate(chosen["test"])}
+        pool = _examples(task, split, n + len(taken), seeds[split], source)
+        kept = [ex for i, ex in enumerate(pool) if example_key(ex, split, i) not in taken or "id" not in ex]
+        result["overlap_removed"] = len(pool) - len(kept)
+        chosen[split] = kept[:n]
+    for split in ("train", "test"):
+        if split not in chosen:
+            continue
+        rows = export_rows(task, chosen[split], split=split, fmt=fmt, answers=answers, task_params=params,
+                           goals=goals)
         result[split] = write_parquet(rows, Path(out_dir) / f"{split}.parquet")
         result["counts"][split] = len(rows)
+        if len(rows) < requested[split]:
+            result["short"].append(f"{split}: {len(rows)} rows written, {requested[split]} asked (the source "
+                                   + ("holds no more" if not result["overlap_removed"] or split == "test" else
+                                      f"holds no more once the {result['overlap_removed']} test examples are left "
+                                      "out") + ")")
+    meta = {k: (str(v) if isinstance(v, Path) else v) for k, v in result.items()}
+    meta.update(task=task.name, format=fmt, answers=int(answers), source=source, overlap=bool(overlap))
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    (Path(out_dir) / "export.json").write_text(json.dumps(meta, indent=1, default=str))
     return result

@@ -47,6 +47,9 @@ class ExportConfig:
         "help": "the estimator the data is for, when its prompts differ (goal_conditioned: each prompt states "
                 "its goal weights, also stored in the ground truth)"})
     goal_seed: int = field(default=0, metadata={"help": "seed of the goal weights (--method goal_conditioned)"})
+    overlap: bool = field(default=False, metadata={
+        "help": "let train and test share examples (by default a source that serves both splits the same rows is "
+                "split: test first, train gets the rest)"})
     alpha: float = field(default=WeightOptions.alpha,
                          metadata={"help": "Dirichlet concentration of the goal weights (--method goal_conditioned)"})
 
@@ -84,10 +87,15 @@ def run_export(args: argparse.Namespace) -> int:
             goals = WeightOptions(alpha=cfg.alpha, seed=cfg.goal_seed)
     result = export(args.task, cfg.out, fmt=cfg.format, train=cfg.train, test=cfg.test, seed=cfg.seed,
                     answers=cfg.answers, source=cfg.source, task_params=parse_params(cfg.task_params),
-                    size=cfg.size, goals=goals)
+                    size=cfg.size, goals=goals, overlap=cfg.overlap)
     for split in ("train", "test"):
         if split in result:
             print(f"{split}: {result['counts'][split]} rows (seed {result['seeds'][split]}) -> {result[split]}")
+    if result["overlap_removed"]:
+        print(f"train and test share a source: the {result['overlap_removed']} test examples were left out of train "
+              "(--overlap keeps them)")
+    for line in result["short"]:
+        print(f"warning: {line}")
     print(f"task {args.task} params {json.dumps(result['task_params'])}, format {cfg.format}, "
           f"answers {cfg.answers}")
     return 0

@@ -138,6 +138,9 @@ def build_train_rows(task: Any, answers: int, *, data: str | None = None, n: int
 
     rows = []
     for i, row in enumerate(raw):
+        if isinstance(row, dict) and "reward_model" in row and "data_source" in row and "example" not in row:
+            raise ValueError(f"{data}: row {i} looks like a verl export (data_source, prompt, reward_model, "
+                             "extra_info); `vpo train` reads the TRL layout: `vpo data export TASK --format trl`")
         if "prompt" in row and "example" in row:
             if row.get("task") not in (None, task.name):
                 raise ValueError(f"row {i}: the data is for task {row['task']!r}, not {task.name!r}")
