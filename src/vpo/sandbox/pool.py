@@ -241,6 +241,9 @@ class _Worker:
                             continue
                         if entry.get("done") is True:
                             dirty = entry.get("dirty")
+                            cpu = entry.get("cpu")
+                            if isinstance(cpu, list) and len(cpu) == 2 and all(isinstance(c, float) for c in cpu):
+                                _note_cpu(self, float(cpu[0]), float(cpu[1]))
                             outcome, detail = ("dirty", str(dirty)) if dirty is not None else ("done", "")
                             break
                         if entry.get("ready") is True and not self.ready:
@@ -302,6 +305,27 @@ class _Worker:
         if self.workdir is not None:
             _remove_tree(self.workdir)
             self.workdir = None
+
+
+_cpu_lock = threading.Lock()
+_cpu_seen: dict[int, tuple[float, float]] = {}
+_cpu_total = [0.0]
+
+
+def _note_cpu(worker: _Worker, own: float, children: float) -> None:
+    """Add what a worker's sandbox used since its last report (as reported from inside it)."""
+    with _cpu_lock:
+        last = _cpu_seen.get(id(worker), (0.0, 0.0))
+        _cpu_total[0] += max(0.0, own - last[0]) + max(0.0, children - last[1])
+        _cpu_seen[id(worker)] = (own, children)
+
+
+def sandbox_cpu_seconds() -> float:
+    """CPU seconds used inside the sandboxes so far (worker, leaders, tests), as the workers
+    report after each program; for benchmarks (a worker's last program before it died or was
+    replaced is not counted)."""
+    with _cpu_lock:
+        return _cpu_total[0]
 
 
 # ----- the pool ----------------------------------------------------------------------------------
