@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import struct
 import subprocess
 import sys
 import threading
@@ -86,10 +87,55 @@ def _root_binds(python: str) -> list[str]:
     return args
 
 
-def _bwrap_command(python: str, tmp_size_mb: int) -> list[str]:
+# seccomp filter (classic BPF) denying, with EPERM, the kernel keyring calls (add_key,
+# request_key, keyctl) and every syscall of a foreign ABI (i386, x32) that could reach them
+# under another number. Keys outlive the namespaces of the process that made them (the kernel
+# collects them minutes later) and their descriptions are listed to every process of the uid
+# in ``/proc/keys``: without this filter one program could leave a message for the next.
+_KEY_SYSCALLS = {"x86_64": (0xC000003E, (248, 249, 250)), "aarch64": (0xC00000B7, (217, 218, 219))}
+_SECCOMP_ALLOW = 0x7FFF0000
+_SECCOMP_EPERM = 0x00050000 | 1
+
+
+def _seccomp_filter() -> bytes | None:
+    """The filter as bwrap's ``--seccomp`` reads it (struct sock_filter[]), None on other
+    architectures."""
+    arch = _KEY_SYSCALLS.get(os.uname().machine)
+    if arch is None:
+        return None
+    audit_arch, (add_key, request_key, keyctl) = arch
+    ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    program = [
+        (ld_abs, 0, 0, 4),                 # 0: seccomp_data.arch
+        (jeq, 1, 0, audit_arch),           # 1: native ABI: go on at 3
+        (ret, 0, 0, _SECCOMP_EPERM),       # 2: foreign ABI: denied
+        (ld_abs, 0, 0, 0),                 # 3: seccomp_data.nr
+        (jge, 4, 0, 0x40000000),           # 4: x32 numbers: denied (9)
+        (jeq, 3, 0, add_key),              # 5
+        (jeq, 2, 0, request_key),          # 6
+        (jeq, 1, 0, keyctl),               # 7
+        (ret, 0, 0, _SECCOMP_ALLOW),       # 8
+        (ret, 0, 0, _SECCOMP_EPERM),       # 9
+    ]
+    return b"".join(struct.pack("=HBBI", *insn) for insn in program)
+
+
+def _seccomp_fd() -> int | None:
+    """A new file descriptor holding ``_seccomp_filter()`` at offset 0 (the caller closes it)."""
+    data = _seccomp_filter()
+    if data is None or not hasattr(os, "memfd_create"):
+        return None
+    fd = os.memfd_create("vpo-seccomp", 0)
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _bwrap_command(python: str, tmp_size_mb: int, seccomp_fd: int | None = None) -> list[str]:
     bwrap = shutil.which("bwrap") or "/usr/bin/bwrap"
     tmp_bytes = int(tmp_size_mb) * 1024 * 1024
-    return [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+    seccomp = ["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []
+    return [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", *seccomp,
             # The command is the pid namespace's init: signals from inside the namespace that
             # it does not handle (SIGKILL included) never reach it, and its exit ends the
             # namespace with every process in it.
@@ -123,12 +169,16 @@ def _probe_bwrap() -> tuple[bool, str]:
     if shutil.which("bwrap") is None:
         return False, "bwrap not found (install Debian's bubblewrap)"
     python = _interpreter()
-    cmd, kwargs = _as_sandbox_user(_bwrap_command(python, 64) + [python, "-c", "print(6 * 7)"])
+    seccomp_fd = _seccomp_fd()
+    cmd, kwargs = _as_sandbox_user(_bwrap_command(python, 64, seccomp_fd) + [python, "-c", "print(6 * 7)"])
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=30, env=_environment(),
-                              cwd="/", **kwargs)
+                              cwd="/", pass_fds=() if seccomp_fd is None else (seccomp_fd,), **kwargs)
     except (OSError, subprocess.SubprocessError) as exc:
         return False, f"bwrap failed to start: {exc}"
+    finally:
+        if seccomp_fd is not None:
+            os.close(seccomp_fd)
     if done.returncode != 0 or done.stdout.strip() != "42":
         return False, f"bwrap probe failed (rc {done.returncode}): {done.stderr.strip()[:200]}"
     return True, ""

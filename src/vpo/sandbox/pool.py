@@ -35,7 +35,7 @@ from typing import Any
 
 from vpo.sandbox.compare import verdict
 from vpo.sandbox.isolation import (_as_sandbox_user, _bwrap_command, _count_processes_of, _environment,
-                                   _interpreter, _sandbox_user)
+                                   _interpreter, _sandbox_user, _seccomp_fd)
 from vpo.sandbox.limits import Limits, Verdict
 
 _DRIVER_PATH = Path(__file__).with_name("driver.py")
@@ -137,8 +137,10 @@ class _Worker:
         else:
             driver, bundle = [python, "-s", "-B", "-c", _driver_source()], b""
         self._unsent = bundle
+        seccomp_fd = None
         if isolation == "bwrap":
-            cmd, cwd = _bwrap_command(python, tmp_size_mb) + driver, "/"
+            seccomp_fd = _seccomp_fd()
+            cmd, cwd = _bwrap_command(python, tmp_size_mb, seccomp_fd) + driver, "/"
         else:
             # Without bubblewrap: a private directory per worker, emptied by the worker after
             # every program.
@@ -152,11 +154,15 @@ class _Worker:
         try:
             self.proc = _spawn(lambda: subprocess.Popen(
                 cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0,
-                env=_environment(), cwd=cwd, start_new_session=True, close_fds=True, **kwargs))
+                env=_environment(), cwd=cwd, start_new_session=True, close_fds=True,
+                pass_fds=() if seccomp_fd is None else (seccomp_fd,), **kwargs))
         except BaseException:
             if self.workdir is not None:
                 _remove_tree(self.workdir)
             raise
+        finally:
+            if seccomp_fd is not None:
+                os.close(seccomp_fd)
         assert self.proc.stdin is not None
         os.set_blocking(self.proc.stdin.fileno(), False)
 
