@@ -33,8 +33,9 @@ program's unreported tests run once more in the new one; still unreported, they 
 Threat model. A program is untrusted code; it runs as an unprivileged uid (``nobody`` when
 we are root) with no capabilities, and, with bubblewrap, in its own user, pid, ipc, uts,
 network (none) and mount namespaces with a read-only ``/usr`` and a size-capped private
-tmpfs at ``/tmp``, its working directory. Per test: CPU, address-space, file-size,
-open-file, process and message-queue rlimits. Expected outputs never enter the sandbox: the
+tmpfs at ``/tmp``, its working directory, under a seccomp filter that denies the kernel
+keyring calls (keys outlive namespaces and are listed to every process of the uid). Per
+test: CPU, address-space, file-size, open-file, process and message-queue rlimits. Expected outputs never enter the sandbox: the
 driver returns raw outputs and the parent compares (``compare_stdin``, ``compare_functional``).
 
 What one program can and cannot do to the next program in the same worker:
@@ -47,13 +48,17 @@ What one program can and cannot do to the next program in the same worker:
 * It cannot kill or stop the worker from inside (the worker is pid 1 of the namespace, which
   ignores unhandled signals from it); killing its leader loses only its own remaining tests.
 * It cannot leave processes (all killed after each test and again after the program), files
-  (the worker empties ``/tmp`` after every program), System V IPC objects or keys (the worker
-  checks its namespaces and is replaced when any exist; POSIX queues are capped at 0 bytes).
+  (the worker empties ``/tmp`` after every program), System V IPC objects (the worker checks
+  its ipc namespace and is replaced when any exist), POSIX message queues (capped at 0
+  bytes) or keys (denied by the seccomp filter; the worker also checks ``/proc/keys``).
 * It can change, as the same uid, the worker's rlimits, nice value, scheduler policy and CPU
   affinity: the worker compares them with their start-up values after every program and is
   replaced on any change. Not checked: its I/O priority (``ioprio_set``), which affects only
   speed, not verdicts (the tmpfs is in memory).
 * The tests of one program share its ``/tmp`` and can see each other's inputs, as before.
+* Denial of service only: a program that stops its own leader (``SIGSTOP``) holds its worker
+  until the backstop, as it held its sandbox before; one that changes the worker's state
+  costs the next program a worker start-up.
 
 Without bubblewrap (rlimit-only mode, ``RuntimeWarning`` once) there are no namespaces: only
 the rlimits, the uid drop and a private working directory per worker (emptied after every

@@ -7,7 +7,8 @@ Usage::
 
 ``VPO_SANDBOX_ISOLATION=auto|bwrap|rlimit`` overrides the choice. With bubblewrap the worker
 gets no network, its own user/pid/ipc/uts/mount namespaces (it is their pid 1), a read-only
-view of ``/usr`` only and a size-capped private tmpfs at ``/tmp`` as its working directory.
+view of ``/usr`` only, a size-capped private tmpfs at ``/tmp`` as its working directory and
+a seccomp filter denying the kernel keyring calls.
 As root everything runs as ``nobody`` (so ``RLIMIT_NPROC`` holds and root-only files stay
 closed) under the system ``/usr/bin/python3``; the uid switch is done by util-linux
 ``setpriv`` when present, so ``subprocess`` can ``vfork`` instead of copying the caller.
