@@ -187,3 +187,35 @@ def test_worker_killed_mid_batch_loses_nothing() -> None:
     thread.join(60)
     assert len(killed) == 2
     assert [_statuses(r) for r in results[0]] == [["pass", "pass"]] * len(programs)
+
+
+def test_concurrent_callers_and_a_forked_caller() -> None:
+    # Threads share the pool (one worker per caller at a time); a forked copy of this process
+    # starts its own workers instead of using (or killing) its parent's.
+    programs = [Program("print(int(input()) * 3)", [(f"{i}\n", str(3 * i))] * 3) for i in range(6)]
+    results: dict[int, list] = {}
+
+    def call(k: int) -> None:
+        results[k] = run_batch(programs, workers=2, limits=LIMITS) if k % 2 else \
+            [run_tests(p.code, p.tests, limits=LIMITS) for p in programs]
+
+    threads = [threading.Thread(target=call, args=(k,)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert all([_statuses(r) for r in results[k]] == [["pass"] * 3] * 6 for k in range(4)), results
+    parent_workers = sandbox.worker_pids()
+    pid = os.fork()
+    if pid == 0:
+        ok = False
+        try:
+            ok = _statuses(run_tests(*CORRECT, limits=LIMITS)) == ["pass", "pass"]
+            ok = ok and not (sandbox.worker_pids() & parent_workers)
+            sandbox.shutdown()
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert sandbox.worker_pids() == parent_workers
+    assert _statuses(run_tests(*CORRECT, limits=LIMITS)) == ["pass", "pass"]
