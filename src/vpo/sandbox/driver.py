@@ -646,7 +646,8 @@ def _state(pidns):
     state = [limits, os.getpriority(os.PRIO_PROCESS, 0), sorted(os.sched_getaffinity(0)),
              os.sched_getscheduler(0), os.getcwd()]
     if pidns:
-        # Private namespaces: their System V IPC objects and keys are this worker's programs'.
+        # System V IPC objects of the private ipc namespace are this worker's programs'; keys
+        # cannot be made inside (seccomp), but any listed for the uid are compared too.
         ipc = [_read_text("/proc/sysvipc/" + kind) for kind in ("shm", "msg", "sem")]
         state += [[None if text is None else text.count(b"\n") for text in ipc], _read_text("/proc/keys")]
     return state
