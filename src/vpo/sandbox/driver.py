@@ -82,12 +82,15 @@ DYNAMIC_NAMES = frozenset((
     "eval", "exec", "compile", "globals", "locals", "vars", "dir", "getattr", "__import__",
     "__dict__", "__globals__", "__builtins__", "f_globals", "f_locals", "inspect", "importlib",
     "breakpoint", "help", "__future__", "get_type_hints", "__annotations__"))
-# Side-effect-free standard modules imported once in the worker, so each forked test finds
-# them loaded (``random`` is left out: its seed would be shared by every test).
+# Side-effect-free standard modules a program's leader imports when the program mentions
+# them, so each forked test finds them loaded (``random`` is left out: its seed would be
+# shared by every test). The worker itself keeps only the preamble's modules: a smaller
+# process forks faster (benchmarks/sandbox.py: less sandbox CPU per test than preloading all).
 PRELOAD = ("signal", "enum", "ctypes", "struct", "types", "contextlib", "decimal", "fractions", "numbers",
            "array", "datetime", "dataclasses", "typing", "collections", "itertools", "functools", "heapq",
            "bisect", "math", "string", "operator", "re", "copy", "json", "io", "time")
 
+PRELOAD_SET = frozenset(PRELOAD)
 MEMORY_MSG = b"memory"
 # Set by the launcher (``vpo.sandbox``) when it runs this driver as precompiled bytecode:
 # {"path": sys.path of a normal start}.
@@ -589,7 +592,13 @@ def _leader(frame, cmd_fd, pidns, base_scope, stdio, codec):
         except BaseException as exc:
             compile_error = "compile: %s: %s" % (type(exc).__name__, str(exc)[:200])
         if code_obj is not None:
-            payload["base_scope"] = _scope_for(_code_names(code_obj), base_scope)
+            names = _code_names(code_obj)
+            payload["base_scope"] = _scope_for(names, base_scope)
+            for module in sorted(names & PRELOAD_SET):
+                try:
+                    __import__(module)
+                except ImportError:
+                    pass
         gc.freeze()  # fewer copy-on-write faults in the forked tests
         for index, test_input in enumerate(payload["inputs"]):
             entry = _run_one(code_obj, compile_error, payload, index, test_input)
@@ -690,14 +699,9 @@ def main():
     cmd_fd = os.dup(0)  # not inheritable across exec; the leader closes it after fork
     null_in = os.open(os.devnull, os.O_RDONLY)
 
-    # Everything a program may find preloaded, bound once: the preamble's scope, the modules.
+    # The preamble, bound once (its modules stay loaded): each program starts from part of it.
     base_scope = {"__name__": "__main__", "__builtins__": builtins}
     exec(PREAMBLE, base_scope)
-    for module in PRELOAD:
-        try:
-            __import__(module)
-        except ImportError:
-            pass
     import json
     # Private references: a program rebinding json.dumps/loads only changes its own calls.
     codec = (json.dumps, json.loads)
