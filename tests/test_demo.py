@@ -188,6 +188,9 @@ def test_quick_demo_report(quick_run, numbers_in):
     md = (out / "report.md").read_text()
     assert "0.593" in md and "plots/best_at_k.png" in md
     assert 0.0 < metrics["references"][0]["pref_best_at_k"] <= 1.0 and "Headroom:" in md
+    # issue #16.5: a smoke run says so first, on the terminal (findings) and in the report
+    assert metrics["findings"][0].startswith("This is a --quick smoke run")
+    assert md.split("\n\n")[1].startswith("This is a --quick smoke run")
 
 
 def test_quick_demo_resumes_without_retraining(quick_run):

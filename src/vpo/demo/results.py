@@ -22,6 +22,8 @@ PAPER = {"grpo": 0.432, "max_at_k": 0.577, "multi_rlvr": 0.436, "vpo": 0.593}
 """The paper's maze best@30 (9x9, Qwen3-4B), docs/algorithm.md §6."""
 PAPER_DIVERSITY = (0.003, 1.01)
 """The paper's reward diversity on the maze, GRPO -> VPO."""
+SMOKE_TEST = ("This is a --quick smoke run (one seed, a smaller model, few steps and mazes): it checks that every "
+              "stage runs, and its numbers say nothing about the methods. Run `vpo demo` for results.")
 
 
 def oracle_reference(task: Any, examples: list[dict[str, Any]], weights: np.ndarray) -> dict[str, Any]:
@@ -145,6 +147,9 @@ def build_metrics(cfg: DemoConfig, task: Any, methods: list[str], seeds: list[in
     }
     metrics["paper"], metrics["comparison"] = _paper_tables(entries, methods, pool, cfg)
     metrics["findings"] = findings(entries, paired_rows, methods, pool, cfg)
+    if cfg.quick:  # a smoke test's numbers say nothing about the method (issue #16.5)
+        metrics["findings"].insert(0, SMOKE_TEST)
+        metrics["intro"] = SMOKE_TEST + " " + metrics["intro"]
     oracle = evaluated.get("oracle")
     if oracle:
         warm_key = f"warmup_m{m_multi}"
