@@ -237,3 +237,20 @@ def test_headroom_script_search_contains_the_oracle_routes(task):
             vector = simulate(example, route).vector
             assert np.any(np.all(np.isclose(reachable, vector), axis=1))
         assert np.all(reachable[:, 0] == 1.0)  # only routes that reach E are listed
+
+
+def test_a_second_demo_in_the_same_folder_is_refused(tmp_path, capsys):
+    # issue #16.10: the folder lock
+    from vpo.cli import main
+    from vpo.demo.run import lock_folder
+
+    held = lock_folder(tmp_path / "demo")
+    try:
+        assert main(["demo", "--quick", "--out", str(tmp_path / "demo")]) == 2
+        err = capsys.readouterr().err
+        assert "in use by another vpo demo" in err and f"pid {__import__('os').getpid()}" in err
+        assert len(err.strip().splitlines()) == 1
+    finally:
+        held.close()
+    again = lock_folder(tmp_path / "demo")  # released: the next run gets it
+    again.close()

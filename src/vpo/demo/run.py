@@ -74,10 +74,40 @@ def _done(path: Path) -> dict[str, Any] | None:
     return json.loads(done.read_text()) if done.is_file() else None
 
 
+def lock_folder(out: Path) -> Any:
+    """Hold an exclusive lock on ``out`` for this process (released when it exits or the returned
+    file is closed): two demos in one folder would race on the same checkpoints (issue #16.10)."""
+    import fcntl
+
+    out.mkdir(parents=True, exist_ok=True)
+    handle = open(out / ".lock", "a+")  # noqa: SIM115  (held for the whole run)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise BlockingIOError(f"{out} is in use by another vpo demo ({holder}); wait for it or choose another "
+                              "--out") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()}")
+    handle.flush()
+    return handle
+
+
 def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     """Run (or resume) the whole demo; returns {"report": paths, "metrics": dict}."""
     cfg = cfg.resolved()
     out = Path(cfg.out)
+    lock = lock_folder(out)
+    try:
+        return _run_demo(cfg, out)
+    finally:
+        lock.close()
+
+
+def _run_demo(cfg: DemoConfig, out: Path) -> dict[str, Any]:
     _prepare_out(cfg, out)
     log = _Log(out / "logs" / "demo.log", cfg.progress)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
