@@ -224,14 +224,15 @@ def train(cfg: TrainArgs, rl: Any) -> int:
     from vpo.formats import FORMAT_FILE, TaskFormat, load_format, resolve_task_params
     from vpo.models import check_model_path
 
+    # every option is checked before any file is read or model loaded
+    weight_options = WeightOptions(num_weights=cfg.num_weights, alpha=cfg.alpha, sampler=cfg.sampler, seed=rl.seed)
+    spec = get_spec(cfg.method)
+    answers = resolve_answers(cfg.method, cfg.answers)
     check_model_path(cfg.model)
     model_dir = Path(cfg.model) if Path(cfg.model).is_dir() else None
     # a checkpoint that records its task (the demo's) is trained on that task, in its own format
     params = resolve_task_params(parse_params(cfg.task_params), [model_dir] if model_dir else [])
     task = get_task(cfg.task, **params)
-    spec = get_spec(cfg.method)
-    answers = resolve_answers(cfg.method, cfg.answers)
-    weight_options = WeightOptions(num_weights=cfg.num_weights, alpha=cfg.alpha, sampler=cfg.sampler, seed=rl.seed)
     rows = build_train_rows(task, answers, data=cfg.source, n=cfg.examples, seed=cfg.data_seed,
                             goals=weight_options if spec.conditions_prompt else None)
     model, tokenizer = load_pretrained(cfg.model)
