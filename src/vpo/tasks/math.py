@@ -564,7 +564,7 @@ def from_record(record: Any, row: int | None = None) -> Any:
         out.update(answer=final, solution=answer)
         out.setdefault("id", row)
         return out
-    return record
+    return record if "id" in record or row is None else {"id": row, **record}
 
 
 @register_task("math")
