@@ -37,7 +37,7 @@ Data: GSM8K records ``{question, answer: "... #### 42"}``, MATH records ``{probl
 with \\boxed{}, level: "Level 3", type}``, or the task's own schema ``{id, question, answer:
 final answer, parts?, kind?, level?, type?, difficulty?}``; converted and validated on load.
 The shipped fixtures are invented problems: ``fixture:gsm8k`` (the default, 24 questions, all
-D = 1) and ``fixture:math`` (12 problems, levels 1-5, D varies). See docs/math.md.
+D = 1) and ``fixture:math`` (13 problems, levels 1-5, D varies). See docs/math.md.
 """
 
 from __future__ import annotations
