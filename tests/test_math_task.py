@@ -249,6 +249,25 @@ def test_chain_dedups_equivalent_final_values(task):
     assert task.dedup_key("\\boxed{1,000}", np.zeros(1), gsm) == task.dedup_key("#### 1000", np.zeros(1), gsm)
 
 
+def test_dedup_keys_of_equivalent_spellings(task):
+    example = make(task, "2\\sqrt{2}")
+    keys = {task.dedup_key(f"\\boxed{{{a}}}", np.ones(1), example)
+            for a in ("\\sqrt{8}", "2\\sqrt{2}", "\\sqrt{2} \\cdot 2", "2 \\sqrt{2}")}
+    assert len(keys) == 1
+    sets = make(task, "\\{1, 2\\}")
+    a = task.dedup_key("\\boxed{2, 1}", np.ones(3), sets)
+    assert a == task.dedup_key("\\boxed{\\{1, 2\\}}", np.ones(3), sets)
+    assert a != task.dedup_key("\\boxed{1, 3}", np.ones(3), sets)
+
+
+def test_task_pickles_and_scores_after(task):
+    import pickle
+
+    copy = pickle.loads(pickle.dumps(task))
+    assert copy.score("\\boxed{0.5}", make(copy, "\\frac{1}{2}")).tolist() == [1.0]
+    copy._checker.close()
+
+
 def test_export_rows(task):
     from vpo.export import example_from_row, export_rows
 

@@ -434,6 +434,13 @@ class _Checker:
         self.restarts = 0
         atexit.register(self.close)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # a task is pickled to Ray / DataLoader workers: they start their own worker process
+        return {"timeout": self.timeout, "grace": self.grace, "self_timer": self.self_timer}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["timeout"], state["grace"], self_timer=state["self_timer"])
+
     def _start(self) -> None:
         from multiprocessing.connection import Connection
 
@@ -485,9 +492,12 @@ class _Checker:
     def run(self, items: Sequence[tuple]) -> list[Any]:
         """One result per item (None when it failed or ran out of time)."""
         results: list[Any] = [None] * len(items)
+        if self._proc is not None and self._pid != os.getpid():
+            # forked: the pipe belongs to the parent's worker, and the lock may have been
+            # held by a thread that does not exist here
+            self._lock = threading.Lock()
+            self._proc = self._send = self._recv = None
         with self._lock:
-            if self._pid != os.getpid():  # forked: the pipe belongs to the parent's worker
-                self._proc = self._send = self._recv = None
             i, failures = 0, 0
             while i < len(items) and failures < 3:
                 try:
@@ -729,7 +739,9 @@ class MathTask(FileTask):
         ``\\sqrt{8}`` = ``2\\sqrt{2}``), other expressions as sympy's expanded form, sets as
         sorted element keys. A key is a function of one answer, so equivalence that sympy's
         canonical forms miss (e.g. ``0.333333`` vs ``\\frac{1}{3}``, which math-verify accepts
-        at 6 digits) keeps both answers. Answers without a final value share one key."""
+        at 6 digits) keeps both answers. Answers without a final value share one key. Keys are
+        computed while scoring (``score_chain`` scores before it dedups) and kept per task
+        object; an answer not scored yet is scored first."""
         try:
             pred = self._pred(answer, example)
         except Exception:  # noqa: BLE001
@@ -737,6 +749,9 @@ class MathTask(FileTask):
         if pred is None:
             return (vector.tobytes(), None)
         key = self._keys.get((example["kind"], pred))
-        if key is None:  # not scored by this task object (or evicted): the whitespace-free text
+        if key is None:  # not scored by this task object yet (or evicted): score it now
+            self.score_batch([answer], example)
+            key = self._keys.get((example["kind"], pred))
+        if key is None:  # the worker failed or ran out of time: the whitespace-free text
             key = ("raw", "".join(pred[0].split()))
         return (vector.tobytes(), key)
