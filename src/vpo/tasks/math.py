@@ -95,8 +95,9 @@ _PROMPT = "Solve the following math problem.\n\nProblem: {question}\n\n"  # + _S
 # ----- final-answer extraction and parts (string structure only; math-verify decides equality) -----
 
 def _match_brace(text: str, start: int, limit: int) -> int:
-    """Index of the ``}`` closing the ``{`` at ``start``, or -1 (unbalanced, or the group is
-    longer than ``limit`` characters: then it is not read at all, which bounds the scan)."""
+    """Index of the ``}`` closing the ``{`` at ``start``; -1 when the text ends first
+    (unbalanced), -2 when the group is longer than ``limit`` characters (not read further,
+    which bounds the scan)."""
     depth = 0
     end = min(len(text), start + limit + 2)
     i = start
@@ -112,14 +113,15 @@ def _match_brace(text: str, start: int, limit: int) -> int:
             if depth == 0:
                 return i
         i += 1
-    return -1
+    return -2 if end < len(text) else -1
 
 
 def last_boxed(text: Any, limit: int = MAX_ANSWER_CHARS) -> str | None:
     """Content of the last ``\\boxed{...}`` / ``\\fbox{...}`` of ``text`` (stripped), or None.
 
-    An unbalanced or over-long (> ``limit`` characters) box is skipped for the one before it,
-    at most 16 times, so the scan is linear in ``len(text)`` whatever the text holds.
+    An unbalanced box (a generation cut short) is skipped for the one before it, at most 16
+    times; an over-long one (> ``limit`` characters) gives None. Each try reads at most
+    ``limit`` characters, so the scan is linear in ``len(text)`` whatever the text holds.
     ``\\boxed 5`` (no braces) gives ``5``.
     """
     if not isinstance(text, str) or "\\" not in text:
@@ -137,6 +139,8 @@ def last_boxed(text: Any, limit: int = MAX_ANSWER_CHARS) -> str | None:
             end = _match_brace(text, j, limit)
             if end >= 0:
                 return text[j + 1:end].strip()
+            if end == -2:
+                return None
         elif j > body and j < len(text):  # "\boxed 5": up to the next space or $
             m = re.match(r"[^\s$]{1,100}", text[j:j + 101])
             if m:
