@@ -7,7 +7,13 @@ For every task it scores a fixed mix of answers (right, partly right, wrong, gar
 dedup + pad included), repeating the mix for about ``--seconds`` each, and prints a table.
 Target: >= 5000 answers/s for the maze and the text tasks (code runs programs, so it is
 reported but has no target); >= 2000 for math on the GSM8K-style mix (math-comp, the
-MATH-style mix, is reported without a target; the math rows add a cold-cache line). Thread pools are pinned to 1 so the figure is per core.
+MATH-style mix, is reported without a target; the math rows add a cold-cache line). Thread
+pools are pinned to 1 so the figure is per core.
+
+Code: 6 fixture problems padded to 16 tests each, answers right, wrong, crashing and not
+parsing; a single answer runs on one warm sandbox worker, a chain's three in one
+``run_batch`` (the sandbox's workers, one per core). Also printed: tests per second and
+whether the right answers pass and the others fail.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ TARGET = 5000.0
 
 
 def _maze_answers(task, examples, rng):
+    # random routes of half, full and over-budget length plus a refusal, per maze; the mazes are
+    # the first 4 of the paper's test set (size 9 -> protocol "paper"), validated once at load
     moves = ("UP", "DOWN", "LEFT", "RIGHT")
     out = []
     for example in examples:
@@ -73,8 +81,49 @@ def _toolcall_answers(task, examples, rng):
     return out
 
 
+# Code: the bundled fixture problems, each padded to 16 tests (its tests repeated), with a
+# right, a wrong, a crashing and an unparseable answer per problem; every parsed answer runs
+# all 16 tests in the sandbox's warm workers. No infinite loops: a timing-out test costs its
+# limit (6 s by default) whatever the sandbox does.
+CODE_TESTS = 16
+_CODE_RIGHT = {
+    "fx_sum": "n = int(input())\nprint(sum(map(int, input().split())))",
+    "fx_avg": "n = int(input())\nxs = list(map(int, input().split()))\nprint(f'{sum(xs) / n:.2f}')",
+    "fx_mirror": "r = int(input())\nfor _ in range(r):\n    print(input()[::-1])",
+    "fx_pair": ("class Solution:\n    def pairWithSum(self, nums: List[int], target: int) -> List[int]:\n"
+                "        seen = {}\n        for j, x in enumerate(nums):\n            if target - x in seen:\n"
+                "                return [seen[target - x], j]\n            seen.setdefault(x, j)\n        return []"),
+    "fx_vowels": ("class Solution:\n    def countVowels(self, s: str) -> int:\n"
+                  "        return sum(c in 'aeiouAEIOU' for c in s)"),
+    "fx_minmax": ("class Solution:\n    def minMax(self, nums: List[int]) -> List[int]:\n"
+                  "        return [min(nums), max(nums)]"),
+}
+
+
+def _code_examples(task, examples):
+    padded = []
+    for ex in task.examples(source="fixtures"):
+        if ex["id"] in _CODE_RIGHT:
+            tests = ex["tests"]
+            padded.append({**ex, "tests": [dict(tests[i % len(tests)]) for i in range(CODE_TESTS)]})
+    return padded
+
+
 def _code_answers(task, examples, rng):
-    return [("```python\nprint(input())\n```", ex) for ex in examples[:2]]
+    out = []
+    for ex in _code_examples(task, examples):
+        right = _CODE_RIGHT[ex["id"]]
+        wrong = right.replace("sum(", "len(").replace("[::-1]", "").replace("min(nums)", "max(nums)")
+        if wrong == right:
+            wrong = right + "\n# and an off-by-one\n" + ("print(0)" if ex["mode"] == "stdin" else "")
+            if ex["mode"] != "stdin":
+                wrong = right.replace("return [seen[target - x], j]", "return [j, seen[target - x]]")
+        crash = right.replace("int(input())", "int(input()) // 0") if ex["mode"] == "stdin" else \
+            right.replace("        return", "        raise ValueError\n        return", 1)
+        for code in (right, wrong, crash):
+            out.append((f"```python\n{code}\n```", ex))
+        out.append(("I would write a loop here.", ex))
+    return out
 
 
 # ----- math: GSM8K-style and MATH-style mixes -------------------------------------------------
@@ -167,7 +216,15 @@ def bench(name: str, seconds: float) -> dict:
     if not pairs:
         return {"task": name, "skipped": "no examples"}
     if name == "code":
-        seconds = min(seconds, 0.2)
+        from vpo.sandbox import run_tests
+
+        run_tests("print(1)", [("", "1")])  # the sandbox's one-time set-up and a warm worker
+        scored = [task.score(text, example) for text, example in pairs]
+        extra = {"tests_per_answer": CODE_TESTS,
+                 "right_answers_pass": all(v.all() for v, (t, _e) in zip(scored[0::4], pairs[0::4], strict=True)),
+                 "others_fail": not any(v.all() for i, v in enumerate(scored) if i % 4)}
+    else:
+        extra = {}
 
     def single() -> int:
         for text, example in pairs:
@@ -189,7 +246,8 @@ def bench(name: str, seconds: float) -> dict:
             task.score_chain(text, example, 3)
         return 3 * len(chains)
 
-    return {"task": name, "mix": len(pairs), "single": _rate(single, seconds), "chain": _rate(chain, seconds)}
+    return {"task": name, "mix": len(pairs), "single": _rate(single, seconds), "chain": _rate(chain, seconds),
+            **extra}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -213,6 +271,13 @@ def main(argv: list[str] | None = None) -> int:
             cold = math_cold(name)
             print(f"{cold['task']:<10} {cold['mix']:>4} {cold['single']:>12,.0f} {1e6 / cold['single']:>8.1f} "
                   f"{'':>16} {'(new answers, fresh caches)'}")
+        if name == "code":
+            # Answers that parse run every test; a quarter of the mix does not parse.
+            ran = 3 / 4 * CODE_TESTS
+            print(f"{'':<10} code: {row['tests_per_answer']} tests per answer; {row['single'] * ran:,.0f} and "
+                  f"{row['chain'] * ran:,.0f} tests/s; right answers pass: {row['right_answers_pass']}, "
+                  f"others fail: {row['others_fail']}; load average {os.getloadavg()[0]:.2f}")
+            ok &= row["right_answers_pass"] and row["others_fail"]
     return 0 if ok else 1
 
 

@@ -89,7 +89,8 @@ def test_parse_unclosed_stray_and_repeated_tags():
     # other tags, other case and nested non-numbered tags are content
     assert parse_answers("<response_1><support>1,2</support><answer>Paris</answer></response_1>", 2,
                          tag="response") == ["<support>1,2</support><answer>Paris</answer>", ""]
-    assert parse_answers("<Route_1>UP</Route_1>", 1, tag="route") == [""]
+    # issue #12.8 reverses the old [""]: tag names match in any case
+    assert parse_answers("<Route_1>UP</Route_1>", 1, tag="route") == ["UP"]
 
 
 def test_parse_without_fallbacks_leaves_missing_answers_empty():
@@ -125,9 +126,25 @@ def test_parse_rejects_bad_arguments(kwargs):
         parse_answers("x", m, **kwargs)
 
 
+def test_numbered_tags_and_answer_fallback_match_case_insensitively():
+    text = "<ROUTE_1>UP</ROUTE_1> <Route_2>DOWN</route_2> <rOuTe_3>LEFT"
+    assert parse_answers(text, 3, tag="route") == ["UP", "DOWN", "LEFT"]
+    assert parse_answers("<RESPONSE_2>b</Response_2><response_1>a</RESPONSE_1>", 2, tag="response") == ["a", "b"]
+    # a closing tag in another case still closes its block
+    assert parse_answers("<route_1>UP</ROUTE_1> junk <route_2>DOWN</Route_2>", 2, tag="route") == ["UP", "DOWN"]
+    # the <answer> fallback (no numbered tag anywhere)
+    assert parse_answers("<Answer>UP</Answer> <ANSWER>DOWN</answer>", 3, tag="route", fallbacks=True) == \
+        ["UP", "DOWN", ""]
+    # positions survive non-ASCII text whose str.lower() changes length
+    assert parse_answers("İ<ANSWER>UP</Answer>İ<answer>L</ANSWER>", 2, tag="route", fallbacks=True) == ["UP", "L"]
+    # only ASCII letters fold: the Kelvin sign is not 'k', and non-ASCII digits are not numbers
+    assert parse_answers("<\u212a_1>x</\u212a_1>", 1, tag="k") == [""]
+    assert parse_answers("<route_\u0661>x</route_\u0661>", 1, tag="route") == [""]
+
+
 # ----- parse_answers: properties --------------------------------------------------------
 
-FRAGMENTS = ["<route_1>", "</route_1>", "<route_2>", "</route_2>", "<route_", "_1>", "</route_", "<route_0>",
+FRAGMENTS = ["<route_1>", "</route_1>", "<route_2>", "</route_2>", "<ROUTE_1>", "</Route_2>", "<Answer>", "İ", "<route_", "_1>", "</route_", "<route_0>",
              "---", "<answer>", "</answer>", "<", ">", "\n", " ", "UP", "<route_99999999999>", "\x00", "é", "🙂"]
 model_text = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=8)), max_size=40).map("".join)
 
@@ -162,6 +179,21 @@ def test_parse_round_trip(answers, extra_m, shuffle, tag, rnd):
         assert parse_answers(text, m, tag=tag, fallbacks=fallbacks) == [a.strip() for a in answers] + [""] * extra_m
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.lists(answer_text, min_size=1, max_size=5), st.sampled_from(["route", "response"]),
+       st.lists(st.booleans(), min_size=8, max_size=8))
+def test_parse_is_case_blind_on_tag_names(answers, tag, upper):
+    # any mix of cases in the tag names (answers without '<') parses like the lower-case text
+    def spell(name: str, k: int) -> str:
+        return name.upper() if upper[k % len(upper)] else name
+    lower = "".join(f"<{tag}_{i}>{a}</{tag}_{i}>" for i, a in enumerate(answers, start=1))
+    mixed = "".join(f"<{spell(tag, 2 * i)}_{i}>{a}</{spell(tag, 2 * i + 1)}_{i}>" for i, a in enumerate(answers, start=1))
+    assert parse_answers(mixed, len(answers), tag=tag) == parse_answers(lower, len(answers), tag=tag)
+    fallback = "".join(f"<{spell('answer', i)}>{a}</{spell('answer', i + 1)}>" for i, a in enumerate(answers))
+    if all(a.strip() and "---" not in a for a in answers):
+        assert parse_answers(fallback, len(answers), tag="route", fallbacks=True) == [a.strip() for a in answers]
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.text("UDLR ", min_size=1, max_size=10).filter(str.strip), min_size=2, max_size=4))
 def test_parse_fallback_round_trips(routes):
@@ -189,6 +221,9 @@ ADVERSARIAL = {
     "open/close soup": "<route_1></route_2><route_3></route_1>" * 27_028,
     "stray closes": "</route_1>" * 100_000,
     "unicode": "🙂<route_" * 125_000,
+    "upper case opens": "<ROUTE_1>" * 111_112,
+    "mixed case answers": "<Answer>x</ANSWER>" * 55_556,
+    "dotted capital i": "İ<ANSWER>" * 100_000,
 }
 
 

@@ -112,3 +112,50 @@ def test_eval_reads_lora_adapter_checkpoint(tmp_path, capsys):
     metrics = json.loads((report / "metrics.json").read_text())
     (entry,) = metrics["methods"].values()
     assert all(math.isfinite(x) for x in entry["best_at_k"]["mean"])
+
+
+def test_train_from_a_demo_checkpoint_keeps_its_format_and_task(tmp_path, capsys):
+    # issue #16.2: the compact demo format and the recorded 5x5 task, not the task's own prompts
+    pytest.importorskip("trl")
+    from vpo.demo.format import CompactMazeFormat
+    from vpo.formats import FORMAT_FILE, load_format
+    from vpo.models import build_char_tokenizer, build_tiny_llama
+
+    fmt = CompactMazeFormat(max_answers=3)
+    tok = build_char_tokenizer(fmt.alphabet(), extra_tokens=fmt.extra_tokens())
+    ckpt = tmp_path / "demo-vpo"
+    build_tiny_llama(tok, hidden=16, layers=1, heads=2, mlp=32, seed=0).save_pretrained(ckpt)
+    tok.save_pretrained(ckpt)
+    fmt.save(ckpt, task="maze", task_params={"size": 5, "reward_mode": "linear"}, method="vpo", seed=0)
+    out = tmp_path / "run"
+    argv = ["train", "--task", "maze", "--model", str(ckpt), "--method", "vpo", "--answers", "3", "--examples", "2",
+            "--out", str(out), "--max-steps", "1", "--num-generations", "2", "--per-device-train-batch-size", "2",
+            "--force-cpu", "--kl-beta", "0"]
+    assert main(argv) == 0
+    record = json.loads((out / FORMAT_FILE).read_text())
+    assert record["format"] == "maze-compact" and record["task_params"] == {"size": 5, "reward_mode": "linear"}
+    assert isinstance(load_format(out, None), CompactMazeFormat)
+    capsys.readouterr()
+    assert main(argv + ["--task-params", "size=9"]) == 2
+    assert "size=9" in capsys.readouterr().err
+
+
+def test_a_missing_model_fails_at_once_in_one_line(tmp_path, capsys):
+    import time
+
+    start = time.perf_counter()
+    for model in (str(tmp_path / "nope"), "./nope", "nobody/not-cached-model", "x.gguf"):
+        assert main(["train", "--task", "maze", "--model", model]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "--model" in err and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert time.perf_counter() - start < 10
+
+
+def test_a_verl_export_given_to_train_is_named(tmp_path, capsys):
+    from vpo.export import export
+
+    export("maze", tmp_path / "data", fmt="verl", train=2, test=0, size=5)
+    assert main(["train", "--task", "maze", "--task-params", "size=5", "--model", str(tmp_path),
+                 "--source", str(tmp_path / "data" / "train.parquet")]) == 2
+    err = capsys.readouterr().err
+    assert "looks like a verl export" in err and "--format trl" in err

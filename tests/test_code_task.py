@@ -233,3 +233,72 @@ def test_task_arguments() -> None:
         get_task("code", timeout=-1)
     with pytest.raises(ValueError, match="mode"):
         get_task("code").validate({"id": "a", "question": "q", "starter_code": "", "mode": "x", "tests": []}, 0)
+
+
+# ----- issue #12.8: the '---' fallback when no block is fenced ------------------------------
+
+def test_chain_without_fences_falls_back_to_dash_separated_programs(task: CodeTask) -> None:
+    a, b, c = "print(1)", "x = 2\nprint(x)", "def f():\n    return 3"
+    assert task.parse_chain(f"{a}\n---\n{b}\n---\n{c}\n", 3) == [a, b, c]
+    assert task.parse_chain(f"{a}\n---\n{b}\n---\n{c}\n", 2) == [a, b]                   # first m
+    assert task.parse_chain(f"{a}\r\n  ---\t\r\n{b}", 3) == [a, b, ""]                    # CRLF, spaces
+    assert task.parse_chain(f"---\n{a}\n---\n\n---\n{b}\n---", 3) == [a, b, ""]          # blank pieces dropped
+    assert task.parse_chain(f"{a}\n---\n", 2) == [a, ""]                                  # one piece is enough
+    # only a line holding just '---' separates: not '---' inside a line, nor a longer rule
+    assert task.parse_chain(f"{a} --- {b}", 2) == ["", ""]
+    assert task.parse_chain(f"{a}\n----\n{b}", 2) == ["", ""]
+    # no fence and no separator line: no program (as before the fallback)
+    assert task.parse_chain("nothing", 3) == ["", "", ""]
+    assert task.parse_chain(None, 2) == ["", ""]  # type: ignore[arg-type]
+    # fenced blocks win: the '---' lines between them are separators, and a '---' line inside
+    # a fenced block does not split it
+    fenced_text = f"```python\n{a}\n```\n---\n```python\ns = '''\n---\n'''\n```\n---\nloose = 1\n"
+    assert task.parse_chain(fenced_text, 3) == [a, "s = '''\n---\n'''", ""]
+
+
+def test_dash_fallback_scores_and_dedups(task: CodeTask, fixtures: dict[str, dict]) -> None:
+    ex = fixtures["fx_sum"]
+    same = REFERENCE["fx_sum"].replace("print(sum(", "print( sum(")
+    text = REFERENCE["fx_sum"] + "---\n" + same + "---\nprint(0)\n"
+    matrix = task.score_chain(text, ex, m=3)
+    assert matrix.shape == (2, len(ex["tests"]))          # AST duplicate dropped, unpadded
+    assert matrix[0].min() == 1.0 and matrix[1].max() == 0.0
+    assert task.score_chain("nothing", ex, m=3).shape == (0, len(ex["tests"]))
+
+
+def test_crlf_fences() -> None:
+    assert extract_code_blocks("intro\r\n```python\r\nx = 1\r\n```\r\n```py \r\ny = 2\r\n```\r\n") == ["x = 1", "y = 2"]
+
+
+CODE_FRAGMENTS = ["```", "```python", "```py", "```js", "---", " ---", "---\r", "----", "\n", "\r\n", "x = 1",
+                  "def f(:", "'''", " ", "🙂", "İ"]
+
+
+def test_code_parsers_never_raise_and_return_m_strings(task: CodeTask) -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(st.one_of(st.sampled_from(CODE_FRAGMENTS), st.text(max_size=8)), max_size=40).map("".join),
+           st.integers(1, 5))
+    def check(text: str, m: int) -> None:
+        blocks = extract_code_blocks(text)
+        assert all(isinstance(b, str) for b in blocks)
+        chain = task.parse_chain(text, m)
+        assert len(chain) == m and all(isinstance(a, str) for a in chain)
+
+    check()
+
+
+@pytest.mark.parametrize("text", [
+    "-" * 1_000_000, "---\n" * 250_000, " " * 1_000_000 + "---", "```\n" * 250_000, "```python\n" * 90_910,
+    "\n" * 1_000_000, "x = 1\n---\n" * 100_000, " \t" * 500_000,
+])
+def test_code_parsers_are_linear_on_a_megabyte(task: CodeTask, text: str) -> None:
+    import time
+
+    assert 900_000 <= len(text) <= 1_100_000
+    start = time.process_time()
+    extract_code_blocks(text)
+    assert len(task.parse_chain(text, 8)) == 8
+    assert time.process_time() - start < 2.0

@@ -21,7 +21,8 @@ def test_test_seed_rule():
 
 @pytest.mark.parametrize("task_name", ["musique", "eureqa", "toolcall"])
 def test_verl_round_trip(tmp_path, task_name):
-    result = export(task_name, tmp_path, fmt="verl", train=3, test=2, answers=3)
+    # the fixtures serve both splits the same rows: overlap=True keeps the round trip about the format
+    result = export(task_name, tmp_path, fmt="verl", train=3, test=2, answers=3, overlap=True)
     assert result["counts"] == {"train": 3, "test": 2} and result["seeds"] == {"train": 42, "test": 4242}
     task = get_task(task_name)
     for split in ("train", "test"):
@@ -137,3 +138,27 @@ def test_maze_cli_defaults_give_paper_splits(tmp_path):
     paper = get_task("maze", size=9)
     assert example_from_row(test[0]) == paper.examples("test", 1)[0]  # the task's own test seed (4242)
     assert example_from_row(train[0]) == paper.examples("train", 1)[0]
+
+
+@pytest.mark.parametrize("task_name", ["musique", "eureqa", "toolcall", "code"])
+def test_splits_do_not_overlap_and_short_splits_are_said(tmp_path, task_name, capsys):
+    # issue #16.4: a source that serves both splits the same rows is split, test first
+    from vpo.cli import main
+
+    assert main(["data", "export", task_name, "--out", str(tmp_path), "--train", "1000", "--test", "2"]) == 0
+    out = capsys.readouterr().out
+    train = [example_from_row(r)["id"] for r in read(tmp_path / "train.parquet")]
+    test = [example_from_row(r)["id"] for r in read(tmp_path / "test.parquet")]
+    assert len(test) == 2 and train and not set(train) & set(test)
+    meta = json.loads((tmp_path / "export.json").read_text())
+    assert meta["requested"] == {"train": 1000, "test": 2} and meta["counts"]["train"] == len(train)
+    assert meta["short"] and "1000 asked" in meta["short"][0] and "warning: train:" in out
+    assert main(["data", "export", task_name, "--out", str(tmp_path / "o"), "--train", "3", "--test", "2",
+                 "--overlap"]) == 0
+    again = [example_from_row(r)["id"] for r in read(tmp_path / "o" / "train.parquet")]
+    assert again == [e["id"] for e in get_task(task_name).examples("train", 3, seed=42)]  # as drawn, nothing left out
+
+
+def test_generated_mazes_keep_their_split_seeds(tmp_path):
+    result = export("maze", tmp_path, fmt="trl", train=3, test=2, size=5)
+    assert result["counts"] == {"train": 3, "test": 2} and result["short"] == [] and result["overlap_removed"] == 0

@@ -41,7 +41,7 @@ def test_compact_format_scores_oracle_routes(task):
 
 
 def test_oracle_reference_is_the_three_route_pool(task):
-    from vpo.demo.run import oracle_reference
+    from vpo.demo.results import oracle_reference
     from vpo.tasks.maze import oracle_routes, simulate
 
     examples = task.examples("test", 4)
@@ -56,7 +56,7 @@ def test_oracle_reference_is_the_three_route_pool(task):
 
 
 def test_distinct_answers_counts_routes_across_chains(task):
-    from vpo.demo.run import distinct_answers
+    from vpo.demo.results import distinct_answers
     from vpo.evaluation import Pools
 
     examples = task.examples("test", 2)
@@ -68,7 +68,7 @@ def test_distinct_answers_counts_routes_across_chains(task):
 
 
 def test_above_range_reads_the_crossing():
-    from vpo.demo.run import _above_range
+    from vpo.demo.results import _above_range
 
     def entry(curve):
         return {"pref_best_at_k": {"mean": curve}}
@@ -188,6 +188,9 @@ def test_quick_demo_report(quick_run, numbers_in):
     md = (out / "report.md").read_text()
     assert "0.593" in md and "plots/best_at_k.png" in md
     assert 0.0 < metrics["references"][0]["pref_best_at_k"] <= 1.0 and "Headroom:" in md
+    # issue #16.5: a smoke run says so first, on the terminal (findings) and in the report
+    assert metrics["findings"][0].startswith("This is a --quick smoke run")
+    assert md.split("\n\n")[1].startswith("This is a --quick smoke run")
 
 
 def test_quick_demo_resumes_without_retraining(quick_run):
@@ -234,3 +237,20 @@ def test_headroom_script_search_contains_the_oracle_routes(task):
             vector = simulate(example, route).vector
             assert np.any(np.all(np.isclose(reachable, vector), axis=1))
         assert np.all(reachable[:, 0] == 1.0)  # only routes that reach E are listed
+
+
+def test_a_second_demo_in_the_same_folder_is_refused(tmp_path, capsys):
+    # issue #16.10: the folder lock
+    from vpo.cli import main
+    from vpo.demo.run import lock_folder
+
+    held = lock_folder(tmp_path / "demo")
+    try:
+        assert main(["demo", "--quick", "--out", str(tmp_path / "demo")]) == 2
+        err = capsys.readouterr().err
+        assert "in use by another vpo demo" in err and f"pid {__import__('os').getpid()}" in err
+        assert len(err.strip().splitlines()) == 1
+    finally:
+        held.close()
+    again = lock_folder(tmp_path / "demo")  # released: the next run gets it
+    again.close()

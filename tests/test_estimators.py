@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from vpo.estimators import (get_estimator, group_normalize, list_estimators, max_at_k_weights,
                             register_estimator)
 
-ALL = ["gdpo", "grpo", "max_at_k", "maxrl", "multi_rlvr", "random_weight", "vpo"]
+ALL = ["gdpo", "goal_conditioned", "grpo", "max_at_k", "maxrl", "multi_rlvr", "random_weight", "vpo"]
 
 
 def rows(*values):
@@ -156,26 +156,29 @@ def test_maxrl_hand_case():
     np.testing.assert_allclose(raw.advantages, [0.7 / 1e-6])
 
 
-def test_random_weight_scores_are_w_dot_r_of_the_keyed_rows():
-    from vpo.weights import keyed_simplex, stream_keys
+def test_random_weight_scores_are_w_dot_r_of_the_groups_keyed_weight():
+    # issue #12.1: one w per group (prompt), shared by its rollouts, keyed like VPO's weights
+    from vpo.weights import group_weights, keyed_simplex, stream_keys
 
     rewards = rows([1.0, 0.0, 0.5], [0.2, 0.2, 0.2], [0.0, 1.0, 0.0])
     result = get_estimator("random_weight")(rewards, ["g", "g", "g"], seed=4, step=2)
-    w = keyed_simplex(stream_keys(["g"], seed=4, step=2), 3, 3)[0]
-    np.testing.assert_allclose(result.scores, [w[j] @ rewards[j][0] for j in range(3)])
+    w = keyed_simplex(stream_keys(["g"], seed=4, step=2), 1, 3)[0, 0]
+    np.testing.assert_allclose(w, group_weights(["g"], 1, 3, seed=4, step=2)[0, 0])
+    np.testing.assert_allclose(result.scores, [w @ rewards[j][0] for j in range(3)])
     assert result.scores[1] == pytest.approx(0.2)
+    # the same group keyed in another batch, beside other groups, gets the same w
+    other = get_estimator("random_weight")(rewards + rows([0.3, 0.3, 0.4]), ["g", "g", "g", "h"], seed=4, step=2)
+    np.testing.assert_allclose(other.scores[:3], result.scores)
 
 
 @pytest.mark.parametrize("name", ALL)
 def test_identical_rollouts_get_zero_advantages(name):
     rewards = [np.array([[0.3, 0.8, 0.1]])] * 5 + [np.array([[0.5, 0.5, 0.5]])] * 3
     groups = [0] * 5 + [1] * 3
-    options = {"seed": 0} if name in ("vpo", "random_weight") else {}
+    options = {"seed": 0} if name in ("vpo", "random_weight", "goal_conditioned") else {}
     result = get_estimator(name)(rewards, groups, **options)
-    if name == "random_weight":  # each rollout has its own w, but equal vectors (.5, .5, .5) score .5
-        np.testing.assert_allclose(result.advantages[5:], 0.0, atol=1e-9)
-    else:
-        np.testing.assert_allclose(result.advantages, 0.0, atol=1e-12)
+    # random_weight and goal_conditioned too (#12.1): one w per group, so identical answers tie
+    np.testing.assert_allclose(result.advantages, 0.0, atol=1e-12)
     assert result.advantages.shape == (8,) and result.scores.shape == (8,)
 
 
@@ -284,3 +287,118 @@ def test_keyed_vpo_scores_are_set_scores_with_the_keyed_simplex_weights():
     np.testing.assert_allclose(result.scores, set_scores(rewards, w[np.arange(800) % 200]), rtol=1e-13, atol=1e-15)
     one_d = get_estimator("vpo")([r[:, :1] for r in rewards[:8]], [0] * 8, seed=0)
     np.testing.assert_allclose(one_d.scores, rewards[:8, :, 0].max(axis=1), rtol=1e-15)
+
+
+# ----------------------------------------------------------------------------------------
+# the reference loop, the specs and the options (issue #11), per-group weights (issue #12)
+# ----------------------------------------------------------------------------------------
+@given(st.integers(0, 10**6))
+@settings(max_examples=25, deadline=None)
+def test_vpo_fast_path_agrees_with_the_reference_loop(seed):
+    from vpo.estimators import vpo_reference
+    from vpo.weights import group_weights
+
+    rng = np.random.default_rng(seed)
+    num_groups, dim, k = int(rng.integers(1, 5)), int(rng.integers(1, 6)), int(rng.integers(1, 40))
+    labels, rewards = [], []
+    for g in range(num_groups):
+        for _ in range(int(rng.integers(1, 6))):
+            labels.append(f"p{g}")
+            rewards.append(rng.random((int(rng.integers(0, 4)), dim)) * (rng.random() < 0.8))
+    order = rng.permutation(len(labels))  # groups need not be contiguous
+    labels, rewards = [labels[i] for i in order], [rewards[i] for i in order]
+    fast = get_estimator("vpo")(rewards, labels, num_weights=k, seed=seed, step=7)
+    weights = {f"p{g}": group_weights([f"p{g}"], k, dim, seed=seed, step=7)[0] for g in range(num_groups)}
+    scores, advantages = vpo_reference(rewards, labels, weights)
+    np.testing.assert_allclose(fast.scores, scores, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(fast.advantages, advantages, rtol=1e-6, atol=1e-6)
+
+
+def test_vpo_reference_hand_case():
+    from vpo.estimators import vpo_reference
+
+    rewards = [np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([[0.2, 0.6]]), np.zeros((0, 2))]
+    weights = {"a": np.array([[1.0, 0.0], [0.5, 0.5]])}
+    scores, advantages = vpo_reference(rewards, ["a"] * 3, weights)
+    np.testing.assert_allclose(scores, [0.75, 0.3, 0.0])
+    np.testing.assert_allclose(advantages, (scores - 0.35) / (np.std(scores) + 1e-6))
+
+
+def test_specs_record_what_adapters_need():
+    from vpo.estimators import get_spec
+
+    assert get_spec("vpo").multi_answer and get_spec("vpo").weights == "per_step"
+    assert get_spec("vpo").rollout_score == "set_score" and get_spec("vpo").default_answers == 3
+    assert not get_spec("grpo").multi_answer and get_spec("grpo").default_answers == 1
+    assert get_spec("multi_rlvr").rollout_score == "scalar_sum"
+    assert get_spec("random_weight").weights == "fixed" and not get_spec("random_weight").conditions_prompt
+    assert get_spec("goal_conditioned").conditions_prompt
+    assert get_spec("gdpo").rollout_score == "vector"
+    assert "num_weights" in get_spec("vpo").options and get_spec("grpo").defaults["std"] == "sample"
+    with pytest.raises(ValueError, match="known: "):
+        get_spec("nope")
+
+
+@pytest.mark.parametrize("bad,match", [({"num_weights": 0}, "num_weights"), ({"alpha": 0}, "alpha"),
+                                       ({"alpha": -1.0}, "alpha"), ({"sampler": "lhs"}, "sampler")])
+def test_zero_k_and_alpha_raise_everywhere_in_the_core(bad, match):
+    from vpo.estimators import WeightOptions
+
+    with pytest.raises(ValueError, match=match):
+        WeightOptions(**bad)
+    with pytest.raises(ValueError, match=match):
+        get_estimator("vpo")(rows([1.0, 0.0], [0.0, 1.0]), [0, 0], seed=0, **bad)
+    if "num_weights" not in bad:
+        with pytest.raises(ValueError, match=match):
+            get_estimator("random_weight")(rows([1.0, 0.0], [0.0, 1.0]), [0, 0], seed=0, **bad)
+
+
+def test_random_weight_draws_one_w_per_group_from_a_generator():
+    rewards = rows([1.0, 0.0], [0.0, 1.0], [0.5, 0.5], [1.0, 0.0], [0.0, 1.0])
+    result = get_estimator("random_weight")(rewards, ["a", "a", "a", "b", "b"], rng=np.random.default_rng(3))
+    from vpo.weights import sample_simplex
+
+    w = sample_simplex(2, 2, rng=np.random.default_rng(3))  # group a, then group b
+    np.testing.assert_allclose(result.scores, [w[0, 0], w[0, 1], 0.5, w[1, 0], w[1, 1]])
+
+
+def test_goal_conditioned_scores_with_the_stated_weights():
+    rewards = rows([1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.2, 0.2, 0.6], [0.0, 0.0, 1.0])
+    goals = {"x": [0.7, 0.2, 0.1], "y": [0.0, 0.5, 0.5]}
+    result = get_estimator("goal_conditioned")(rewards, ["x", "x", "y", "y"], goal_weights=goals)
+    np.testing.assert_allclose(result.scores, [0.7, 0.2, 0.4, 0.5])
+    per_rollout = np.array([goals["x"], goals["x"], goals["y"], goals["y"]])
+    same = get_estimator("goal_conditioned")(rewards, ["x", "x", "y", "y"], goal_weights=per_rollout)
+    np.testing.assert_allclose(same.advantages, result.advantages)
+    assert set(result.diagnostics) >= {"goal_conditioned/group_std"}
+    with pytest.raises(ValueError, match="no entry for group 'y'"):
+        get_estimator("goal_conditioned")(rewards, ["x", "x", "y", "y"], goal_weights={"x": goals["x"]})
+    with pytest.raises(ValueError, match="shares one weight vector"):
+        get_estimator("goal_conditioned")(rewards, ["x", "x", "y", "y"], goal_weights=per_rollout[[0, 2, 2, 3]])
+    with pytest.raises(ValueError, match="expected 3 weights"):
+        get_estimator("goal_conditioned")(rewards, ["x", "x", "y", "y"], goal_weights={"x": [1.0], "y": [1.0]})
+    # identical answers in a group: zero advantages whatever the weights
+    same_answers = get_estimator("goal_conditioned")(rows(*[[0.3, 0.9, 0.1]] * 4), ["x"] * 4, goal_weights=goals)
+    np.testing.assert_allclose(same_answers.advantages, 0.0)
+
+
+def test_weight_keys_key_groups_that_share_a_prompt_alike():
+    rewards = rows([1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0])
+    keyed = get_estimator("vpo")(rewards, [0, 0, 1, 1], seed=2, step=1, weight_keys=["p", "p", "p", "p"])
+    np.testing.assert_allclose(keyed.scores[:2], keyed.scores[2:])
+    with pytest.raises(ValueError, match="different keys"):
+        get_estimator("vpo")(rewards, [0, 0, 1, 1], seed=2, weight_keys=["p", "q", "p", "p"])
+
+
+def test_gdpo_token_weighted_whitening_by_hand():
+    rewards = rows([1.0], [0.0], [1.0], [0.0])
+    per_rollout = get_estimator("gdpo")(rewards, [0, 0, 1, 1])
+    lengths = [1, 3, 2, 2]
+    tokens = get_estimator("gdpo")(rewards, [0, 0, 1, 1], response_lengths=lengths)
+    summed = np.array([1, -1, 1, -1]) / (np.sqrt(0.5) + 1e-6)
+    expanded = np.repeat(summed, lengths)
+    expected = (summed - expanded.mean()) / np.sqrt(expanded.var(ddof=1) + 1e-8)
+    np.testing.assert_allclose(tokens.advantages, expected)
+    assert not np.allclose(per_rollout.advantages, tokens.advantages)
+    with pytest.raises(ValueError, match="response_lengths"):
+        get_estimator("gdpo")(rewards, [0, 0, 1, 1], response_lengths=[1, 2])

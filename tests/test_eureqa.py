@@ -49,8 +49,10 @@ def test_partial_names_do_not_count_and_aliases_do():
 
 
 def test_tags_case_insensitive_and_last_block_wins():
+    # block="last" (an option since #12.5; the default reads the first block, as the release)
     text = "<ENTITY_A>wrong</ENTITY_A> thinking... <Entity_A>Maren_Oakhurst</Entity_A>"
-    np.testing.assert_array_equal(TASK.score(text, EX), [1, 0, 0, 0, 0])
+    np.testing.assert_array_equal(get_task("eureqa", block="last").score(text, EX), [1, 0, 0, 0, 0])
+    np.testing.assert_array_equal(TASK.score(text, EX), [0, 0, 0, 0, 0])
 
 
 def test_garbage_scores_zero():
@@ -135,3 +137,62 @@ def test_fuzz_any_text_scores_in_unit_cube(text, example, m):
     assert vector.shape == (5,) and set(np.unique(vector)) <= {0.0, 1.0}
     matrix = TASK.score_chain(text, example, m)
     assert matrix.shape == (m, 5) and np.all((matrix >= 0) & (matrix <= 1))
+
+
+# ----- issue #12.5: which block counts --------------------------------------------------------
+
+def test_first_and_last_block_semantics():
+    e = EX["entities"]
+    draft = tags(A=e["A"], B="draft_guess", C=e["C"])
+    final = tags(A="second_thought", B=e["B"], D=e["D"], E=e["E"])
+    text = f"Draft:\n{draft}\nFinal:\n{final}"
+    first, last = get_task("eureqa", block="first"), get_task("eureqa", block="last")
+    # each letter is read on its own: the first (or last) block of that letter
+    np.testing.assert_array_equal(TASK.score(text, EX), [1, 0, 1, 1, 1])
+    np.testing.assert_array_equal(first.score(text, EX), [1, 0, 1, 1, 1])
+    np.testing.assert_array_equal(last.score(text, EX), [0, 1, 1, 1, 1])
+    # an empty first block is an empty prediction under "first" (never matches)
+    np.testing.assert_array_equal(TASK.score(tags(A="") + tags(A=e["A"]), EX), np.zeros(5))
+    np.testing.assert_array_equal(last.score(tags(A="") + tags(A=e["A"]), EX), [1, 0, 0, 0, 0])
+    # inside a chain the block rule applies within each <response_i>
+    chain = f"<response_1>{draft}{final}</response_1><response_2>{final}</response_2>"
+    np.testing.assert_array_equal(TASK.score_chain(chain, EX, 2), [[1, 0, 1, 1, 1], [0, 1, 0, 1, 1]])
+    np.testing.assert_array_equal(last.score_chain(chain, EX, 2), [[0, 1, 1, 1, 1], [0, 1, 0, 1, 1]])
+
+
+def test_first_block_reads_like_the_release_regex():
+    # first opening tag to the next closing tag, tag name in any case
+    nested = "<entity_A>Maren_Oakhurst<ENTITY_A>x</entity_a>"
+    assert TASK.score(nested, EX)[0] == 0.0          # content is 'Maren_Oakhurst<ENTITY_A>x'
+    assert get_task("eureqa", block="last").score(nested, EX)[0] == 0.0
+    assert TASK.score("<Entity_A>Maren_Oakhurst</ENTITY_A>", EX)[0] == 1.0
+
+
+@pytest.mark.parametrize("block", ["all", "Last", None, 0])
+def test_block_option_is_validated(block):
+    with pytest.raises(ValueError, match=r"eureqa: block must be one of 'first', 'last'"):
+        get_task("eureqa", block=block)
+
+
+def test_block_option_travels_as_json():
+    task = get_task("eureqa", **json.loads(json.dumps({"block": "last"})))
+    assert task.block == "last" and repr(task) == "EureqaTask(block='last')" and TASK.block == "first"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.text(max_size=400), SOUP), st.sampled_from(EXAMPLES), st.sampled_from(["first", "last"]))
+def test_fuzz_block_options(text, example, block):
+    vector = get_task("eureqa", block=block).score(text, example)
+    assert vector.shape == (5,) and set(np.unique(vector)) <= {0.0, 1.0}
+
+
+@pytest.mark.parametrize("text", ["<entity_A>" * 100_000, "<entity_A></entity_A>" * 47_620, "<ENTITY_" * 125_000,
+                                  "İ</entity_e>" * 83_334])
+def test_scoring_is_linear_on_a_megabyte(text):
+    import time
+
+    assert 900_000 <= len(text) <= 1_100_000
+    start = time.process_time()
+    for block in ("first", "last"):
+        get_task("eureqa", block=block).score(text, EX)
+    assert time.process_time() - start < 2.0

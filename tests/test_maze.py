@@ -7,8 +7,10 @@ trusting the generator's bookkeeping.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -25,7 +27,10 @@ from vpo.tasks.maze import (
     SIZE_DEFAULTS,
     MazeConfig,
     MazeTask,
+    attempt_seeds,
     config_for_size,
+    default_protocol,
+    generate,
     oracle_routes,
     parse_moves,
     render,
@@ -33,17 +38,49 @@ from vpo.tasks.maze import (
     route_via_gold,
     shortest_safe_route,
     simulate,
+    split_examples,
 )
 
 STEP = {"UP": (-1, 0), "DOWN": (1, 0), "LEFT": (0, -1), "RIGHT": (0, 1)}
 
-# sha256 of json.dumps(task.examples(split, 100), sort_keys=True): the generator's output is
-# part of the contract (same seed, same maze on every machine and Python version).
+# sha256 of json.dumps(task.examples(split, 100), sort_keys=True) under protocol "vpo" (this
+# project's generator; the default at every size but 9): the generator's output is part of the
+# contract (same seed, same maze on every machine and Python version).
 DIGESTS = {
     (5, "train"): "1eb6ce940eaa2ec5d2600667ba86ec34b7a85db3410cea8c046a980e472efc93",
     (9, "train"): "a1ca216b02d65caa3cfd3e737ab7e9e6c148ee4eadf1eecf96942175a03e3e3a",
     (9, "test"): "b912209399a2913944915cd4a69137579b4b36b75d5681c12d4df665b4220d9c",
 }
+
+# The paper's maze sets (protocol "paper", the default at size 9), digests computed by running
+# the authors' released generator (github.com/ryanboldi/vpo, vpo_tasks/maze.py, _make_split with
+# train seed 42 / test seed 4242) and mapping its rows to this task's schema: grid_text -> grid
+# rows, start, end -> exit, max_steps -> budget, gold / diamond / lava = the grid's tiles,
+# extra_info.bonus_cell -> bonus. A maze's digest is sha256 of json.dumps({f: maze[f] for f in
+# PAPER_FIELDS}, sort_keys=True, separators=(",", ":")); a split's digest hashes the list of those.
+PAPER_FIELDS = ("size", "grid", "start", "exit", "budget", "gold", "diamond", "lava", "bonus")
+PAPER_DIGESTS = {
+    "train": ["36dd69de12ee7e174b4ee6c94ef1e170b2fcdabaac29943827410588990c6dad",
+              "b23e6b6714212fe4716d154dc0a84984c925e55beab3cfda8ddaf0a3d261d353",
+              "99426c98d5367727251c03de3e645aacce077b5ca52ddc98632bb040b771f2e6"],
+    "test": ["c17f5bff9c9804c77ef06ac69fa7f03376b380feb42f3603598780db99e57742",
+             "3a47d67e3426d200a785f8e0eb55a59a54b2f60ad9d4b278d207492f5963d72b",
+             "eb0704b6fbd026a3c0bf928e90f8d02162a32883abcb97f468327dc088c63af4"],
+}
+PAPER_SPLIT_DIGESTS = {  # all 1000 train / all 100 test mazes
+    "train": "90c532dbcbc55028a357acc04fe4ee13337c72dbd2f59031d7af7ebb26048263",
+    "test": "2ac34a4ed9e391a4a2fc2f6472f651fef421e10c200489013f9539cfe8844d81",
+}
+# attempt seeds of the first and last accepted maze (rejected attempts are skipped)
+PAPER_SEED_RANGE = {"train": (42, 1119), "test": (4242, 4345)}
+
+
+def _paper_digest(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _paper_core(example: dict) -> dict:
+    return {field: example[field] for field in PAPER_FIELDS}
 
 
 def _digest(examples: list[dict]) -> str:
@@ -72,20 +109,24 @@ def _tiles(grid: list[str], tile: str) -> set[tuple[int, int]]:
 # ----------------------------------------------------------------------------------------
 # Generator properties, 1000 seeds per size
 # ----------------------------------------------------------------------------------------
-_SWEEP: dict[int, list[dict]] = {}
+_SWEEP: dict[tuple[int, str], list[dict]] = {}
+# (size, protocol): the "vpo" generator at every size, and the paper's own 1000 train mazes
+SWEEPS = [(5, "vpo"), (7, "vpo"), (9, "vpo"), (9, "paper")]
 
 
-def _sweep(size: int) -> list[dict]:
-    if size not in _SWEEP:
-        _SWEEP[size] = get_task("maze", size=size).examples("train", 1000)
-    return _SWEEP[size]
+def _sweep(size: int, protocol: str) -> list[dict]:
+    if (size, protocol) not in _SWEEP:
+        _SWEEP[(size, protocol)] = get_task("maze", size=size, protocol=protocol).examples("train", 1000)
+    return _SWEEP[(size, protocol)]
 
 
-@pytest.mark.parametrize("size", [5, 7, 9])
-def test_generator_properties_1000_seeds(size):
+@pytest.mark.parametrize(("size", "protocol"), SWEEPS)
+def test_generator_properties_1000_seeds(size, protocol):
+    # The paper protocol checks the corner conflict in one order only (gold corner first), yet
+    # its 1000 train mazes satisfy both orders too (3 in 5000 of its mazes in general do not).
     cfg = SIZE_DEFAULTS[size]
-    task = get_task("maze", size=size)
-    examples = _sweep(size)
+    task = get_task("maze", size=size, protocol=protocol)
+    examples = _sweep(size, protocol)
     assert len(examples) == 1000
     assert len({ex["seed"] for ex in examples}) == 1000
     n = size - 1
@@ -125,10 +166,10 @@ def test_generator_properties_1000_seeds(size):
         assert _dist(grid, start, blocked="#L").get(exit_, 10**9) <= ex["budget"], i
 
 
-@pytest.mark.parametrize("size", [5, 7, 9])
-def test_oracle_routes_1000_seeds(size):
-    task = get_task("maze", size=size)
-    for i, ex in enumerate(_sweep(size)):
+@pytest.mark.parametrize(("size", "protocol"), SWEEPS)
+def test_oracle_routes_1000_seeds(size, protocol):
+    task = get_task("maze", size=size, protocol=protocol)
+    for i, ex in enumerate(_sweep(size, protocol)):
         routes = oracle_routes(ex)
         for name, moves in routes.items():
             assert len(moves) <= ex["budget"], (i, name)
@@ -148,17 +189,22 @@ def test_oracle_routes_1000_seeds(size):
 # ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("size", "split"), sorted(DIGESTS))
 def test_fixed_seed_fixed_digest(size, split):
-    assert _digest(get_task("maze", size=size).examples(split, 100)) == DIGESTS[(size, split)]
+    assert _digest(get_task("maze", size=size, protocol="vpo").examples(split, 100)) == DIGESTS[(size, split)]
+    if size != 9:
+        assert _digest(get_task("maze", size=size).examples(split, 100)) == DIGESTS[(size, split)]  # the default
 
 
 def test_digest_identical_in_subprocess():
     code = ("import hashlib, json; from vpo.tasks import get_task; "
-            "print(hashlib.sha256(json.dumps(get_task('maze', size=9).examples('train', 100), "
-            "sort_keys=True).encode()).hexdigest())")
+            "print(hashlib.sha256(json.dumps(get_task('maze', size=9, protocol='vpo').examples('train', 100), "
+            "sort_keys=True).encode()).hexdigest()); "
+            "print(hashlib.sha256(json.dumps([{k: e[k] for k in " + repr(PAPER_FIELDS) + "} "
+            "for e in get_task('maze', size=9).examples('test')], sort_keys=True, "
+            "separators=(',', ':')).encode()).hexdigest())")
     env = dict(os.environ, PYTHONHASHSEED="12345")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          check=True, timeout=120)
-    assert out.stdout.strip() == DIGESTS[(9, "train")]
+    assert out.stdout.split() == [DIGESTS[(9, "train")], PAPER_SPLIT_DIGESTS["test"]]
 
 
 def test_splits_streams_and_regeneration():
@@ -196,6 +242,94 @@ def test_examples_json_roundtrip_and_source(tmp_path):
         task.examples("test", source=str(bad))
     moves = " ".join(route_via_gold(examples[0]))
     assert np.array_equal(task.score(moves, loaded[0]), task.score(moves, examples[0]))
+
+
+
+# ----------------------------------------------------------------------------------------
+# The paper's maze sets (protocol "paper")
+# ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_paper_sets_match_the_release(split):
+    task = get_task("maze", size=9)
+    assert task.protocol == "paper"
+    examples = task.examples(split)
+    assert len(examples) == {"train": 1000, "test": 100}[split]
+    cores = [_paper_core(ex) for ex in examples]
+    assert [_paper_digest(core) for core in cores[:3]] == PAPER_DIGESTS[split]
+    assert _paper_digest(cores) == PAPER_SPLIT_DIGESTS[split]  # every maze of the split
+    seed = {"train": 42, "test": 4242}[split]
+    seeds = [ex["seed"] for ex in examples]
+    assert (seeds[0], seeds[-1]) == PAPER_SEED_RANGE[split] and seeds == sorted(set(seeds))
+    assert [ex["id"] for ex in examples[:2]] == [f"maze9-paper-{split}-s{seed}-0", f"maze9-paper-{split}-s{seed}-1"]
+    assert examples[-1]["id"] == f"maze9-paper-{split}-s{seed}-{len(examples) - 1}"
+    assert all(ex["protocol"] == "paper" and ex["reward_mode"] == "linear" for ex in examples)
+    # the release stamps reward mode convex_bonus: the same mazes with that mode
+    convex = get_task("maze", size=9, reward_mode="convex_bonus").examples(split, 3)
+    assert [_paper_digest(_paper_core(ex)) for ex in convex] == PAPER_DIGESTS[split]
+    assert all(ex["reward_mode"] == "convex_bonus" for ex in convex)
+
+
+def test_paper_first_train_maze_by_hand():
+    ex = get_task("maze", size=9).examples("train", 1)[0]
+    assert ex["grid"] == ["S.....DDD", ".......D.", "....L...#", ".........", "....B....",
+                          "#..L.....", "G.....L..", "GG.......", "GG......E"]
+    assert (ex["start"], ex["exit"], ex["budget"], ex["bonus"]) == ([0, 0], [8, 8], 25, [4, 4])
+    assert (ex["gold_corner"], ex["diamond_corner"]) == ([8, 0], [0, 8])
+    assert (ex["via_gold"], ex["via_diamond"], ex["safe_distance"], ex["seed"]) == (18, 18, 16, 42)
+
+
+def test_protocol_defaults_and_parameters():
+    assert get_task("maze", size=9).protocol == "paper"
+    for size in (5, 7, 11):
+        assert get_task("maze", size=size).protocol == "vpo"
+    assert default_protocol(9) == "paper" and default_protocol(5) == "vpo"
+    with pytest.raises(ValueError, match="protocol"):
+        get_task("maze", size=9, protocol="release")
+    with pytest.raises(ValueError, match="protocol"):
+        generate(42, config_for_size(9), protocol="v2")
+    # the demo's grid keeps its mazes: the default at size 5 is the "vpo" generator
+    five = get_task("maze", size=5)
+    assert five.examples("train", 20) == get_task("maze", size=5, protocol="vpo").examples("train", 20)
+    assert "protocol" not in five.examples("train", 1)[0]
+    # attempt seeds: consecutive under "paper", drawn from random.Random(seed) under "vpo"
+    assert list(itertools.islice(attempt_seeds(42, "paper"), 3)) == [42, 43, 44]
+    drawn = list(itertools.islice(attempt_seeds(42, "vpo"), 3))
+    assert drawn == [int(random.Random(42).random() * 2.0 ** 53)] + drawn[1:] and len(set(drawn)) == 3
+    # the generate function and the task agree, and an attempt seed rebuilds its maze
+    paper = get_task("maze", size=9)
+    first = paper.examples("test", 2)
+    rebuilt, reason = paper.generate(first[1]["seed"])
+    assert reason == "ok" and rebuilt == {k: v for k, v in first[1].items() if k != "id"}
+    assert generate(first[1]["seed"], config_for_size(9))[0] == rebuilt
+    assert generate(first[1]["seed"], config_for_size(9), protocol="vpo")[0] != rebuilt
+    # split_examples is the id-less stream; examples is a prefix of the longer split
+    assert split_examples(config_for_size(9), 4242, 2) == [{k: v for k, v in e.items() if k != "id"} for e in first]
+    assert paper.examples("train", 5) == paper.examples("train", 20)[:5]
+    assert [e["id"] for e in itertools.islice(paper.iter_examples(7, split="rl"), 2)] == [
+        "maze9-paper-rl-s7-0", "maze9-paper-rl-s7-1"]
+
+
+@pytest.mark.parametrize("size", [5, 7, 11])
+def test_paper_protocol_other_sizes(size):
+    cfg = config_for_size(size)
+    task = get_task("maze", size=size, protocol="paper")
+    examples = task.examples("train", 50)
+    n = size - 1
+    for i, ex in enumerate(examples):
+        task.validate(ex, i)
+        grid, start, exit_ = ex["grid"], tuple(ex["start"]), tuple(ex["exit"])
+        assert start[0] == 0 and exit_ == (n, n - start[1]), i  # S at the top end of a diagonal
+        d_s, d_e = _dist(grid, start), _dist(grid, exit_)
+        gold_corner, diamond_corner = tuple(ex["gold_corner"]), tuple(ex["diamond_corner"])
+        assert ex["budget"] == max(d_s[gold_corner] + d_e[gold_corner],
+                                   d_s[diamond_corner] + d_e[diamond_corner]) + cfg.budget_slack, i
+        # the release's conflict check: gold corner first
+        d_g = _dist(grid, gold_corner)
+        assert d_s[gold_corner] + d_g[diamond_corner] + d_e[diamond_corner] > ex["budget"], i
+        assert cfg.items[0] <= len(ex["gold"]) <= cfg.items[1] and cfg.items[0] <= len(ex["diamond"]) <= cfg.items[1]
+        assert len(ex["lava"]) <= cfg.lava[1], i
+        assert _dist(grid, start, blocked="#L").get(exit_, 10**9) <= ex["budget"], i
+    assert [ex["seed"] for ex in examples] == sorted({ex["seed"] for ex in examples})
 
 
 # ----------------------------------------------------------------------------------------
@@ -331,6 +465,64 @@ def test_non_move_tokens_ignored_or_strict():
     assert parse_moves("UP2 R3") == ["UP", "RIGHT"]  # digits separate, they are not counts
 
 
+
+@pytest.mark.parametrize(("text", "moves"), [
+    ("I'd go DOWN then RIGHT", ["DOWN", "RIGHT"]),             # the d of I'd is not a move
+    ("I'll take a route: R R D", ["RIGHT", "RIGHT", "DOWN"]),   # nor the ll of I'll; a is prose
+    ("we\u2019d go U", ["UP"]),                                # typographic apostrophe too
+    ("R's and D's", []),                                        # possessives are words
+    ("'D' 'R'", ["DOWN", "RIGHT"]),                             # quoted moves still count
+    ("D-D-R", ["DOWN", "DOWN", "RIGHT"]),                       # hyphens separate
+    ("Dé R", ["RIGHT"]),                                        # a non-ASCII letter joins the word
+    ("UP2 R3", ["UP", "RIGHT"]),
+    ("RRDD", ["RIGHT", "RIGHT", "DOWN", "DOWN"]),
+    ("UPDOWN", []),
+    ("a", []),
+])
+def test_move_words(text, moves):
+    assert parse_moves(text) == moves
+
+
+def test_strict_rejects_contractions():
+    assert parse_moves("I'd DOWN", strict=True) == []
+    assert parse_moves("DOWN, R -> r", strict=True) == ["DOWN", "RIGHT", "RIGHT"]
+
+
+def test_answer_region_case_and_unicode():
+    assert parse_moves("UP <Answer>down</ANSWER> LEFT") == ["DOWN"]
+    assert parse_moves("UP <answer>down</answer>", answer_block=False) == ["UP", "DOWN"]
+    # "İ".lower() is two characters: the region must not shift (it did with text.lower().find)
+    assert parse_moves("İİİ <answer>RIGHT</answer> DOWN") == ["RIGHT"]
+    # re.ASCII: the long s and the Kelvin sign do not spell the tag
+    assert parse_moves("<an\u017fwer>UP</an\u017fwer> DOWN") == ["UP", "DOWN"]
+    assert parse_moves("<answer>UP</answer> <answer>DOWN</answer>") == ["UP"]
+
+
+_MOVE_WORDS = st.sampled_from(["UP", "DOWN", "LEFT", "RIGHT", "up", "Down", "U", "d", "l", "R", "RRDD", "udlr"])
+_SEPARATORS = st.sampled_from([" ", ", ", "\n", " -> ", "; ", "1", " . ", "\t", "|"])
+_PROSE = st.sampled_from(["I'd", "I'll", "we'd", "you'll", "a", "then", "go", "UPDOWN", "R's", "Dé", "don't"])
+
+
+def _expected(word: str) -> list[str]:
+    up = word.upper()
+    return [up] if up in STEP else [{"U": "UP", "D": "DOWN", "L": "LEFT", "R": "RIGHT"}[ch] for ch in up]
+
+
+@settings(max_examples=300, deadline=None)
+@given(words=st.lists(_MOVE_WORDS, max_size=20), seps=st.lists(_SEPARATORS, min_size=21, max_size=21),
+       prose=st.lists(st.tuples(st.integers(0, 20), _PROSE), max_size=5))
+def test_parse_moves_property(words, seps, prose):
+    """Move words joined by any separators parse to their moves; prose words add none."""
+    expected = [move for word in words for move in _expected(word)]
+    tokens = list(words)
+    for position, word in sorted(prose, reverse=True):
+        tokens.insert(min(position, len(tokens)), word)
+    text = "".join(tok + seps[i % len(seps)] for i, tok in enumerate(tokens))
+    assert parse_moves(text) == expected
+    assert parse_moves(text, strict=True) == ([] if prose else expected)
+    assert parse_moves(f"think {text} <answer>{text}</answer> UP") == expected
+
+
 def test_parse_is_linear_and_fast():
     task = get_task("maze", size=9)
     ex = task.examples("test", 1)[0]
@@ -383,7 +575,7 @@ def test_score_chain_dedups_and_pads():
     assert mat[0].tolist() == [1, 0, 1, 1]
     assert mat[1].tolist() == pytest.approx([1, 1, 1 / 3, 1])
     assert mat[2].tolist() == [0, 0, 0, 0]                    # the duplicate became padding
-    # dedup compares the parsed move lists (SPEC section 3, issue #12.6): moves after E make a
+    # dedup compares the parsed move lists (docs/algorithm.md §3, issue #12.6): moves after E make a
     # different route (same vector, so it counts for Multi-RLVR); an identical route does not
     padded = f"<route_1>{DIAMOND_ROUTE}</route_1><route_2>{DIAMOND_ROUTE} UP UP</route_2>"
     both = task.score_chain(padded, ex, 3)
@@ -446,6 +638,49 @@ def test_validate_names_field_and_row(mutate, field):
         task.score(DIAMOND_ROUTE, ex)  # malformed data raises; model text never does
     with pytest.raises(ValueError, match="row 3"):
         task.validate([1, 2], 3)
+
+
+def test_scoring_validates_each_example_once(monkeypatch):
+    import vpo.tasks.maze.simulator as sim
+
+    calls = []
+    real = sim._validate
+    monkeypatch.setattr(sim, "_validate", lambda ex, row: (calls.append(row), real(ex, row))[1])
+    monkeypatch.setattr(sim, "_GRIDS", {})  # an empty cache: independent of the other tests
+    task = get_task("maze", size=5)
+    ex = _hand_maze(budget=17)  # content no other test uses, so the first score validates
+    for _ in range(50):
+        assert task.score(DIAMOND_ROUTE, ex).tolist() == [1, 0, 1, 1]
+    task.score_chain(f"<route_1>{DIAMOND_ROUTE}</route_1><route_2>{GOLD_ROUTE}</route_2>", ex, 3)
+    task.prompt(ex, m=3)
+    assert len(calls) == 1
+    # an equal copy decoded again from JSON (the verl reward function's case) is not re-validated
+    assert task.score(DIAMOND_ROUTE, json.loads(json.dumps(ex))).tolist() == [1, 0, 1, 1]
+    assert len(calls) == 1
+    # changing a field in place is new content: validated again, and the error names the field
+    ex["budget"] = 0
+    with pytest.raises(ValueError, match="field 'budget'"):
+        task.score(DIAMOND_ROUTE, ex)
+    ex["budget"] = 16  # again content no other test scores
+    assert task.score(DIAMOND_ROUTE, ex).tolist() == [1, 0, 1, 1]
+    assert len(calls) == 3
+    # generated examples are validated when loaded, so scoring them validates nothing
+    fresh = get_task("maze", size=7).examples("test", 3, seed=987654)
+    before = len(calls)
+    for example in fresh:
+        task.score("RIGHT", example)
+    assert len(calls) == before
+    assert len(sim._GRIDS) <= sim._CACHE_SIZE
+    # validate() is type-strict even for cached content (the cache compares numbers by value)
+    same = _hand_maze(budget=1)
+    task.score("", same)
+    with pytest.raises(ValueError, match="row 2: field 'budget'"):
+        task.validate(dict(same, budget=True), 2)
+    # rows loaded through validate() are compiled there: scoring them validates nothing more
+    loaded = task.validate(_hand_maze(budget=18), 0)
+    before = len(calls)
+    task.score(DIAMOND_ROUTE, loaded)
+    assert len(calls) == before
 
 
 def test_parameters():

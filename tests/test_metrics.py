@@ -281,7 +281,7 @@ def test_preference_best_at_k_brute_force():
 
 
 def test_preference_best_at_k_separates_tied_scalars():
-    # SPEC section 5: a gold route and a diamond route tie on the mean (0.75) ...
+    # docs/algorithm.md §5: a gold route and a diamond route tie on the mean (0.75) ...
     gold, diamond = [1, 1, 0, 1], [1, 0, 1, 1]
     collapsed, diverse = np.array([gold] * 4), np.array([gold, diamond] * 2)
     assert M.best_at_k(collapsed.mean(axis=1), 2) == M.best_at_k(diverse.mean(axis=1), 2) == 0.75

@@ -10,8 +10,10 @@ from hypothesis import strategies as st
 
 from vpo.tasks import get_task
 from vpo.tasks.musique import FIXTURE, MAX_CITATIONS, hop_count, hop_stratified
+from vpo.tasks.text import first_tag, last_tag, parse_comma_indices, parse_indices, pick_tag
 
-TASK = get_task("musique")
+TASK = get_task("musique")                                  # block="first", citations="comma"
+LENIENT = get_task("musique", block="last", citations="any")
 EXAMPLES = TASK.examples("test")
 TWO_HOP = next(e for e in EXAMPLES if e["id"].startswith("2hop"))
 FOUR_HOP = next(e for e in EXAMPLES if e["id"].startswith("4hop"))
@@ -64,9 +66,12 @@ def test_citing_everything_only_counts_the_first_four_distinct():
     # repeats do not use up the 4 slots: distinct indices count
     repeated = [others[0]] * 5 + [others[1], g[0], g[1]]
     np.testing.assert_array_equal(TASK.score(answer(repeated, "x"), TWO_HOP)[:4], [1, 1, 1, 1])
-    # the slot limit is on indices, whatever the separators
+    # with citations="any" the slot limit is on indices, whatever the separators (the default
+    # "comma" reads no index there: see test_citation_formats)
+    assert LENIENT.score(f"<support>[{others[0]}] [{g[0]}] and {g[1]}</support><answer>x</answer>",
+                         TWO_HOP)[:2].tolist() == [1, 1]
     assert TASK.score(f"<support>[{others[0]}] [{g[0]}] and {g[1]}</support><answer>x</answer>",
-                      TWO_HOP)[:2].tolist() == [1, 1]
+                      TWO_HOP)[:2].tolist() == [0, 0]
 
 
 def test_answer_f1_and_aliases():
@@ -87,10 +92,13 @@ def test_no_parseable_answer_is_the_zero_vector():
 
 
 def test_last_blocks_are_read():
+    # block="last" (an option since #12.5; the default now reads the first block, as the release)
     g = gold(TWO_HOP)
     text = ("Format: <support>indices</support><answer>short answer</answer>\nReasoning...\n"
             + answer(g, TWO_HOP["answer"]))
-    np.testing.assert_array_equal(TASK.score(text, TWO_HOP), np.ones(5))
+    np.testing.assert_array_equal(get_task("musique", block="last").score(text, TWO_HOP), np.ones(5))
+    # the default reads the echoed format: no index, answer "short answer"
+    np.testing.assert_array_equal(TASK.score(text, TWO_HOP), [0, 0, 1, 1, 0])
 
 
 def test_scalar_weights_answer_three_times():
@@ -223,3 +231,128 @@ def test_score_does_not_mutate_example():
     example = copy.deepcopy(FOUR_HOP)
     TASK.score(answer(gold(example), "x"), example)
     assert example == FOUR_HOP
+
+
+# ----- issue #12.5: which block counts, citation formats, options ---------------------------
+
+def test_first_and_last_block_semantics():
+    g = gold(TWO_HOP)
+    wrong = [p["idx"] for p in TWO_HOP["paragraphs"] if p["idx"] not in g][:2]
+    text = answer(g, TWO_HOP["answer"]) + "\nOn second thought:\n" + answer(wrong, "nobody")
+    np.testing.assert_array_equal(TASK.score(text, TWO_HOP), np.ones(5))                 # first (default)
+    np.testing.assert_array_equal(get_task("musique", block="first").score(text, TWO_HOP), np.ones(5))
+    np.testing.assert_array_equal(get_task("musique", block="last").score(text, TWO_HOP), [0, 0, 1, 1, 0])
+    # <support> and <answer> are picked independently, each the first (or last) of its kind
+    split = f"<support>{g[0]}</support><support>{g[1]}</support><answer>x</answer><answer>{TWO_HOP['answer']}</answer>"
+    np.testing.assert_array_equal(TASK.score(split, TWO_HOP), [1, 0, 1, 1, 0])
+    np.testing.assert_array_equal(get_task("musique", block="last").score(split, TWO_HOP), [0, 1, 1, 1, 1])
+    # a first <answer> that is empty is no answer under "first", even if a later one is filled
+    empty_first = "<answer> </answer>" + answer(g, TWO_HOP["answer"])
+    np.testing.assert_array_equal(TASK.score(empty_first, TWO_HOP), np.zeros(5))
+    np.testing.assert_array_equal(get_task("musique", block="last").score(empty_first, TWO_HOP), np.ones(5))
+
+
+def test_citation_formats():
+    a, b = gold(TWO_HOP)
+    final = f"<answer>{TWO_HOP['answer']}</answer>"
+    comma, anyint = TASK, get_task("musique", citations="any")
+    cases = {                                     # support text: (hops under "comma", under "any")
+        f"{a}, {b}": ([1, 1], [1, 1]),
+        f"{a},{b}": ([1, 1], [1, 1]),
+        f" {a} ,\n {b} ": ([1, 1], [1, 1]),
+        f"[{a}, {b}]": ([0, 0], [1, 1]),           # the release: '[2' and '5]' are no integers
+        f"{a} {b}": ([0, 0], [1, 1]),
+        f"{a}; {b}": ([0, 0], [1, 1]),
+        f"{a}, {b}.": ([1, 0], [1, 1]),
+        f"#{a}, paragraph {b}": ([0, 0], [1, 1]),
+        f"{a}, ²": ([1, 0], [1, 0]),               # a Unicode digit is no index (the release's int() raises)
+        "": ([0, 0], [0, 0]),
+    }
+    for support, (want_comma, want_any) in cases.items():
+        text = f"<support>{support}</support>{final}"
+        assert comma.score(text, TWO_HOP)[:2].tolist() == want_comma, support
+        assert anyint.score(text, TWO_HOP)[:2].tolist() == want_any, support
+        assert comma.score(text, TWO_HOP)[4] == anyint.score(text, TWO_HOP)[4] == 1.0
+
+
+def test_bracketed_citations_in_a_chain_under_both_options():
+    g = gold(FOUR_HOP)
+    brackets = f"<support>[{', '.join(map(str, g))}]</support><answer>{FOUR_HOP['answer']}</answer>"
+    text = f"<response_1>{brackets}</response_1>"
+    # "comma": '[a' and 'd]' are no integers, the middle items are (as in the release)
+    np.testing.assert_array_equal(TASK.score_chain(text, FOUR_HOP, 2), [[0, 1, 1, 0, 1], [0, 0, 0, 0, 0]])
+    np.testing.assert_array_equal(get_task("musique", citations="any").score_chain(text, FOUR_HOP, 2),
+                                  [[1, 1, 1, 1, 1], [0, 0, 0, 0, 0]])
+
+
+def test_text_helpers_for_blocks_and_citations():
+    assert first_tag("<a>x</a><a>y</a>", "a") == "x" and last_tag("<a>x</a><a>y</a>", "a") == "y"
+    assert first_tag("<a>x<a>y</a>", "a") == "x<a>y"       # the release's regex: a nested opening is content
+    assert first_tag("<a>x", "a") is None and first_tag("</a><a>", "a") is None and first_tag(None, "a") is None
+    assert first_tag("<A>x</a>", "a", ignore_case=True) == "x" and first_tag("<A>x</a>", "a") is None
+    assert pick_tag("<a>1</a><a>2</a>", "a", "last") == "2"
+    with pytest.raises(ValueError, match="block must be one of"):
+        pick_tag("", "a", "middle")
+    assert parse_comma_indices("3, 7, [12]") == [3, 7] and parse_comma_indices(None) == []
+    assert parse_comma_indices("1" * 5000 + ", 4") == [4] and parse_comma_indices("007") == [7]
+    assert parse_indices("[3, 7]") == [3, 7]
+
+
+@pytest.mark.parametrize(("params", "match"), [
+    ({"block": "middle"}, r"musique: block must be one of 'first', 'last'"),
+    ({"block": None}, r"musique: block must be one of"),
+    ({"citations": "brackets"}, r"musique: citations must be one of 'comma', 'any'"),
+    ({"citations": 1}, r"musique: citations must be one of"),
+])
+def test_options_are_validated(params, match):
+    with pytest.raises(ValueError, match=match):
+        get_task("musique", **params)
+
+
+def test_options_travel_as_json():
+    params = json.loads(json.dumps({"block": "last", "citations": "any"}))
+    task = get_task("musique", **params)
+    assert (task.block, task.citations) == ("last", "any")
+    assert repr(task) == "MusiqueTask(block='last', citations='any')"
+    assert (TASK.block, TASK.citations) == ("first", "comma")
+
+
+TAG_SOUP = st.lists(st.one_of(st.sampled_from(["<support>", "</support>", "<answer>", "</answer>", "<a>", "</a>",
+                                               ",", " ", "[", "]", "7", "12", "\n", "²", "İ", "<"]),
+                              st.text(max_size=6)), max_size=40).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(TAG_SOUP, st.sampled_from(["first", "last"]), st.sampled_from(["comma", "any"]), st.booleans())
+def test_parsers_never_raise(text, block, citations, ignore_case):
+    for tag in ("answer", "support", "a"):
+        got = pick_tag(text, tag, block, ignore_case=ignore_case)
+        assert got is None or (isinstance(got, str) and got == got.strip())
+    assert all(isinstance(i, int) and i >= 0 for i in parse_comma_indices(text))
+    vector = get_task("musique", block=block, citations=citations).score(text, FOUR_HOP)
+    assert vector.shape == (5,) and np.all((vector >= 0) & (vector <= 1))
+
+
+MEGABYTE = {
+    "unclosed answers": "<answer>" * 125_000,
+    "answer pairs": "<answer></answer>" * 58_824,
+    "support commas": "<support>" + "1," * 500_000 + "</support><answer>x</answer>",
+    "long digit runs": "<support>" + "9" * 1_000_000 + "</support><answer>x</answer>",
+    "open prefixes": "<answe" * 166_667,
+    "closes only": "</answer>" * 111_112,
+}
+
+
+@pytest.mark.parametrize("name", sorted(MEGABYTE))
+def test_parsers_are_linear_on_a_megabyte(name):
+    import time
+
+    text = MEGABYTE[name]
+    assert 900_000 <= len(text) <= 1_100_000
+    start = time.process_time()
+    for block in ("first", "last"):
+        for citations in ("comma", "any"):
+            get_task("musique", block=block, citations=citations).score(text, FOUR_HOP)
+        pick_tag(text, "answer", block, ignore_case=True)
+    parse_comma_indices(text)
+    assert time.process_time() - start < 3.0

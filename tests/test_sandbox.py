@@ -195,9 +195,10 @@ def test_isolation_mode_env_override(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_missing_bwrap_warns_once_and_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("VPO_SANDBOX_ISOLATION", raising=False)
-    monkeypatch.setattr(sandbox, "_probe_result", {})
-    monkeypatch.setattr(sandbox, "_warned", False)
-    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    # the probe's state lives in vpo.sandbox.isolation (the package split, issue #17)
+    monkeypatch.setattr(sandbox.isolation, "_probe_result", {})
+    monkeypatch.setattr(sandbox.isolation, "_warned", False)
+    monkeypatch.setattr(sandbox.isolation.shutil, "which", lambda name: None)
     with pytest.warns(RuntimeWarning, match="rlimit-only"):
         assert sandbox.isolation_mode() == "rlimit"
     import warnings
@@ -270,7 +271,7 @@ def test_timing_out_test_costs_its_wall_limit_once() -> None:
 
 
 @pytest.mark.parametrize("isolation", ["auto", "rlimit"])
-def test_run_batch_prestarted_sandboxes_leave_nothing_behind(isolation: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_batch_leaves_nothing_behind_but_warm_workers(isolation: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import glob
     import os
     monkeypatch.setenv("VPO_SANDBOX_ISOLATION", isolation)
@@ -296,6 +297,10 @@ def test_run_batch_prestarted_sandboxes_leave_nothing_behind(isolation: str, mon
     programs[3] = Program("while True: pass", [("", "")])
     results = run_batch(programs, workers=2, limits=FAST)
     assert [statuses(r) for r in results] == [["pass"]] * 3 + [["timeout"]] + [["pass"]] * 3 + [[]]
+    # The warm workers stay for the next call (issue #17); nothing else of the batch survives,
+    # and after shutdown() not even they do.
+    assert children() - before - sandbox.worker_pids() == set()
+    sandbox.shutdown()
     assert children() - before == set()
     assert set(glob.glob("/tmp/vpo-sandbox-*")) <= workdirs
     with pytest.raises(ValueError, match="program 0: limits"):

@@ -209,6 +209,14 @@ def hostile_cases(token: str, canary: Path, port: int) -> dict[str, tuple[str, l
             "os.write(3, json.dumps({'status': 'ok'}).encode())\nprint('forged')\n",
             # its own report channel gets two reports: unreadable, so error; never a pass
             [("", "x"), ("", "forged-" + secrets.token_hex(4))], "stdin", None, ["error", "error"]),
+        # kernel keys outlive the sandbox's namespaces and are listed to the whole uid: a
+        # message for a later program (the seccomp filter denies the keyring calls)
+        "keyring_message": ("import ctypes, os\nlibc = ctypes.CDLL(None)\n"
+                            "add_key, keyctl = {'aarch64': (217, 219)}.get(os.uname().machine, (248, 250))\n"
+                            "made = [libc.syscall(add_key, b'user', b'vpo-msg', b'left', 4, ring) for ring in (-4, -3, -5)]\n"
+                            "made += [libc.syscall(keyctl, 0, -4, 0, 0, 0)]\n"
+                            "print('blocked' if all(r == -1 for r in made) else made)\n", one, "stdin", None,
+                            ["pass"]),
         "sleep_forever": ("import time\ntime.sleep(1000)\n", [("", "1")], "stdin", None, ["timeout"]),
         "close_pipes_and_hang": ("import os, time\nos.close(1)\nos.close(3)\ntime.sleep(1000)\n",
                                  [("", "1")], "stdin", None, ["timeout"]),

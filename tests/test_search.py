@@ -226,3 +226,40 @@ def test_vpo_eval_search_flag_plots_checkpoints_side_by_side(tmp_path, saved_che
     assert rc == 0
     saved = json.loads((tmp_path / "search.json").read_text())
     assert set(saved["checkpoints"]) == {"a", "b"} and (tmp_path / "search_curves.png").exists()
+
+
+# ----- checkpoints that record their task (issue #16.1) ---------------------------------------
+def _compact_checkpoint(folder, size=5):
+    from vpo.demo.format import CompactMazeFormat
+    from vpo.models import build_char_tokenizer, build_tiny_llama
+
+    fmt = CompactMazeFormat(max_answers=3)
+    tok = build_char_tokenizer(fmt.alphabet(), extra_tokens=fmt.extra_tokens())
+    build_tiny_llama(tok, hidden=16, layers=1, heads=2, mlp=32, seed=0).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    fmt.save(folder, task="maze", task_params={"size": size, "reward_mode": "linear"})
+    return folder
+
+
+def test_search_uses_the_task_params_a_checkpoint_records(tmp_path, capsys):
+    from vpo.cli import main
+
+    ckpt = _compact_checkpoint(tmp_path / "vpo-s0")
+    out = tmp_path / "search"
+    argv = ["search", "best-of-n", "--task", "maze", "--model", f"{ckpt},{ckpt}", "--labels", "GRPO,VPO",
+            "--answers", "1,3", "--pool", "3", "--examples", "2", "--max-new-tokens", "8", "--out", str(out)]
+    assert main(argv) == 0
+    report = json.loads((out / "search.json").read_text())
+    assert all(e.startswith("maze5-") for e in report["examples"])          # 5x5, as recorded, not 9x9
+    assert report["m"] == {"GRPO": 1, "VPO": 3}
+    assert [report["checkpoints"][k]["m"] for k in ("GRPO", "VPO")] == [1, 3]
+    capsys.readouterr()
+    assert main(argv + ["--task-params", "size=9"]) == 2
+    err = capsys.readouterr().err
+    assert "size=9" in err and "size=5" in err and "vpo_format.json" in err
+    assert main(argv[:-2] + ["--answers", "1,2,3", "--out", str(out)]) == 2
+    assert "one per --model" in capsys.readouterr().err
+    other = _compact_checkpoint(tmp_path / "seven", size=7)
+    assert main(["search", "best-of-n", "--task", "maze", "--model", f"{ckpt},{other}", "--pool", "2",
+                 "--out", str(out)]) == 2
+    assert "record different task parameters" in capsys.readouterr().err

@@ -67,12 +67,16 @@ def test_think_prefilled_option():
     right = call("get_weather", city="Oslo", unit="celsius")
     np.testing.assert_array_equal(task.score(answer(right, think=False), WEATHER), np.ones(4))
     np.testing.assert_array_equal(task.score("", WEATHER), np.zeros(4))
-    np.testing.assert_array_equal(task.score("", NO_CALL), np.zeros(4))
+    # issue #12.4 reverses the old [0, 0, 0, 0]: no call is the right call, and the prefilled
+    # <think> satisfies the format rule (the release prepends "<think>\n\n</think>" the same way)
+    np.testing.assert_array_equal(task.score("", NO_CALL), np.ones(4))
 
 
-def test_unparseable_text_is_zero_even_without_gold_calls():
-    for text in ["", "   ", "Sure, where do you want to go?", "{\"name\": \"x\"}"]:
-        np.testing.assert_array_equal(TASK.score(text, NO_CALL), np.zeros(4))
+def test_text_without_calls_earns_the_call_scores_only_when_no_call_is_due():
+    # issue #12.4 reverses the old all-zero score on NO_CALL (docs/algorithm.md §4: "no gold calls and
+    # no predicted calls: the three call scores are 1"); format still needs <think>
+    for text in ["", "   ", "Sure, where do you want to go?", "{\"name\": \"x\"}", None]:
+        np.testing.assert_array_equal(TASK.score(text, NO_CALL), [0, 1, 1, 1])
         np.testing.assert_array_equal(TASK.score(text, WEATHER), np.zeros(4))
 
 
@@ -264,3 +268,113 @@ def test_fuzz_any_text_scores_in_unit_cube(text, example, m, prefilled):
                     max_leaves=8))
 def test_fuzz_value_match_in_unit_interval(pred, gold):
     assert 0.0 <= value_match(pred, gold) <= 1.0
+
+
+# ----- issue #12.4: no-call prompts, name normalisation, block option, value bug -----------
+
+def test_no_call_prompt_single_answer_and_chain():
+    # single answer (m = 1 scores the whole text, blank included)
+    np.testing.assert_array_equal(TASK.score_chain("", NO_CALL, 1), [[0, 1, 1, 1]])
+    np.testing.assert_array_equal(TASK.score_chain("garbage", NO_CALL, 1), [[0, 1, 1, 1]])
+    np.testing.assert_array_equal(TASK.score_chain("<think>no tool fits</think>", NO_CALL, 1), [[1, 1, 1, 1]])
+    # in a chain a missing or blank block is no answer: a zero (padding) row, as docs/algorithm.md §3
+    # says and the release's score_multi does; a non-blank block without calls earns the call scores
+    text = "<response_1>I would ask where.</response_1><response_2>  </response_2>"
+    np.testing.assert_array_equal(TASK.score_chain(text, NO_CALL, 3), [[0, 1, 1, 1], [0, 0, 0, 0], [0, 0, 0, 0]])
+    np.testing.assert_array_equal(TASK.score_chain("no tags at all", NO_CALL, 2), np.zeros((2, 4)))
+    # a call when none is due still scores zero on the call objectives
+    np.testing.assert_array_equal(TASK.score(answer(call("get_weather", city="Oslo")), NO_CALL), [0, 0, 0, 0])
+
+
+@pytest.mark.parametrize("name", ["get-weather", "get_weather", "GET_WEATHER", " Get.Weather ", "get__weather!"])
+def test_tool_names_compare_case_and_punctuation_insensitively(name):
+    text = answer(json.dumps({"name": name, "parameters": {"city": "Oslo", "unit": "celsius"}}))
+    np.testing.assert_array_equal(TASK.score(text, WEATHER), np.ones(4))
+
+
+def test_name_normalisation_details():
+    from vpo.tasks.toolcall import normalize_name
+    assert normalize_name("get-weather") == normalize_name("get_weather") == "getweather"
+    assert normalize_name("Get  Weather") == "get weather" != normalize_name("getweather")  # spaces kept
+    # names that normalise to "" never align by name (the release's rule), though they count in F1
+    pred = [{"name": "__", "parameters": {"x": 1}}]
+    assert score_calls(pred, [{"name": "", "parameters": {"x": 1}}]) == (1.0, 1.0, 1.0)  # aligned by key
+    assert score_calls(pred, [{"name": "", "parameters": {"y": 1}}])[1:] == (0.0, 0.0)
+
+
+def test_block_option_first_versus_all():
+    usd = call("convert_currency", amount=250, from_currency="EUR", to_currency="USD")
+    jpy = call("convert_currency", amount=250, from_currency="EUR", to_currency="JPY")
+    two_blocks = f"<think>t</think>\n<tool_call>\n{usd}\n</tool_call>\n<tool_call>\n{jpy}\n</tool_call>"
+    first = get_task("toolcall", block="first")
+    np.testing.assert_array_equal(TASK.score(two_blocks, CONVERT), np.ones(4))               # default "all"
+    np.testing.assert_allclose(first.score(two_blocks, CONVERT), [1, 2 / 3, 1 / 2, 1 / 2])   # 2nd block unread
+    # one block holding both calls (ToolRL's format) reads the same either way
+    np.testing.assert_array_equal(first.score(answer(usd, jpy), CONVERT), np.ones(4))
+    # no call due: an empty first block hides a later call from "first", not from "all"
+    hidden = f"<think>t</think><tool_call></tool_call><tool_call>\n{usd}\n</tool_call>"
+    np.testing.assert_array_equal(first.score(hidden, NO_CALL), np.ones(4))
+    np.testing.assert_array_equal(TASK.score(hidden, NO_CALL), np.zeros(4))
+    # "first" reads like the release's regex search: first opening tag to the next closing tag
+    nested = f"<think>t</think><tool_call>\n{usd}\n<tool_call>\n{jpy}\n</tool_call>"
+    # the stray opening tag is content: a line that is not JSON costs format, and the calls on
+    # other lines still count (the release's parser stops at the first non-JSON line instead)
+    np.testing.assert_array_equal(first.score(nested, CONVERT), [0, 1, 1, 1])
+
+
+@pytest.mark.parametrize("params", [{"block": "last"}, {"block": "FIRST"}, {"block": None}, {"block": 1}])
+def test_block_option_is_validated(params):
+    with pytest.raises(ValueError, match=r"toolcall: block must be one of 'all', 'first'"):
+        get_task("toolcall", **params)
+
+
+def test_options_travel_as_json():
+    params = json.loads(json.dumps({"block": "first", "think_prefilled": True}))
+    task = get_task("toolcall", **params)
+    assert task.block == "first" and task.think_prefilled is True
+    assert "block='first'" in repr(task)
+
+
+@pytest.mark.parametrize("gold", ["Oslo", "celsius", 5, 2.5, ["a"], {"k": 1}, "yes", "1"])
+def test_true_never_matches_a_non_boolean_gold_value(gold):
+    # the release's bool(gold) == bool(pred) lets `true` match any non-empty value: not reproduced
+    assert value_match(True, gold) == 0.0
+    assert value_match(False, gold) == 0.0
+    assert value_match(True, True) == 1.0 and value_match(False, False) == 1.0
+
+
+def test_true_argument_does_not_earn_value_credit():
+    bogus = call("get_weather", city=True, unit=True)
+    np.testing.assert_array_equal(TASK.score(answer(bogus), WEATHER), [1, 1, 1, 0])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.text(max_size=300), SOUP), st.sampled_from(EXAMPLES), st.sampled_from(["all", "first"]))
+def test_block_options_never_raise(text, example, block):
+    vector = get_task("toolcall", block=block).score(text, example)
+    assert vector.shape == (4,) and np.all((vector >= 0) & (vector <= 1))
+    if not example["gold_calls"] and "<tool_call>" not in text:
+        assert vector[1:].tolist() == [1.0, 1.0, 1.0]
+
+
+TOOL_ADVERSARIAL = {
+    "unclosed opens": "<tool_call>" * 90_910,
+    "open/close pairs": "<tool_call>{</tool_call>" * 41_667,
+    "think soup": "<think><tool_call></think>" * 38_462,
+    "brackets": "<tool_call>" + "[" * 1_000_000 + "</tool_call>",
+    "plain text": "x" * 1_000_000,
+}
+
+
+@pytest.mark.parametrize("name", sorted(TOOL_ADVERSARIAL))
+@pytest.mark.parametrize("block", ["all", "first"])
+def test_scoring_is_fast_on_adversarial_megabyte(name, block):
+    import time
+
+    text = TOOL_ADVERSARIAL[name]
+    assert 900_000 <= len(text) <= 1_100_000
+    task = get_task("toolcall", block=block)
+    start = time.process_time()
+    for example in (WEATHER, NO_CALL):
+        assert task.score(text, example).shape == (4,)
+    assert time.process_time() - start < 2.0

@@ -19,6 +19,7 @@ quantifiers, or forward-only ``str.find`` loops) and never raises on model outpu
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -115,6 +116,7 @@ def rewrite_prompt(prompt: str, m: int, rule: RewriteRule) -> str:
 
 _ANSWER_OPEN = "<answer>"
 _ANSWER_CLOSE = "</answer>"
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 
 
 def _numbered_blocks(text: str, m: int, tag: str) -> tuple[list[str], bool]:
@@ -128,7 +130,9 @@ def _numbered_blocks(text: str, m: int, tag: str) -> tuple[list[str], bool]:
     first block with non-blank content wins (so ``<tag_1><tag_1>UP</tag_1>`` gives "UP").
     O(len(text)) time whatever m is.
     """
-    tag_re = re.compile(rf"<(/?){re.escape(tag)}_(\d{{1,9}})>")
+    # Case-insensitive (``<ROUTE_1>`` and ``<Route_1>`` are route 1: models capitalise tags they
+    # were shown in lower case); re.ASCII keeps the case folding and the digits ASCII-only.
+    tag_re = re.compile(rf"<(/?){re.escape(tag)}_([0-9]{{1,9}})>", re.IGNORECASE | re.ASCII)
     answers = [""] * m
     found_any = False
     open_index: int | None = None   # number of the open block
@@ -153,13 +157,17 @@ def _numbered_blocks(text: str, m: int, tag: str) -> tuple[list[str], bool]:
 
 
 def _answer_tag_blocks(text: str) -> list[str]:
-    """Contents of every closed ``<answer>...</answer>`` block, in order (linear scan)."""
+    """Contents of every closed ``<answer>...</answer>`` block (tag name in any case), in
+    order (linear scan)."""
+    # ASCII-only lowering keeps positions aligned with ``text`` (str.lower can change the
+    # length of some non-ASCII strings, e.g. 'İ')
+    hay = text.translate(_ASCII_LOWER)
     blocks, pos = [], 0
     while True:
-        start = text.find(_ANSWER_OPEN, pos)
+        start = hay.find(_ANSWER_OPEN, pos)
         if start < 0:
             return blocks
-        end = text.find(_ANSWER_CLOSE, start + len(_ANSWER_OPEN))
+        end = hay.find(_ANSWER_CLOSE, start + len(_ANSWER_OPEN))
         if end < 0:
             return blocks
         blocks.append(text[start + len(_ANSWER_OPEN): end].strip())
@@ -169,11 +177,12 @@ def _answer_tag_blocks(text: str) -> list[str]:
 def parse_answers(text: str, m: int, *, tag: str = "answer", fallbacks: bool = False) -> list[str]:
     """Split a generation into exactly ``m`` answer strings (missing ones are ``""``).
 
-    Reads numbered blocks ``<{tag}_i>...</{tag}_i>`` for i = 1..m (stripped; an unclosed
+    Reads numbered blocks ``<{tag}_i>...</{tag}_i>`` for i = 1..m (tag name in any case:
+    ``<ROUTE_1>`` is route 1; stripped; an unclosed
     block ends at the next numbered opening tag or the end of the text; see
-    ``_numbered_blocks``). With ``fallbacks=True`` (the maze's rules, SPEC section 3) and no
+    ``_numbered_blocks``). With ``fallbacks=True`` (the maze's rules, docs/algorithm.md §3) and no
     numbered opening tag anywhere in ``text``: split on ``---`` if that gives at least two
-    non-blank parts, else take the closed ``<answer>...</answer>`` blocks, else the whole
+    non-blank parts, else take the closed ``<answer>...</answer>`` blocks (any case), else the whole
     (stripped) text is answer 1. Extra answers beyond m are dropped.
 
     Never raises on model text (a non-string gives m empty answers); O(len(text)) time.

@@ -42,6 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+RESUMABLE = ("demo",)
+"""Commands that pick up where an interrupted run stopped."""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -50,9 +54,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         result = args.func(args)
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError,
+            BlockingIOError) as err:
         print(f"vpo {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        again = "; run the same command again to resume" if args.command in RESUMABLE else ""
+        print(f"vpo {args.command}: interrupted{again}", file=sys.stderr)
+        return 130
     return int(result or 0)
 
 

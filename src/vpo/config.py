@@ -10,12 +10,17 @@ Each config field carries its help text in ``field(metadata={"help": ...})``::
     cfg = dataclass_from_args(EvalConfig, parser.parse_args())
 
 Field ``foo_bar`` becomes ``--foo-bar``; bools become ``--foo-bar/--no-foo-bar``;
-``list[str]``/``tuple[str, ...]`` fields take comma-separated values.
+``list[str]``/``tuple[str, ...]`` fields take comma-separated values; ``choices`` may be a
+callable, evaluated when the parser is built (so registries filled after import count);
+``aliases`` in the metadata are further spellings of the flag (old names keep working). The
+same concept has the same flag in every subcommand: ``--task-params``, ``--answers`` (m),
+``--pool`` (answers per example), ``--examples``, ``--source``, ``--out``, ``--method``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import dataclasses
 import typing
 from typing import Any, TypeVar
@@ -43,7 +48,7 @@ def _base_type(tp: Any) -> Any:
 
 
 def _split_csv(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
+    return _split_top_level(text)  # commas inside brackets or quotes stay: size=5,lava=[1,3]
 
 
 def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, *, skip: tuple[str, ...] = ()) -> None:
@@ -54,20 +59,23 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, *, skip: tupl
             continue
         tp = _base_type(hints[f.name])
         help_text = f.metadata.get("help", "")
+        flags = (_flag(f.name), *f.metadata.get("aliases", ()))  # old spellings keep working
         default = f.default if f.default is not dataclasses.MISSING else (
             f.default_factory() if f.default_factory is not dataclasses.MISSING else None  # type: ignore[misc]
         )
         if tp is bool:
-            parser.add_argument(_flag(f.name), dest=f.name, action=argparse.BooleanOptionalAction,
+            parser.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction,
                                 default=default, help=help_text)
         elif _is_sequence(tp):
             (item_type, *_) = typing.get_args(tp) or (str,)
-            parser.add_argument(_flag(f.name), dest=f.name, default=default,
+            parser.add_argument(*flags, dest=f.name, default=default,
                                 type=lambda s, t=item_type: [t(x) for x in _split_csv(s)],
                                 help=f"{help_text} (comma-separated; default {','.join(map(str, default or []))})")
         else:
             choices = f.metadata.get("choices")
-            parser.add_argument(_flag(f.name), dest=f.name, type=tp if tp in (int, float, str) else str,
+            if callable(choices):  # computed when the parser is built (e.g. the estimator registry)
+                choices = list(choices())
+            parser.add_argument(*flags, dest=f.name, type=tp if tp in (int, float, str) else str,
                                 default=default, choices=choices,
                                 help=f"{help_text} (default: {default})")
 
@@ -81,3 +89,45 @@ def dataclass_from_args(cls: type[T], args: argparse.Namespace, **overrides: Any
             values[name] = tuple(value)
     values.update(overrides)
     return cls(**values)
+
+
+def _split_top_level(text: str) -> list[str]:
+    """Split on commas that are not inside brackets, braces or quotes (``lava=[1,3],size=5``)."""
+    parts, depth, quote, current = [], 0, "", []
+    for char in text:
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char in "[{(":
+            depth += 1
+        elif char in "]})":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+            continue
+        current.append(char)
+    parts.append("".join(current))
+    return [p.strip() for p in parts if p.strip()]
+
+
+def parse_params(items: str | list[str] | tuple[str, ...], flag: str = "--task-params") -> dict[str, Any]:
+    """Task parameters from the command line: ``["size=5", "reward_mode=linear"]`` or
+    ``"size=5,lava=[1,3]"`` -> ``{"size": 5, "reward_mode": "linear", "lava": [1, 3]}``.
+
+    Values are parsed as JSON when they are JSON, else kept as strings; ``flag`` names the
+    option in the error for an entry that is not ``key=value``.
+    """
+    entries = _split_top_level(items) if isinstance(items, str) else [
+        part for item in items for part in _split_top_level(item)]
+    params: dict[str, Any] = {}
+    for entry in entries:
+        key, sep, value = entry.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{flag} entries must be key=value, got {entry!r}")
+        try:
+            params[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            params[key.strip()] = value.strip()
+    return params

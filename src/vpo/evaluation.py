@@ -7,7 +7,7 @@ Usage::
     per_example = pool_metrics(pools.vectors, task, eval_weights=weights)   # dict of arrays
     entry = summarize([per_example], label="VPO", m=3)      # one method, one or more seeds
 
-SPEC section 5: k counts ANSWERS, not chains. A method with m answers per chain gets
+docs/algorithm.md §5: k counts ANSWERS, not chains. A method with m answers per chain gets
 ``pool // m`` chains per example, a single-answer method ``pool`` samples, so every pool holds
 the same number of answers. Each answer of a chain is scored on its own with ``task.score``
 (a missing answer scores the zero vector); duplicates inside a chain are kept as answers,
@@ -29,6 +29,9 @@ Metrics per example (all estimators exact, from ``vpo.metrics``):
 ``summarize`` turns per-example metrics of one method (one dict per training seed, same
 examples in the same order) into means with confidence intervals over examples and over
 seeds; ``paired`` gives paired differences between two methods on the same examples.
+
+Shape glossary: G examples (prompts, one group each), P answers per pool, M answers per chain
+(m), D objectives, K evaluation weights, L points of a curve, S training seeds.
 """
 
 from __future__ import annotations
@@ -38,93 +41,26 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from vpo import metrics as M
+from vpo.formats import FORMAT_FILE, PromptFormat, TaskFormat, load_format  # noqa: F401  (re-exported)
 from vpo.tasks.base import Example, Task
-
-FORMAT_FILE = "vpo_format.json"
-"""File in a checkpoint folder naming the prompt format the checkpoint was trained on."""
 
 SCALAR_METRICS = ("diversity", "completion_rate", "pareto_fraction")
 CURVE_METRICS = ("best_at_k", "pref_best_at_k", "pass_at_k")
-
-
-# ----- prompt formats ---------------------------------------------------------------------
-
-class PromptFormat(Protocol):
-    """How a checkpoint is prompted and how its generations split into answers."""
-
-    name: str
-
-    def prompt(self, example: Example, m: int) -> str:
-        """Prompt text asking for ``m`` answers (m = 1: the single-answer prompt)."""
-
-    def answers(self, text: str, example: Example, m: int) -> list[str]:
-        """Exactly ``m`` answer strings of one generation (missing ones are ``""``)."""
-
-
-@dataclass
-class TaskFormat:
-    """The task's own prompts (``task.prompt``) and parser (``task.parse_chain``).
-
-    ``chat``: wrap the prompt in the tokenizer's chat template (a user turn plus the
-    generation prompt); needs ``tokenizer`` with a ``chat_template``.
-    """
-
-    task: Task
-    chat: bool = False
-    tokenizer: Any = None
-    name: str = "task"
-
-    def prompt(self, example: Example, m: int) -> str:
-        text = self.task.prompt(example, m)
-        if self.chat:
-            if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
-                raise ValueError("chat=True needs a tokenizer with a chat_template")
-            # enable_thinking=False as in `vpo train` (its chat_template_kwargs), so a thinking
-            # model (Qwen3) is evaluated on the prompts it was trained on; templates without
-            # that switch ignore the extra variable.
-            text = self.tokenizer.apply_chat_template([{"role": "user", "content": text}],
-                                                      add_generation_prompt=True, tokenize=False,
-                                                      enable_thinking=False)
-        return text
-
-    def answers(self, text: str, example: Example, m: int) -> list[str]:
-        return [text] if m == 1 else self.task.parse_chain(text, m)
-
-
-def load_format(model_dir: str | Path | None, task: Task, *, tokenizer: Any = None,
-                chat: bool | None = None) -> PromptFormat:
-    """The prompt format a checkpoint was trained on.
-
-    A checkpoint folder with ``vpo_format.json`` (written by ``vpo demo``) names its format,
-    e.g. the demo's compact maze format; otherwise the task's own prompts are used, wrapped in
-    the tokenizer's chat template when ``chat`` is True (None: when the tokenizer has one).
-    """
-    spec_path = Path(model_dir) / FORMAT_FILE if model_dir is not None else None
-    if spec_path is not None and spec_path.is_file():
-        spec = json.loads(spec_path.read_text())
-        if spec.get("format") == "maze-compact":
-            from vpo.demo.format import CompactMazeFormat
-
-            return CompactMazeFormat.from_dict(spec)
-        raise ValueError(f"{spec_path}: unknown prompt format {spec.get('format')!r}")
-    if chat is None:
-        chat = bool(getattr(tokenizer, "chat_template", None))
-    return TaskFormat(task, chat=chat, tokenizer=tokenizer)
 
 
 # ----- sampling ---------------------------------------------------------------------------
 
 @dataclass
 class Pools:
-    """Answer pools of one checkpoint on N examples.
+    """Answer pools of one checkpoint on G examples (prompts).
 
-    ``vectors``: (N, P, D) reward vectors, P = chains x m answers per example, chain-major
-    (answers of chain c are rows c*m .. c*m+m-1). ``texts``: N lists of the raw generations
+    ``vectors``: (G, P, D) reward vectors, P = chains x m answers per example, chain-major
+    (answers of chain c are rows c*m .. c*m+m-1). ``texts``: G lists of the raw generations
     (pool // m per example). ``completion_tokens``: mean generated tokens per chain;
     ``truncated``: fraction of chains that hit ``max_new_tokens`` without EOS.
     """
@@ -189,7 +125,7 @@ def sample_pools(model: Any, tokenizer: Any, task: Task, examples: Sequence[Exam
     if not examples:
         raise ValueError("no examples to evaluate")
     dims = {task.num_objectives(example) for example in examples}
-    if len(dims) > 1:  # the (N, P, D) pool array needs one D; ragged tasks go through vpo.search
+    if len(dims) > 1:  # the (G, P, D) pool array needs one D; ragged tasks go through vpo.search
         raise ValueError(f"task {task.name!r} has a different number of objectives per example "
                          f"({sorted(dims)}); use `vpo eval --search best-of-n` (vpo.search), "
                          "which handles ragged pools")
@@ -242,19 +178,19 @@ def sample_pools(model: Any, tokenizer: Any, task: Task, examples: Sequence[Exam
 # ----- metrics ------------------------------------------------------------------------------
 
 def example_weights(num_examples: int, dim: int, num: int = 64, *, seed: int = 0) -> np.ndarray:
-    """(N, E, D) fixed Dirichlet(1) evaluation weights, one set per example, reproducible from
+    """(G, K, D) fixed Dirichlet(1) evaluation weights, one set per example, reproducible from
     ``seed`` and the example's index (so every method meets the same weights on an example)."""
     return np.stack([M.evaluation_weights(num, dim, seed=seed * 1_000_003 + i) for i in range(num_examples)])
 
 
 def pool_metrics(vectors: np.ndarray, task: Task, *, eval_weights: np.ndarray) -> dict[str, np.ndarray]:
-    """Per-example metrics of pools ``vectors`` (N, P, D); ``eval_weights`` (N, E, D) or (E, D).
+    """Per-example metrics of pools ``vectors`` (G, P, D); ``eval_weights`` (G, K, D) or (K, D).
 
-    Returns a dict of arrays with leading axis N (see the module docstring for the keys).
+    Returns a dict of arrays with leading axis G (see the module docstring for the keys).
     """
     vectors = np.asarray(vectors, dtype=np.float64)
     if vectors.ndim != 3:
-        raise ValueError(f"vectors must be (N, P, D), got shape {vectors.shape}")
+        raise ValueError(f"vectors must be (G, P, D), got shape {vectors.shape}")
     n_ex, pool, dim = vectors.shape
     weights = np.asarray(eval_weights, dtype=np.float64)
     if weights.ndim == 2:
@@ -294,9 +230,9 @@ def _finite(x: float) -> float | None:
 def _stat(per_seed: list[np.ndarray]) -> dict[str, Any]:
     """Mean with CIs over examples (seed-averaged per example) and over seed means.
 
-    ``per_seed``: S arrays of shape (N,) or (N, L). Scalars give floats, curves lists."""
-    stack = np.stack([np.asarray(a, dtype=np.float64) for a in per_seed])       # (S, N[, L])
-    per_example = stack.mean(axis=0)                                             # (N[, L])
+    ``per_seed``: S arrays of shape (G,) or (G, L). Scalars give floats, curves lists."""
+    stack = np.stack([np.asarray(a, dtype=np.float64) for a in per_seed])       # (S, G[, L])
+    per_example = stack.mean(axis=0)                                             # (G[, L])
     seed_means = stack.mean(axis=1)                                              # (S[, L])
     if per_example.ndim == 1:
         return {"mean": float(per_example.mean()), "ci_examples": _ci(per_example),
@@ -332,7 +268,7 @@ def summarize(per_seed: Sequence[Mapping[str, np.ndarray]], *, label: str, m: in
 
 
 def seed_average(per_seed: Sequence[Mapping[str, np.ndarray]], key: str, k: int | None = None) -> np.ndarray:
-    """(N,) per-example value of ``key`` (at ``k`` for curves, 1-based), averaged over seeds."""
+    """(G,) per-example value of ``key`` (at ``k`` for curves, 1-based), averaged over seeds."""
     arrays = [np.asarray(d[key], dtype=np.float64) for d in per_seed]
     if k is not None:
         arrays = [a[:, k - 1] for a in arrays]

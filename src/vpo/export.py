@@ -41,13 +41,10 @@ from typing import Any
 
 from vpo.tasks import Example, Task, get_task, task_class
 
-__all__ = ["ABILITIES", "FORMATS", "example_from_row", "export", "export_rows", "make_task",
+__all__ = ["FORMATS", "example_from_row", "example_key", "export", "export_rows", "make_task",
            "test_seed", "trl_row", "verl_row", "write_parquet"]
 
 FORMATS = ("verl", "trl")
-ABILITIES = {"maze": "planning", "musique": "multi_hop_qa", "eureqa": "entity_reasoning",
-             "toolcall": "tool_use", "code": "coding"}
-"""veRL ``ability`` tags; a task's own ``ability`` attribute wins."""
 
 
 def test_seed(seed: int) -> int:
@@ -62,20 +59,10 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-def _ability(task: Task) -> str:
-    return str(getattr(task, "ability", None) or ABILITIES.get(task.name, "reasoning"))
-
-
-def _example_id(example: Mapping[str, Any], split: str, index: int) -> str:
+def example_key(example: Mapping[str, Any], split: str, index: int) -> str:
+    """A stable key of an example: its ``id``, else ``<split>-<index>`` (keys goal weights and groups)."""
     ident = example.get("id") if isinstance(example, Mapping) else None
     return str(ident) if isinstance(ident, str | int) and not isinstance(ident, bool) else f"{split}-{index}"
-
-
-def _messages(task: Task, example: Example, answers: int) -> list[dict[str, str]]:
-    chat = getattr(task, "messages", None)
-    if callable(chat):
-        return [dict(message) for message in chat(example, answers)]
-    return [{"role": "user", "content": task.prompt(example, answers)}]
 
 
 def verl_row(task: Task, example: Example, *, index: int, split: str, answers: int = 1,
@@ -83,12 +70,12 @@ def verl_row(task: Task, example: Example, *, index: int, split: str, answers: i
     """One row of verl's RLHF parquet schema (see the module docstring)."""
     return {
         "data_source": task.name,
-        "prompt": _messages(task, example, answers),
-        "ability": _ability(task),
+        "prompt": [dict(turn) for turn in task.messages(example, answers)],
+        "ability": task.ability,
         "reward_model": {"style": "rule", "ground_truth": _dumps(example)},
         "extra_info": {"index": int(index), "split": split, "task": task.name, "answers": int(answers),
                        "task_params": _dumps(dict(task_params or {})),
-                       "example_id": _example_id(example, split, index)},
+                       "example_id": example_key(example, split, index)},
     }
 
 
@@ -98,7 +85,7 @@ def trl_row(task: Task, example: Example, *, index: int, split: str, answers: in
     return {"prompt": task.prompt(example, answers), "example": _dumps(example), "task": task.name,
             "answers": int(answers), "index": int(index), "split": split,
             "task_params": _dumps(dict(task_params or {})),
-            "example_id": _example_id(example, split, index)}
+            "example_id": example_key(example, split, index)}
 
 
 def example_from_row(row: Mapping[str, Any]) -> Example:
@@ -113,13 +100,23 @@ def example_from_row(row: Mapping[str, Any]) -> Example:
 
 
 def export_rows(task: Task, examples: Sequence[Example], *, split: str, fmt: str = "verl", answers: int = 1,
-                task_params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Rows of one split in format ``fmt`` ("verl" or "trl")."""
+                task_params: Mapping[str, Any] | None = None, goals: Any = None) -> list[dict[str, Any]]:
+    """Rows of one split in format ``fmt`` ("verl" or "trl").
+
+    ``goals`` (a ``WeightOptions``; goal-conditioned GRPO): each example gets its keyed goal
+    weights (``vpo.goals.attach_goal``, keyed on ``example_key``), stated in its prompt and
+    stored in its ground truth.
+    """
     if fmt not in FORMATS:
         raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if not isinstance(answers, int) or answers < 1:
         raise ValueError(f"answers must be a positive integer, got {answers!r}")
     build = verl_row if fmt == "verl" else trl_row
+    if goals is not None:
+        from vpo.goals import attach_goal
+
+        examples = [attach_goal(task, ex, key=example_key(ex, split, i), seed=goals.seed, alpha=goals.alpha,
+                                sampler=goals.sampler) for i, ex in enumerate(examples)]
     return [build(task, example, index=i, split=split, answers=answers, task_params=task_params)
             for i, example in enumerate(examples)]
 
@@ -170,22 +167,52 @@ def _examples(task: Task, split: str, n: int, seed: int, source: str | None) -> 
 
 def export(task_name: str, out_dir: str | os.PathLike[str], *, fmt: str = "verl", train: int = 1000,
            test: int = 100, seed: int = 42, answers: int = 1, source: str | None = None,
-           task_params: Mapping[str, Any] | None = None, size: int | None = 9) -> dict[str, Any]:
-    """Write ``train.parquet`` and ``test.parquet`` for ``task_name`` into ``out_dir``.
+           task_params: Mapping[str, Any] | None = None, size: int | None = 9, goals: Any = None,
+           overlap: bool = False) -> dict[str, Any]:
+    """Write ``train.parquet`` and ``test.parquet`` for ``task_name`` into ``out_dir``, and
+    ``export.json`` (what was asked, what was written, and why any split is short).
 
     ``size`` goes to tasks whose constructor takes it (maze). Train rows use ``seed``, test
-    rows ``test_seed(seed)``. A split asked for 0 rows is skipped. File-backed tasks return
-    at most what the source holds. Returns ``{"train": path, "test": path, "counts": {...},
-    "task_params": {...}, "seeds": {...}}``.
+    rows ``test_seed(seed)``. A split asked for 0 rows is skipped. The splits never share an
+    example (by ``example_key``) unless ``overlap``: when a source serves the same rows to
+    both splits (a single file, the shipped fixtures, HumanEval), the test split is drawn first
+    and train gets the rest. A split may hold fewer rows than asked (a small source); the
+    result's ``short`` says so. Returns ``{"train": path, "test": path, "counts": {...},
+    "requested": {...}, "short": [...], "task_params": {...}, "seeds": {...}}``. ``goals`` as in
+    ``export_rows``.
     """
     task, params = make_task(task_name, task_params, size=size)
     seeds = {"train": int(seed), "test": test_seed(seed)}
-    result: dict[str, Any] = {"counts": {}, "task_params": params, "seeds": seeds}
-    for split, n in (("train", train), ("test", test)):
+    requested = {"train": int(train), "test": int(test)}
+    result: dict[str, Any] = {"counts": {}, "requested": requested, "task_params": params, "seeds": seeds,
+                              "short": [], "overlap_removed": 0}
+    chosen: dict[str, list[Example]] = {}
+    for split in ("test", "train"):  # test first: with a shared source, train gets what test did not take
+        n = requested[split]
         if n <= 0:
             continue
-        examples = _examples(task, split, n, seeds[split], source)
-        rows = export_rows(task, examples, split=split, fmt=fmt, answers=answers, task_params=params)
+        if overlap or "test" not in chosen:
+            chosen[split] = _examples(task, split, n, seeds[split], source)
+            continue
+        taken = {example_key(ex, "test", i) for i, ex in enumerate(chosen["test"])}
+        pool = _examples(task, split, n + len(taken), seeds[split], source)
+        kept = [ex for i, ex in enumerate(pool) if example_key(ex, split, i) not in taken or "id" not in ex]
+        result["overlap_removed"] = len(pool) - len(kept)
+        chosen[split] = kept[:n]
+    for split in ("train", "test"):
+        if split not in chosen:
+            continue
+        rows = export_rows(task, chosen[split], split=split, fmt=fmt, answers=answers, task_params=params,
+                           goals=goals)
         result[split] = write_parquet(rows, Path(out_dir) / f"{split}.parquet")
         result["counts"][split] = len(rows)
+        if len(rows) < requested[split]:
+            result["short"].append(f"{split}: {len(rows)} rows written, {requested[split]} asked (the source "
+                                   + ("holds no more" if not result["overlap_removed"] or split == "test" else
+                                      f"holds no more once the {result['overlap_removed']} test examples are left "
+                                      "out") + ")")
+    meta = {k: (str(v) if isinstance(v, Path) else v) for k, v in result.items()}
+    meta.update(task=task.name, format=fmt, answers=int(answers), source=source, overlap=bool(overlap))
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    (Path(out_dir) / "export.json").write_text(json.dumps(meta, indent=1, default=str))
     return result

@@ -9,7 +9,7 @@ Usage::
     metrics.preference_best_at_k(vectors, eval_w, 10)     # mean over weights of best@10 of w.r
     mean, low, high = metrics.mean_ci(per_example_scores)
 
-Glossary of shapes: n answers in a pool (SPEC section 5 counts answers, not chains), D
+Glossary of shapes: n answers in a pool (docs/algorithm.md §5 counts answers, not chains), D
 objectives, K (or E) weight vectors, T tests. A pool's reward vectors are an (n, D) array with
 entries in [0, 1]; its fixed scalars are an (n,) array.
 
@@ -243,7 +243,7 @@ def coverage_at_k(test_matrix: Any, k: int) -> float:
 # ----- pool statistics ------------------------------------------------------------------
 
 def diversity(vectors: Any) -> float:
-    """Mean pairwise L1 distance between the pool's reward vectors (SPEC section 5).
+    """Mean pairwise L1 distance between the pool's reward vectors (docs/algorithm.md §5).
 
     ``vectors``: (n, D). Averages sum_d |r_i,d - r_j,d| over the n(n-1)/2 unordered pairs
     i < j (self-pairs excluded). Returns 0.0 when n < 2. Per objective, the pair sum is
@@ -284,7 +284,7 @@ def expected_max(vectors: Any, weights: Any) -> float:
     """E_w[max_i w . r_i] estimated over the given weights: (1/K) sum_k max_i w_k . r_i.
 
     ``vectors``: (n, D) reward vectors of the pool; ``weights``: (K, D) (a single (D,) vector
-    is K = 1). This is the VPO set objective R(S) of SPEC section 1 for the whole pool. An
+    is K = 1). This is the VPO set objective R(S) of docs/algorithm.md §1 for the whole pool. An
     empty pool (n = 0) scores 0.0, the floor of rewards in [0, 1], as an empty chain does.
     """
     arr = _vectors_2d(vectors)
@@ -312,7 +312,7 @@ def preference_best_at_k_curve(vectors: Any, weights: Any, ks: Iterable[int] | N
     """Preference-weighted best@k for several k: (L,) (default every k = 1..n).
 
     ``vectors``: (n, D); ``weights``: (E, D) fixed evaluation weights (or one (D,) vector).
-    Entry l is (1/E) sum_e best@ks[l] of the n scalars vectors @ w_e (SPEC section 5).
+    Entry l is (1/E) sum_e best@ks[l] of the n scalars vectors @ w_e (docs/algorithm.md §5).
     O(n E D + n L E) time. Raises ValueError if any k is outside 1..n.
     """
     arr = _vectors_2d(vectors)
@@ -324,7 +324,7 @@ def preference_best_at_k_curve(vectors: Any, weights: Any, ks: Iterable[int] | N
 
 def preference_best_at_k(vectors: Any, weights: Any, k: int) -> float:
     """Preference-weighted best@k: mean over the E evaluation weights of best@k of the pool's
-    scalars w . r (SPEC section 5). ``vectors``: (n, D); ``weights``: (E, D) or (D,).
+    scalars w . r (docs/algorithm.md §5). ``vectors``: (n, D); ``weights``: (E, D) or (D,).
     With one weight vector this is best_at_k(vectors @ w, k). Raises ValueError unless 1 <= k <= n."""
     arr = _vectors_2d(vectors)
     w = _weights_2d(weights, arr.shape[1])

@@ -278,6 +278,74 @@ def load_pretrained(path: str | Path, *, dtype: str = "float32") -> tuple[Any, A
     return model, tokenizer
 
 
+def check_model_path(model: str | Path, flag: str = "--model") -> None:
+    """Fail at once, naming ``flag``, when ``model`` is neither a local folder, a ``.gguf`` file nor
+    a hub id already in the local cache (the hub is not reachable: loading would retry for a
+    minute and then fail with a long traceback)."""
+    path = Path(model)
+    if path.exists():
+        return
+    text = str(model)
+    if text.endswith(".gguf") or text.startswith((".", "/", "~")) or text.count("/") != 1:
+        raise FileNotFoundError(f"{flag} {text}: no such folder or .gguf file")
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # pragma: no cover - transformers always brings it
+        return
+    if not isinstance(try_to_load_from_cache(text, "config.json"), str):
+        raise FileNotFoundError(f"{flag} {text}: not a local folder or .gguf file, and not a hub model in the local "
+                                "cache (the hub is not downloaded from here)")
+
+
+def load_checkpoint(path: str | Path, *, dtype: str = "float32") -> tuple[Any, Any]:
+    """``(model, tokenizer)`` of a checkpoint to sample from: the one loader of ``vpo eval``,
+    ``vpo search`` and the OpenEvolve adapter.
+
+    * a ``.gguf`` file: ``load_pretrained`` (de-quantised, EOS/pad fixed up);
+    * a LoRA adapter folder (``adapter_config.json``, what ``vpo train --lora`` saves): the base
+      model named in the folder's ``vpo_train.json`` (the exact ``--model`` of the run, which may
+      be a ``.gguf`` file), else in ``adapter_config.json``, loaded with ``load_pretrained`` as
+      training did, with the adapter merged in;
+    * any other folder: ``AutoModelForCausalLM`` with ``load_tokenizer`` (a saved generic
+      tokenizer stays generic; ``AutoTokenizer`` could swap in a model-specific class that
+      re-tokenises differently, e.g. for a checkpoint trained from a GGUF file).
+
+    A path that does not exist raises FileNotFoundError at once (no hub retries).
+    """
+    import json
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    path = Path(path)
+    if path.suffix == ".gguf" and path.is_file():
+        return load_pretrained(path, dtype=dtype)
+    if not path.is_dir():
+        raise FileNotFoundError(f"no checkpoint folder or .gguf file {path}")
+    torch_dtype = getattr(torch, dtype, None)
+    if not isinstance(torch_dtype, torch.dtype):
+        raise ValueError(f"unknown dtype {dtype!r}")
+    tokenizer = load_tokenizer(path)
+    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
+        tokenizer.pad_token = tokenizer.eos_token  # sampling pads on the left and masks it: no new row
+    adapter_config = path / "adapter_config.json"
+    if not adapter_config.is_file():
+        return AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype), tokenizer
+    from peft import PeftModel
+
+    base = None
+    record = path / "vpo_train.json"
+    if record.is_file():
+        base = json.loads(record.read_text()).get("train", {}).get("model")
+    base = base or json.loads(adapter_config.read_text()).get("base_model_name_or_path")
+    if not base:
+        raise ValueError(f"{path}: LoRA adapter without a base model (no vpo_train.json or base_model_name_or_path)")
+    model, _ = load_pretrained(base, dtype=dtype)
+    if len(tokenizer) > model.get_input_embeddings().num_embeddings:
+        model.resize_token_embeddings(len(tokenizer))
+    return PeftModel.from_pretrained(model, str(path)).merge_and_unload(), tokenizer
+
+
 def _ensure_pad(model: Any, tokenizer: Any) -> None:
     if tokenizer.pad_token is None or tokenizer.pad_token_id == tokenizer.eos_token_id:
         tokenizer.add_special_tokens({"pad_token": PAD_TOKEN})

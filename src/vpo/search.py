@@ -11,7 +11,7 @@ Usage::
     curves = search_curves([pool_1, pool_2, ...], task)    # pools: (P, D_i) per example
     plot_search_curves({"GRPO": curves_a, "VPO": curves_b}, "curves.png")
 
-Shapes: P answers per example pool (n answers = n // m chains of m answers; SPEC section 5
+Shapes: P answers per example pool (n answers = n // m chains of m answers; docs/algorithm.md §5
 counts answers, not chains), D objectives (for code D = number of tests and varies per
 example, so pools are passed as a list of (P, D_i) arrays, never one stacked array).
 
@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from vpo import metrics as M
-from vpo.tasks.base import Example, Task
+from vpo.tasks.base import SOLVED_TOL, Example, Task
 
 __all__ = [
     "CURVE_NAMES",
@@ -67,8 +67,8 @@ __all__ = [
 CURVE_NAMES = ("best_at_k", "pass_at_k", "coverage_at_k")
 CURVE_TITLES = {"best_at_k": "best@k (task scalar)", "pass_at_k": "pass@k (all objectives at max)",
                 "coverage_at_k": "coverage@k (objectives reached)"}
-SOLVED_TOL = 1e-9
-"""A component counts as at its maximum when it is >= 1 - SOLVED_TOL."""
+# coverage@k counts a component at its maximum as ``Task.solved`` does; an answer is solved when
+# ``task.solved`` says so, the one definition ``vpo eval`` uses too.
 
 Selector = str | Sequence[float] | np.ndarray | Callable[[np.ndarray, str], float]
 
@@ -218,7 +218,7 @@ def pool_curves(vectors: Any, task: Task, ks: Sequence[int] | None = None) -> di
         raise ValueError(f"ks must lie in 1..{pool} (the pool size), got {ks_list}")
     scalars = np.asarray(task.scalar(arr), dtype=np.float64).reshape(pool)
     at_max = arr >= 1.0 - SOLVED_TOL                                  # (P, D)
-    solved = int(np.sum(np.all(at_max, axis=1)))
+    solved = sum(task.solved(row) for row in arr)
     return {
         "best_at_k": M.best_at_k_curve(scalars, ks_list),
         "pass_at_k": np.array([M.pass_at_k(pool, solved, k) for k in ks_list], dtype=np.float64),
@@ -288,7 +288,7 @@ def plot_search_curves(curves: Mapping[str, Mapping[str, Any]], path: str | Path
 # ----- several checkpoints ------------------------------------------------------------------
 
 def run_search_eval(checkpoints: Sequence[tuple[str, Any]], task: Task, examples: Sequence[Example],
-                    out_dir: str | Path, *, n: int = 30, m: int = 1, select: Selector = "scalar",
+                    out_dir: str | Path, *, n: int = 30, m: int | Sequence[int] = 1, select: Selector = "scalar",
                     temperature: float = 0.7, top_p: float = 1.0, max_new_tokens: int = 256,
                     batch_size: int = 32, chat: bool | None = None, seed: int = 0,
                     loader: Callable[[Any], tuple[Any, Any]] | None = None,
@@ -297,8 +297,9 @@ def run_search_eval(checkpoints: Sequence[tuple[str, Any]], task: Task, examples
     ``out_dir/search_curves.png`` and ``out_dir/search.json``; returns the JSON dict.
 
     ``checkpoints``: (label, model) pairs where model is a path (a folder, or a ``.gguf``
-    file; loaded with ``loader``, default ``vpo.models.load_pretrained``) or an already
-    loaded ``(model, tokenizer)`` pair. A folder is prompted in the format it was trained on
+    file; loaded with ``loader``, default ``vpo.models.load_checkpoint``) or an already
+    loaded ``(model, tokenizer)`` pair. ``m``: answers per chain, one for all or one per checkpoint
+    (every pool holds n answers). A folder is prompted in the format it was trained on
     (``vpo.evaluation.load_format``: e.g. the demo's compact maze format). The JSON holds per label the curves and, per example,
     the selected answer's index, score and reward vector.
     """
@@ -309,17 +310,21 @@ def run_search_eval(checkpoints: Sequence[tuple[str, Any]], task: Task, examples
     labels = [label for label, _ in checkpoints]
     if len(set(labels)) != len(labels):
         raise ValueError(f"checkpoint labels must be distinct, got {labels}")
+    per_checkpoint_m = [int(m)] * len(checkpoints) if isinstance(m, int | np.integer) else [int(x) for x in m]
+    if len(per_checkpoint_m) != len(checkpoints):
+        raise ValueError(f"m: one value or one per checkpoint ({len(checkpoints)}), got {list(m)}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if loader is None:
-        from vpo.models import load_pretrained as loader
-    report: dict[str, Any] = {"task": task.name, "n": n, "m": m, "temperature": temperature, "top_p": top_p,
+        from vpo.models import load_checkpoint as loader
+    shown_m = per_checkpoint_m[0] if len(set(per_checkpoint_m)) == 1 else dict(zip(labels, per_checkpoint_m))
+    report: dict[str, Any] = {"task": task.name, "n": n, "m": shown_m, "temperature": temperature, "top_p": top_p,
                               "select": select if isinstance(select, str) else (
                                   "callable" if callable(select) else np.asarray(select).tolist()),
                               "examples": [str(ex.get("id", i)) for i, ex in enumerate(examples)],
                               "checkpoints": {}}
     curves: dict[str, dict[str, Any]] = {}
-    for label, source in checkpoints:
+    for (label, source), m_label in zip(checkpoints, per_checkpoint_m, strict=True):
         model, tokenizer = source if isinstance(source, tuple) else loader(source)
         fmt = None
         if not isinstance(source, tuple) and Path(source).is_dir():
@@ -328,7 +333,7 @@ def run_search_eval(checkpoints: Sequence[tuple[str, Any]], task: Task, examples
             fmt = load_format(source, task, tokenizer=tokenizer, chat=chat)   # e.g. the demo's compact maze
         picks, pools = [], []
         for i, example in enumerate(examples):
-            result = best_of_n(model, tokenizer, task, example, n=n, m=m, select=select,
+            result = best_of_n(model, tokenizer, task, example, n=n, m=m_label, select=select,
                                temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
                                batch_size=batch_size, fmt=fmt, chat=chat, seed=seed + i, progress=progress)
             pools.append(result.vectors)
@@ -337,10 +342,10 @@ def run_search_eval(checkpoints: Sequence[tuple[str, Any]], task: Task, examples
                           "best_solved": bool(task.solved(result.best_vector))})
         curves[label] = search_curves(pools, task)
         report["checkpoints"][label] = {"source": source if isinstance(source, str | Path) else "in-memory",
-                                        "curves": curves[label], "picks": picks}
+                                        "m": m_label, "curves": curves[label], "picks": picks}
         report["checkpoints"][label]["source"] = str(report["checkpoints"][label]["source"])
     plot = plot_search_curves(curves, out_dir / "search_curves.png",
-                              title=f"{task.name}: best-of-n, n={n}, m={m}")
+                              title=f"{task.name}: best-of-n, n={n}, m={','.join(map(str, sorted(set(per_checkpoint_m))))}")
     report["plot"] = plot.name
     (out_dir / "search.json").write_text(json.dumps(report, indent=1))
     return report

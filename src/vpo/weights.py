@@ -6,6 +6,7 @@ draws the K weight vectors. Usage::
     rng = keyed_rng(0, "prompt-17", 3)                  # same stream in every process
     w = sample_simplex(100, 4, alpha=1.0, method="sobol", rng=rng)   # (K, D) = (100, 4)
     keys = stream_keys([("prompt-17",), ("prompt-18",)], seed=0, step=3)   # (G,) uint64
+    w = group_weights(["prompt-17"], 100, 4, seed=0, step=3)[0]   # (K, D): THE keying of a group
     w_by_group = keyed_simplex(keys, 100, 4)            # (G, K, D), one stream per group
     e = keyed_exponentials(keys, 100, 4)                # (G, D, K), unnormalised, matmul layout
 
@@ -41,6 +42,7 @@ __all__ = [
     "SAMPLERS",
     "counter_uniforms",
     "encode_key",
+    "group_weights",
     "keyed_exponentials",
     "keyed_rng",
     "keyed_simplex",
@@ -325,3 +327,24 @@ def keyed_simplex(keys: np.ndarray | Sequence[int], num: int, dim: int, *, alpha
     for g, key in enumerate(keys.tolist()):
         out[g] = sample_simplex(num, dim, alpha=alpha, method=method, rng=np.random.default_rng(key))
     return out
+
+
+FIXED = 0
+"""The ``step`` of weights that stay the same for a group across steps (random weighting in the
+authors' release keeps one w per dataset row). It is step 0, so an estimator called without a
+step (its default) draws a group's fixed weights."""
+
+
+def group_weights(labels: Iterable[Any], num: int, dim: int, *, seed: Any = 0, step: Any = FIXED,
+                  alpha: float = 1.0, sampler: str = "iid") -> np.ndarray:
+    """The (G, K, D) weights of groups ``labels``: the one way a group's weights are keyed.
+
+    Row g is ``keyed_simplex(stream_keys([labels[g]], seed=seed, step=step), K, D)``: a pure
+    function of (seed, label, step), the same on every rank, process and engine, and
+    independent of the other groups in the call. ``step=FIXED`` keeps a group's weights for
+    the whole run. The estimators (``vpo``, ``random_weight``, ``goal_conditioned``) draw
+    exactly these (up to float rounding: their fast path normalises after the max); the TRL,
+    verl and OpenRLHF adapters pass (seed, step, label) to them or call this function.
+    """
+    keys = stream_keys(labels, seed=seed, step=step)
+    return keyed_simplex(keys, num, dim, alpha=alpha, method=sampler)

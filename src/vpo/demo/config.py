@@ -10,6 +10,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from vpo.estimators.options import WeightOptions
+
 METHODS = {
     # key: (label, answers m, estimator)
     "grpo": ("GRPO", 1, "grpo"),
@@ -62,8 +64,8 @@ class DemoConfig:
         "help": "rollouts that hit the token limit without EOS: zero (scored as a format failure, the all-zero "
                 "matrix), mask (left out of the loss, TRL's mask_truncated_completions) or keep (scored as parsed)",
         "choices": ["zero", "mask", "keep"]})
-    num_weights: int = field(default=100, metadata={"help": "VPO Dirichlet weights K per group"})
-    alpha: float = field(default=1.0, metadata={"help": "VPO Dirichlet concentration"})
+    num_weights: int = field(default=WeightOptions.num_weights, metadata={"help": "VPO Dirichlet weights K per group"})
+    alpha: float = field(default=WeightOptions.alpha, metadata={"help": "VPO Dirichlet concentration"})
     save_steps: int = field(default=10, metadata={"help": "checkpoint every N steps (resume after interruption)"})
     # evaluation
     eval_examples: int = field(default=60, metadata={"help": "held-out test mazes"})
@@ -105,6 +107,7 @@ class DemoConfig:
                 raise ValueError(why)
         if self.pool % self.answers:
             raise ValueError(f"pool ({self.pool}) must be a multiple of answers ({self.answers}) for equal pools")
+        WeightOptions(num_weights=self.num_weights, alpha=self.alpha)  # --num-weights 0 / --alpha 0 raise
         return self
 
     def resolved(self) -> DemoConfig:

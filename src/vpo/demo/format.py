@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from vpo.evaluation import FORMAT_FILE
+from vpo.formats import FORMAT_FILE, register_format
 
 MOVE_LETTERS = {"UP": "U", "DOWN": "D", "LEFT": "L", "RIGHT": "R"}
 TILE_CHARS = "#.segdlb"
@@ -41,6 +41,7 @@ def route_letters(moves: Sequence[str]) -> str:
     return "".join(MOVE_LETTERS[move] for move in moves)
 
 
+@register_format("maze-compact")
 @dataclass(frozen=True)
 class CompactMazeFormat:
     """Prompt and answer format of the demo's character-level maze model (see module doc)."""
@@ -91,6 +92,10 @@ class CompactMazeFormat:
     def max_completion_tokens(self, budget: int, m: int) -> int:
         """Token budget of an m-route completion for a maze with step ``budget`` (+ EOS)."""
         return m * budget + (m if m > 1 else 0) + 1
+
+    def completion_budget(self, examples: Sequence[Mapping[str, Any]], m: int) -> int:
+        """Token budget of an m-route completion for the largest step budget of ``examples``."""
+        return self.max_completion_tokens(max(int(e["budget"]) for e in examples), m)
 
     # ----- persistence ---------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

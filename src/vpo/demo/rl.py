@@ -41,7 +41,7 @@ def truncated_rollouts(completion_ids: list[list[int]], stop_ids: set[int]) -> l
 
 def zero_truncated(matrices: list[np.ndarray], cut: list[bool]) -> list[np.ndarray]:
     """The demo's format rule: a rollout cut at the token limit is unfinished and scores the
-    all-zero matrix (SPEC section 1: an unparseable rollout), so running on past the exit, or
+    all-zero matrix (docs/algorithm.md §1: an unparseable rollout), so running on past the exit, or
     never closing a chain, costs reward instead of being free."""
     return [np.zeros_like(mat) if is_cut else mat for mat, is_cut in zip(matrices, cut, strict=True)]
 
@@ -50,22 +50,22 @@ def _trainer_class() -> type:
     """``DemoTrainer`` (defined lazily: it subclasses VPOTrainer, which imports TRL)."""
     from vpo import metrics as M
     from vpo.evaluation import score_generation
-    from vpo.integrations.trl import VPOTrainer, completion_text, parse_example, prompt_key
+    from vpo.integrations.trl import VPOTrainer, completion_text, prompt_key
 
     class DemoTrainer(VPOTrainer):
-        """VPOTrainer plus per-step diversity logging of the rollouts' answers."""
+        """VPOTrainer plus per-step diversity logging of the rollouts' answers, and the demo's
+        rule for rollouts cut at the token limit."""
 
         def __init__(self, *args: Any, fmt: CompactMazeFormat, truncated: str = "keep", **kwargs: Any) -> None:
             self.demo_format = fmt
             self.demo_truncated = truncated
             super().__init__(*args, **kwargs)
 
-        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-            cut = truncated_rollouts(completion_ids_list, {self.processing_class.eos_token_id,
-                                                           self.processing_class.pad_token_id})
+        def score_rollouts(self, prompts, completions, completion_ids, examples):
+            cut = truncated_rollouts(completion_ids, {self.processing_class.eos_token_id,
+                                                      self.processing_class.pad_token_id})
             groups: dict[str, list[np.ndarray]] = defaultdict(list)
-            for row, prompt, completion, is_cut in zip(inputs, prompts, completions, cut, strict=True):
-                example = parse_example(row["example"])
+            for prompt, completion, example in zip(prompts, completions, examples, strict=True):
                 groups[prompt_key(prompt)].append(score_generation(
                     self.vpo_task, self.demo_format, completion_text(completion), example, self.vpo_answers))
             pools = [np.concatenate(rows) for rows in groups.values()]
@@ -75,10 +75,8 @@ def _trainer_class() -> type:
             self._metrics[mode]["demo/answer_scalar"].append(float(np.mean(self.vpo_task.scalar(answers))))
             self._metrics[mode]["demo/completion"].append(float(np.mean(np.any(answers > 0, axis=1))))
             self._metrics[mode]["demo/truncated"].append(float(np.mean(cut)))
-            result = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-            if self.demo_truncated == "zero" and self._vpo_local_matrices is not None:
-                self._vpo_local_matrices = zero_truncated(self._vpo_local_matrices, cut)
-            return result
+            matrices = super().score_rollouts(prompts, completions, completion_ids, examples)
+            return zero_truncated(matrices, cut) if self.demo_truncated == "zero" else matrices
 
     return DemoTrainer
 
@@ -143,9 +141,10 @@ def run_rl(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, method: str, seed
         disable_tqdm=False,
         dataloader_num_workers=0,
     )
-    options: dict[str, Any] = {}
-    if estimator == "vpo":
-        options = {"num_weights": cfg.num_weights, "alpha": cfg.alpha}
+    from vpo.estimators import get_spec
+
+    accepted = get_spec(estimator).options
+    options = {name: getattr(cfg, name) for name in ("num_weights", "alpha") if name in accepted}
     from vpo.demo.warmup import quiet_libraries, quiet_trainer
 
     quiet_libraries(cfg.progress)

@@ -11,7 +11,7 @@ Usage (full command in ``recipes/openrlhf/``)::
         --algo.advantage.estimator group_norm --rollout.n_samples_per_prompt 8
 
 OpenRLHF has no estimator registry, so VPO runs as "reward = the rollout's set score R_g,
-advantage = OpenRLHF's ``group_norm``" (Bessel std, eps 1e-9; SPEC section 1: the VPO work
+advantage = OpenRLHF's ``group_norm``" (Bessel std, eps 1e-9; docs/algorithm.md §1: the VPO work
 is all in the per-rollout score as long as a prompt's rollouts share the K weights).
 
 The file is loaded by ``importlib.util.spec_from_file_location("reward_func", path)``, so it
@@ -25,15 +25,16 @@ Label (``--data.label_key label``): a JSON object (string or already decoded), w
 
 * ``task`` (str), ``example`` (the task example), ``m`` (answers the prompt asks for),
   ``index`` (prompt id; keys the prompt's shared weights): required;
-* ``task_params`` (dict, default {}), ``method`` (``vpo`` | ``multi_rlvr`` | ``grpo`` |
-  ``max_at_k`` | ``maxrl`` | ``random_weight``; default ``vpo``), ``num_weights`` (100),
-  ``alpha`` (1.0), ``sampler`` (``iid``), ``seed`` (0): optional. They live in the label,
+* ``task_params`` (dict, default {}), ``method`` (a registered estimator whose advantage is a
+  group z-norm of the rollout score: ``vpo``, ``multi_rlvr``, ``grpo``, ``random_weight``,
+  ``goal_conditioned``; default ``vpo``), ``num_weights``, ``alpha``, ``sampler``, ``seed``
+  (``WeightOptions``' defaults: 100, 1.0, ``iid``, 0): optional. They live in the label,
   not in environment variables, because OpenRLHF's reward workers are Ray actors that need
   not see the launcher's environment: a run's reward is defined by its data file alone.
 
-With ``group_norm`` only ``vpo``, ``multi_rlvr``, ``grpo`` and ``random_weight`` train as the
-paper describes; ``max_at_k`` and ``maxrl`` need their own advantage rules, which OpenRLHF
-cannot take (use verl or TRL for them).
+With ``group_norm`` only estimators whose spec says ``group_norm`` train as the paper
+describes; ``max_at_k`` and ``maxrl`` need their own advantage rules, which OpenRLHF cannot take
+(use verl or TRL for them).
 
 Return: ``{"rewards": float, "scores": float, "extra_logs": {name: float}}`` (the numeric
 fields of ``vpo.integrations.verl.score_rollout``).
@@ -48,28 +49,34 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vpo.integrations.verl import REWARD_METHODS, score_rollout
+from vpo.estimators.options import WeightOptions
+from vpo.integrations.verl import reward_methods, score_rollout
 
 logger = logging.getLogger("vpo.integrations.openrlhf")
 
 LABEL_REQUIRED = ("task", "example", "m", "index")
-LABEL_OPTIONS = {"task_params": None, "method": "vpo", "num_weights": 100, "alpha": 1.0, "sampler": "iid", "seed": 0}
+LABEL_OPTIONS = {"task_params": None, "method": "vpo", **WeightOptions().as_dict()}
 """Optional label fields and their defaults."""
 
 # Chat-template control tokens such as <|im_end|>, <|endoftext|>, <|eot_id|>, plus </s>.
 # OpenRLHF decodes with skip_special_tokens=False; verl's solution_str has them removed.
 _SPECIAL_TOKEN = re.compile(r"<\|[A-Za-z0-9_.:-]{1,64}\|>|</s>")
 
-# OpenRLHF methods that match the paper under --algo.advantage.estimator group_norm.
-_GROUP_NORM_METHODS = ("vpo", "multi_rlvr", "grpo", "random_weight")
+
+
+def group_norm_methods() -> list[str]:
+    """Registered estimators OpenRLHF's ``--algo.advantage.estimator group_norm`` trains as written."""
+    return [name for name, spec in reward_methods().items() if spec.group_norm]
 
 
 def make_label(task: str, example: Mapping[str, Any], *, m: int, index: int | str,
-               task_params: Mapping[str, Any] | None = None, method: str = "vpo", num_weights: int = 100,
-               alpha: float = 1.0, sampler: str = "iid", seed: int = 0) -> str:
+               task_params: Mapping[str, Any] | None = None, method: str = "vpo",
+               num_weights: int = WeightOptions.num_weights, alpha: float = WeightOptions.alpha,
+               sampler: str = WeightOptions.sampler, seed: int = WeightOptions.seed) -> str:
     """The JSON label of one prompt (what ``reward_func`` reads back)."""
-    if method not in REWARD_METHODS:
-        raise ValueError(f"method={method!r} is not one of {', '.join(REWARD_METHODS)}")
+    if method not in reward_methods():
+        raise ValueError(f"method={method!r} is not one of {', '.join(reward_methods())}")
+    WeightOptions(num_weights=num_weights, alpha=alpha, sampler=sampler, seed=seed)  # zero K / alpha raise
     return json.dumps({"task": task, "example": dict(example), "m": int(m), "index": index,
                        "task_params": dict(task_params or {}), "method": method, "num_weights": int(num_weights),
                        "alpha": float(alpha), "sampler": sampler, "seed": int(seed)}, sort_keys=True)
@@ -136,8 +143,9 @@ def reward_func(queries: Sequence[str], prompts: Sequence[str], labels: Sequence
     return {"rewards": score, "scores": score, "extra_logs": extra}
 
 
-def convert(src: str, dst: str, *, method: str = "vpo", num_weights: int = 100, alpha: float = 1.0,
-            sampler: str = "iid", seed: int = 0) -> int:
+def convert(src: str, dst: str, *, method: str = "vpo", num_weights: int = WeightOptions.num_weights,
+            alpha: float = WeightOptions.alpha, sampler: str = WeightOptions.sampler,
+            seed: int = WeightOptions.seed) -> int:
     """Rewrite a verl parquet export (``vpo data export --format verl``) as OpenRLHF JSONL.
 
     Each line holds ``prompt`` (the chat message list, for ``--data.apply_chat_template``)
@@ -145,11 +153,13 @@ def convert(src: str, dst: str, *, method: str = "vpo", num_weights: int = 100, 
     """
     import pyarrow.parquet as pq
 
-    if method not in REWARD_METHODS:
-        raise ValueError(f"--method {method!r} is not one of {', '.join(REWARD_METHODS)}")
-    if method not in _GROUP_NORM_METHODS:
+    methods = reward_methods()
+    if method not in methods:
+        raise ValueError(f"--method {method!r} is not one of {', '.join(methods)}")
+    if method not in group_norm_methods():
         raise ValueError(f"--method {method!r} needs its own advantage rule; OpenRLHF's group_norm trains only "
-                         f"{', '.join(_GROUP_NORM_METHODS)}")
+                         f"{', '.join(group_norm_methods())}")
+    WeightOptions(num_weights=num_weights, alpha=alpha, sampler=sampler, seed=seed)  # before any row is read
     rows = pq.read_table(src).to_pylist()
     with open(dst, "w", encoding="utf-8") as out:
         for row_number, row in enumerate(rows):
@@ -157,7 +167,7 @@ def convert(src: str, dst: str, *, method: str = "vpo", num_weights: int = 100, 
             for field in ("index", "answers"):
                 if info.get(field) is None:
                     raise ValueError(f"{src}: row {row_number}: extra_info.{field} is missing (not a vpo export?)")
-            if not REWARD_METHODS[method].multi_answer and info["answers"] != 1:
+            if not methods[method].multi_answer and info["answers"] != 1:
                 raise ValueError(f"{src}: row {row_number}: --method {method} trains single-answer prompts but the "
                                  f"export has answers={info['answers']}; export with --answers 1")
             params = info.get("task_params") or "{}"
@@ -179,11 +189,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     conv = sub.add_parser("convert", help="verl parquet export -> OpenRLHF JSONL with vpo labels")
     conv.add_argument("src")
     conv.add_argument("dst")
-    conv.add_argument("--method", default="vpo", choices=_GROUP_NORM_METHODS)
-    conv.add_argument("--num-weights", type=int, default=100, help="K Dirichlet weights per prompt (default 100)")
-    conv.add_argument("--alpha", type=float, default=1.0, help="Dirichlet concentration (default 1.0)")
-    conv.add_argument("--sampler", default="iid", choices=("iid", "sobol"))
-    conv.add_argument("--seed", type=int, default=0)
+    conv.add_argument("--method", default="vpo", choices=group_norm_methods())
+    defaults = WeightOptions()
+    conv.add_argument("--num-weights", type=int, default=defaults.num_weights,
+                      help=f"K Dirichlet weights per prompt (default {defaults.num_weights})")
+    conv.add_argument("--alpha", type=float, default=defaults.alpha,
+                      help=f"Dirichlet concentration (default {defaults.alpha})")
+    conv.add_argument("--sampler", default=defaults.sampler, choices=("iid", "sobol"))
+    conv.add_argument("--seed", type=int, default=defaults.seed)
     args = parser.parse_args(argv)
     if args.cmd == "path":
         print(__file__)

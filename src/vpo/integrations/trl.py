@@ -15,15 +15,21 @@ Usage::
                processing_class=tok).train()
 
     cfg = RLConfig().to_grpo_config("out", task="maze", answers=3)   # the paper's presets
-                                                   # (RLConfig lives in vpo.commands.train)
+                                                   # (vpo.integrations.trl_config)
 
 The dataset needs a ``prompt`` column (string or chat messages) and an ``example`` column (the
 task example as a dict or its JSON string), as written by ``vpo data --format trl``.
 
-Shared weights: the K Dirichlet weights of a prompt group are drawn from
-``keyed_rng(seed, prompt_key, global_step)``, a stable hash, so every rollout of the group and
-every rank sees the same K vectors without communication, and ``VPOReward`` and
-``VPOTrainer(estimator="vpo")`` give the same set scores.
+Shared weights: the K Dirichlet weights of a prompt group are
+``vpo.weights.group_weights([prompt_key], K, D, seed=seed, step=global_step)``, the project's one
+keying, so every rollout of the group and every rank sees the same K vectors without
+communication, and ``VPOReward`` and ``VPOTrainer(estimator="vpo")`` give the same set scores.
+
+Data flows one way in ``VPOTrainer``: ``_calculate_rewards`` decodes each prompt's example once,
+scores the local rollouts with the public hook ``score_rollouts`` (override it to change the
+scoring, as the demo does), logs chain metrics from those matrices, and returns the best answer's
+task scalar as TRL's reward; ``_generate_and_score_completions`` gathers the matrices and
+replaces TRL's advantages with the estimator's.
 
 ``VPOTrainer`` relies on two private TRL methods, ``_calculate_rewards`` and
 ``_generate_and_score_completions`` (maintainer-endorsed for subclassing, TRL #4525);
@@ -45,13 +51,15 @@ import torch
 from accelerate.utils import gather_object
 from trl import GRPOConfig, GRPOTrainer
 
-from vpo.commands.train import TASK_EPOCHS, RLConfig  # re-exported: the presets live with the CLI
+from vpo.estimators import WeightOptions, get_spec
+from vpo.integrations.trl_config import TASK_EPOCHS, RLConfig
 from vpo.tasks.base import Example, Task
 
 __all__ = [
     "EXPECTED_TRL_HOOKS",
     "RLConfig",
     "TASK_EPOCHS",
+    "TaskScalarReward",
     "VPOReward",
     "VPOTrainer",
     "check_trl_hooks",
@@ -59,6 +67,7 @@ __all__ = [
     "group_weights",
     "parse_example",
     "prompt_key",
+    "score_and_log",
 ]
 
 EXPECTED_TRL_HOOKS: dict[str, tuple[str, ...]] = {
@@ -66,12 +75,6 @@ EXPECTED_TRL_HOOKS: dict[str, tuple[str, ...]] = {
     "_generate_and_score_completions": ("self", "inputs"),
 }
 """Parameter names of the private GRPOTrainer methods VPOTrainer overrides (TRL 1.16)."""
-
-WEIGHTED_ESTIMATORS = frozenset({"vpo"})
-"""Estimators that receive the shared per-group weights keyed on (seed, prompt, step)."""
-
-SINGLE_ANSWER_ESTIMATORS = frozenset({"grpo", "max_at_k", "maxrl", "random_weight"})
-"""Built-in estimators that take one answer per rollout (answers must be 1)."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -138,21 +141,27 @@ def parse_example(value: Any, row: int | None = None) -> Example:
 
 def group_weights(seed: int, key: str, step: int, num: int, dim: int, *, alpha: float = 1.0,
                   sampler: str = "iid") -> np.ndarray:
-    """The (K, D) Dirichlet weights shared by a prompt group at ``step``:
-    ``sample_simplex(K, D, alpha, method=sampler, rng=keyed_rng(seed, key, step))``."""
-    from vpo.weights import keyed_rng, sample_simplex
+    """The (K, D) Dirichlet weights shared by a prompt group at ``step``: the project's one keying,
+    ``vpo.weights.group_weights([key], K, D, seed=seed, step=step)``."""
+    from vpo.weights import group_weights as keyed
 
-    return np.asarray(sample_simplex(num, dim, alpha=alpha, method=sampler,
-                                     rng=keyed_rng(int(seed), str(key), int(step))), dtype=np.float64)
+    return keyed([str(key)], int(num), int(dim), seed=int(seed), step=int(step), alpha=alpha, sampler=sampler)[0]
 
 
-def _answer_stats(task: Task, text: str, m: int) -> tuple[int, int]:
-    """(non-empty answers parsed, textual duplicates among them) of one generation."""
-    if m == 1:
-        return (1 if text.strip() else 0), 0
-    answers = [" ".join(a.split()) for a in task.parse_chain(text, m)]
-    answers = [a for a in answers if a]
-    return len(answers), len(answers) - len(set(answers))
+def decode_examples(values: Sequence[Any]) -> list[Example]:
+    """Examples of a batch's ``example`` cells, each distinct cell decoded once (the N rollouts
+    of a prompt share one)."""
+    decoded: dict[Any, Example] = {}
+    out = []
+    for row, value in enumerate(values):
+        if value is None:
+            raise ValueError(f"row {row}: the dataset needs an 'example' column (the task example as JSON); "
+                             "build it with `vpo data export TASK --format trl`")
+        cache_key = value if isinstance(value, str) else id(value)
+        if cache_key not in decoded:
+            decoded[cache_key] = parse_example(value, row)
+        out.append(decoded[cache_key])
+    return out
 
 
 def _row_values(kwargs: Mapping[str, Any], column: str, n: int) -> list[Any]:
@@ -165,70 +174,66 @@ def _row_values(kwargs: Mapping[str, Any], column: str, n: int) -> list[Any]:
     return list(values)
 
 
-def _log_chain_metrics(log: Callable[[str, float], None], task: Task, examples: Sequence[Example],
-                       texts: Sequence[str], matrices: Sequence[np.ndarray], m: int) -> None:
-    """Per-objective best-in-chain means, answers parsed per chain, duplicate rate."""
-    parsed = dup = 0
-    for text in texts:
-        n_ans, n_dup = _answer_stats(task, text, m)
-        parsed += n_ans
-        dup += n_dup
-    log("vpo/answers_parsed", parsed / max(len(texts), 1))
-    log("vpo/duplicate_rate", dup / parsed if parsed else 0.0)
-    names = task.objective_names(examples[0]) if examples else ()
-    if names and all(mat.shape[1] == len(names) for mat in matrices):
-        best = np.stack([mat.max(axis=0) if mat.size else np.zeros(len(names)) for mat in matrices])
-        for j, name in enumerate(names):
-            log(f"vpo/objective/{name}", float(best[:, j].mean()))
+def score_and_log(task: Task, texts: Sequence[str], examples: Sequence[Example], m: int,
+                  log: Callable[[str, float], None] | None) -> list[np.ndarray]:
+    """The (m, D) matrices of ``texts`` (one parse and one scoring each) and, through ``log``,
+    the chain metrics of that same pass: ``vpo/answers_parsed`` (non-blank answers per chain),
+    ``vpo/duplicate_rate`` (share of them the task's dedup drops) and ``vpo/objective/<name>``
+    (mean over chains of the best answer's value per objective)."""
+    stats: dict[str, int] = {}
+    matrices = [np.asarray(task.score_chain(t, ex, m, stats=stats), dtype=np.float64)
+                for t, ex in zip(texts, examples, strict=True)]
+    if callable(log):
+        parsed = stats.get("answers", 0)
+        log("vpo/answers_parsed", parsed / max(len(texts), 1))
+        log("vpo/duplicate_rate", stats.get("duplicates", 0) / parsed if parsed else 0.0)
+        names = task.objective_names(examples[0]) if examples else ()
+        if names and all(mat.shape[1] == len(names) for mat in matrices):
+            best = np.stack([mat.max(axis=0) if mat.size else np.zeros(len(names)) for mat in matrices])
+            for j, name in enumerate(names):
+                log(f"vpo/objective/{name}", float(best[:, j].mean()))
+    return matrices
 
 
 # ----------------------------------------------------------------------------------------------
-# A. reward function for the stock GRPOTrainer
+# A. reward functions for the stock GRPOTrainer
 # ----------------------------------------------------------------------------------------------
 class VPOReward:
     """VPO set score as a TRL reward function (one float per completion).
 
     ``VPOReward(task, answers=m, seed=0, num_weights=100, alpha=1.0, sampler="iid")`` scores each
     completion with ``task.score_chain(text, example, m)`` -> (m, D) and returns
-    R = mean_k max_i w_k . r_i, with the K weights of a prompt drawn from
-    ``keyed_rng(seed, prompt_key(prompt), global_step)`` (identical for all G rollouts of the
-    prompt on every rank). Needs the dataset column ``example``. Logs through TRL's
-    ``log_metric``: ``vpo/objective/<name>`` (best answer's value per objective, mean over
-    rollouts), ``vpo/answers_parsed`` and ``vpo/duplicate_rate``.
+    R = mean_k max_i w_k . r_i, with the K weights of a prompt keyed on (seed, prompt, global
+    step) (``group_weights``: identical for all N rollouts of the prompt on every rank). Needs
+    the dataset column ``example``. Logs through TRL's ``log_metric``: ``vpo/objective/<name>``
+    (best answer's value per objective, mean over rollouts), ``vpo/answers_parsed`` and
+    ``vpo/duplicate_rate``. The weight options are ``WeightOptions``'s, checked the same way.
     """
 
     __name__ = "vpo"
 
-    def __init__(self, task: Task, answers: int = 3, *, seed: int = 0, num_weights: int = 100,
-                 alpha: float = 1.0, sampler: str = "iid") -> None:
+    def __init__(self, task: Task, answers: int = 3, *, seed: int = WeightOptions.seed,
+                 num_weights: int = WeightOptions.num_weights, alpha: float = WeightOptions.alpha,
+                 sampler: str = WeightOptions.sampler) -> None:
         if not isinstance(answers, int) or answers < 1:
             raise ValueError(f"answers must be a positive integer, got {answers!r}")
-        if num_weights < 1:
-            raise ValueError(f"num_weights must be >= 1, got {num_weights}")
-        if not alpha > 0:
-            raise ValueError(f"alpha must be > 0, got {alpha}")
         self.task = task
         self.answers = answers
-        self.seed = int(seed)
-        self.num_weights = int(num_weights)
-        self.alpha = float(alpha)
-        self.sampler = sampler
+        self.options = WeightOptions(num_weights=num_weights, alpha=alpha, sampler=sampler, seed=seed)
 
     def weights(self, prompt: Any, step: int, dim: int) -> np.ndarray:
         """The (K, D) weights of ``prompt``'s group at ``step``."""
-        return group_weights(self.seed, prompt_key(prompt), step, self.num_weights, dim,
-                             alpha=self.alpha, sampler=self.sampler)
+        o = self.options
+        return group_weights(o.seed, prompt_key(prompt), step, o.num_weights, dim, alpha=o.alpha, sampler=o.sampler)
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any],
                  completion_ids: Sequence[Any] | None = None, **kwargs: Any) -> list[float]:
         n = len(completions)
-        raw_examples = _row_values(kwargs, "example", n)
-        examples = [parse_example(value, row) for row, value in enumerate(raw_examples)]
+        examples = decode_examples(_row_values(kwargs, "example", n))
         state = kwargs.get("trainer_state")
         step = int(getattr(state, "global_step", 0) or 0)
         texts = [completion_text(c) for c in completions]
-        matrices = [np.asarray(self.task.score_chain(t, ex, self.answers), dtype=np.float64)
-                    for t, ex in zip(texts, examples, strict=True)]
+        matrices = score_and_log(self.task, texts, examples, self.answers, kwargs.get("log_metric"))
         cache: dict[tuple[str, int], np.ndarray] = {}
         row_weights = []
         for prompt, matrix in zip(prompts, matrices, strict=True):
@@ -238,34 +243,39 @@ class VPOReward:
             row_weights.append(cache[key])
         from vpo.objective import set_scores
 
-        scores = [float(x) for x in set_scores(matrices, row_weights)] if matrices else []
-        log = kwargs.get("log_metric")
-        if callable(log):
-            _log_chain_metrics(log, self.task, examples, texts, matrices, self.answers)
-        return scores
+        return [float(x) for x in set_scores(matrices, row_weights)] if matrices else []
+
+
+class TaskScalarReward:
+    """The task's fixed scalar of the best answer of each chain, as a TRL reward function.
+
+    ``TaskScalarReward(task, answers=1)``: with m = 1 it is the GRPO reward (the answer's fixed
+    scalar); VPOTrainer logs it as ``rewards/task/mean`` and ``reward``.
+    """
+
+    __name__ = "task"
+
+    def __init__(self, task: Task, answers: int = 1) -> None:
+        if not isinstance(answers, int) or answers < 1:
+            raise ValueError(f"answers must be a positive integer, got {answers!r}")
+        self.task = task
+        self.answers = answers
+
+    def from_matrices(self, matrices: Sequence[np.ndarray]) -> list[float]:
+        """The reward of already scored chains: max over answers of the fixed scalar (0 if none)."""
+        return [float(np.max(self.task.scalar(mat))) if mat.shape[0] else 0.0 for mat in matrices]
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+        examples = decode_examples(_row_values(kwargs, "example", len(completions)))
+        return self.from_matrices([np.asarray(self.task.score_chain(completion_text(c), ex, self.answers))
+                                   for c, ex in zip(completions, examples, strict=True)])
 
 
 # ----------------------------------------------------------------------------------------------
 # B. GRPOTrainer subclass with pluggable estimators
 # ----------------------------------------------------------------------------------------------
-class _ChainScalarReward:
-    """VPOTrainer's internal TRL reward: the best answer's fixed task scalar per chain.
-
-    TRL logs it as ``rewards/task/mean`` and ``reward``; its advantages are replaced. It reads the
-    matrices the trainer scored just before, so nothing is scored twice.
-    """
-
-    __name__ = "task"
-
-    def __init__(self, trainer: VPOTrainer) -> None:
-        self._trainer = trainer
-
-    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
-        matrices = self._trainer._vpo_local_matrices
-        if matrices is None or len(matrices) != len(completions):
-            raise RuntimeError("VPOTrainer: reward matrices missing for this batch (TRL hook order changed?)")
-        task = self._trainer.vpo_task
-        return [float(np.max(task.scalar(mat))) if mat.shape[0] else 0.0 for mat in matrices]
+_SET_BY_TRAINER = frozenset({"rng", "step", "weights", "weight_keys", "goal_weights"})
+"""Estimator options VPOTrainer fills in itself (keyed weights, steps, stated goals)."""
 
 
 class VPOTrainer(GRPOTrainer):
@@ -276,14 +286,16 @@ class VPOTrainer(GRPOTrainer):
     args=GRPOConfig(...), train_dataset=ds, processing_class=tok, ...)``; other keyword arguments
     go to ``GRPOTrainer`` (``reward_funcs`` is not accepted: the task supplies the reward).
 
-    ``estimator_options`` are the estimator's own options (``num_weights``, ``alpha``,
-    ``sampler``, ``seed``, ``std``, ``eps``, ``degenerate``, ``scale``, ``k``, ...; each
-    estimator's defaults are the authors'; TRL's normalisation is ``std="sample", eps=1e-4,
-    degenerate="none"``). The trainer supplies ``group_ids`` (G contiguous rows per prompt, in
-    TRL's global order), ``scalar`` (the task's fixed scalarisation) where accepted, ``step``
-    (the global step) and ``seed`` (default ``args.seed``) where accepted, and, for ``vpo``,
-    explicit ``weights`` per group drawn from (seed, prompt, step) exactly as ``VPOReward``
-    draws them. Diagnostics are logged as TRL metrics under their ``vpo/...`` names.
+    ``estimator`` is any registered name; what the trainer passes follows its ``EstimatorSpec``:
+    ``group_ids`` (G contiguous rows per prompt, in TRL's global order), ``scalar`` (the task's
+    fixed scalarisation) where accepted, ``seed`` (default ``args.seed``), ``step`` (the global
+    step, for weights drawn per step) and ``weight_keys`` (the prompts, so the weights are keyed
+    on (seed, prompt, step) exactly as ``VPOReward`` keys them) for estimators with keyed
+    weights, and ``goal_weights`` (read from the examples) for goal-conditioned estimators.
+    ``estimator_options`` are the estimator's other options (``num_weights``, ``alpha``,
+    ``sampler``, ``std``, ``eps``, ``degenerate``, ``scale``, ``k``, ...; each estimator's
+    defaults are the authors'; TRL's normalisation is ``TRL_NORM``). Diagnostics are logged as
+    TRL metrics under the estimator's names.
     """
 
     def __init__(self, model: Any, *, task: Task, answers: int = 1, estimator: str = "vpo",
@@ -295,68 +307,73 @@ class VPOTrainer(GRPOTrainer):
                              "(use the stock GRPOTrainer with VPOReward for a reward-function setup)")
         if not isinstance(answers, int) or answers < 1:
             raise ValueError(f"answers must be a positive integer, got {answers!r}")
-        if estimator in SINGLE_ANSWER_ESTIMATORS and answers != 1:
+        spec = get_spec(estimator)  # ValueError for unknown names
+        if not spec.multi_answer and answers != 1:
             raise ValueError(f"estimator {estimator!r} scores one answer per rollout; use answers=1 "
                              "(or 'vpo' / 'multi_rlvr' for multi-answer chains)")
-        from vpo.estimators import get_estimator
-
         self.vpo_task = task
         self.vpo_answers = answers
+        self.vpo_spec = spec
         self.vpo_estimator_name = estimator
-        self.vpo_estimator = get_estimator(estimator)  # ValueError for unknown names
+        self.vpo_estimator = spec.fn
         self.vpo_options = dict(estimator_options or {})
-        accepted = set(getattr(self.vpo_estimator, "options", ()) or ())
-        reserved = {"weights", "rng", "step"} if estimator in WEIGHTED_ESTIMATORS else {"rng", "step"}
-        clash = sorted(reserved & set(self.vpo_options))
+        clash = sorted(_SET_BY_TRAINER & set(self.vpo_options))
         if clash:
-            raise ValueError(f"estimator_options {clash} are set by VPOTrainer (weights and steps are keyed on "
-                             "(seed, prompt, global_step)); remove them")
-        unknown = sorted(set(self.vpo_options) - accepted) if accepted else []
+            raise ValueError(f"estimator_options {clash} are set by VPOTrainer (weights are keyed on (seed, prompt, "
+                             "global_step); goal weights come from the examples); remove them")
+        unknown = sorted(set(self.vpo_options) - set(spec.options))
         if unknown:
             raise ValueError(f"estimator {estimator!r} does not accept option(s) {unknown}; "
-                             f"it accepts {sorted(accepted)}")
-        self._vpo_local_matrices: list[np.ndarray] | None = None
-        self._vpo_local_keys: list[str] | None = None
+                             f"it accepts {sorted(spec.options)}")
+        if spec.weights is not None:  # explicit zero K or alpha raise here, not at the first step
+            WeightOptions(**{k: v for k, v in self.vpo_options.items() if k in ("num_weights", "alpha", "sampler")})
+        self._vpo_batch: list[tuple[str, np.ndarray, Any]] | None = None
         train_dataset = kwargs.get("train_dataset")
         columns = getattr(train_dataset, "column_names", None)
         if columns is not None and "example" not in columns:
             raise ValueError(f"train_dataset needs an 'example' column (task example as JSON); it has {columns}")
-        super().__init__(model, reward_funcs=[_ChainScalarReward(self)], args=args, **kwargs)
-        if self.vpo_options.get("seed") is None and (estimator in WEIGHTED_ESTIMATORS or "seed" in accepted):
+        self.vpo_reward = TaskScalarReward(task, answers)
+        super().__init__(model, reward_funcs=[self.vpo_reward], args=args, **kwargs)
+        if self.vpo_options.get("seed") is None and "seed" in spec.options:
             self.vpo_options["seed"] = int(self.args.seed)
 
-    # -- hook 1: score the local completions, stash the matrices, let TRL run its reward funcs --
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        raw = [row.get("example") for row in inputs]
-        if any(value is None for value in raw):
-            raise ValueError("VPOTrainer: every row needs an 'example' column (the task example as JSON)")
-        examples = [parse_example(value, row) for row, value in enumerate(raw)]
-        texts = [completion_text(c) for c in completions]
-        self._vpo_local_matrices = [
-            np.asarray(self.vpo_task.score_chain(t, ex, self.vpo_answers), dtype=np.float64)
-            for t, ex in zip(texts, examples, strict=True)]
-        self._vpo_local_keys = [prompt_key(p) for p in prompts]
-        _log_chain_metrics(self._log_metric, self.vpo_task, examples, texts,
-                           self._vpo_local_matrices, self.vpo_answers)
-        return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+    # -- the public hook -------------------------------------------------------------------------
+    def score_rollouts(self, prompts: Sequence[Any], completions: Sequence[Any],
+                       completion_ids: Sequence[Sequence[int]], examples: Sequence[Example]) -> list[np.ndarray]:
+        """The (m, D) reward matrix of each local completion, each scored once (the chain metrics
+        are logged from the same pass). Override to change how rollouts are scored (the demo zeroes
+        truncated ones); the estimator and TRL's logged reward read what this returns."""
+        return score_and_log(self.vpo_task, [completion_text(c) for c in completions], examples, self.vpo_answers,
+                             self._log_metric)
 
-    # -- hook 2: replace the advantages with the estimator's, computed on the global batch --
+    # -- TRL hook 1: score the local rollouts once; TRL's reward is the best answer's scalar -----
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        from accelerate.utils import gather
+
+        examples = decode_examples([row.get("example") for row in inputs])
+        matrices = self.score_rollouts(prompts, completions, completion_ids_list, examples)
+        if len(matrices) != len(completions):
+            raise RuntimeError(f"score_rollouts returned {len(matrices)} matrices for {len(completions)} completions")
+        goals = [_goal(ex) for ex in examples] if self.vpo_spec.conditions_prompt else [None] * len(matrices)
+        self._vpo_batch = list(zip([prompt_key(p) for p in prompts], matrices, goals, strict=True))
+        rewards = torch.tensor(self.vpo_reward.from_matrices(matrices), dtype=torch.float32,
+                               device=self.accelerator.device).reshape(-1, 1)
+        return gather(rewards)
+
+    # -- TRL hook 2: replace the advantages with the estimator's, computed on the global batch --
     def _generate_and_score_completions(self, inputs):
         out = super()._generate_and_score_completions(inputs)
         if "advantages" not in out:
             raise RuntimeError("VPOTrainer: TRL's batch has no 'advantages' (TRL internals changed)")
         mode = "train" if self.model.training else "eval"
-        local = self._vpo_local_matrices
-        keys = self._vpo_local_keys
-        self._vpo_local_matrices = self._vpo_local_keys = None
-        if local is None or keys is None:
+        local, self._vpo_batch = self._vpo_batch, None
+        if local is None:
             raise RuntimeError("VPOTrainer: _calculate_rewards did not run for this batch")
-        gathered = gather_object(list(zip(keys, local, strict=True)))
-        all_keys = [k for k, _ in gathered]
-        rewards = [mat for _, mat in gathered]
+        gathered = gather_object(local)
         num_gen = self.num_generations if mode == "train" else (
             getattr(self, "num_generations_eval", None) or self.num_generations)
-        advantages, diagnostics = self.compute_advantages(rewards, all_keys, num_gen)
+        advantages, diagnostics = self.compute_advantages([mat for _, mat, _ in gathered], [k for k, _, _ in gathered],
+                                                          num_gen, goals=[g for _, _, g in gathered])
         n_local = len(local)
         start = self.accelerator.process_index * n_local
         local_adv = advantages[start:start + n_local]
@@ -368,31 +385,32 @@ class VPOTrainer(GRPOTrainer):
                 self._metrics[mode][name].append(float(value))
         return out
 
-    def compute_advantages(self, rewards: Sequence[np.ndarray], keys: Sequence[str],
-                           num_generations: int) -> tuple[np.ndarray, dict[str, float]]:
+    def compute_advantages(self, rewards: Sequence[np.ndarray], keys: Sequence[str], num_generations: int,
+                           goals: Sequence[Any] | None = None) -> tuple[np.ndarray, dict[str, float]]:
         """Global advantages (B,) and diagnostics for matrices in TRL's global order (groups of
-        ``num_generations`` contiguous rows). Identical on every rank."""
+        ``num_generations`` contiguous rows, prompts ``keys``). Identical on every rank."""
         total = len(rewards)
         if total % num_generations:
             raise RuntimeError(f"VPOTrainer: {total} rollouts are not whole groups of {num_generations}")
         group_ids = np.arange(total) // num_generations
-        step = int(self.state.global_step)
+        spec = self.vpo_spec
         options = dict(self.vpo_options)
-        accepted = set(getattr(self.vpo_estimator, "options", ()) or ())
-        if "scalar" in accepted:
+        if "scalar" in spec.options:
             options.setdefault("scalar", self.vpo_task.scalar)
-        if self.vpo_estimator_name in WEIGHTED_ESTIMATORS:
-            # the weights VPOReward would draw: keyed on (seed, prompt, step), one set per group
-            seed = options.pop("seed")
-            num = int(options.pop("num_weights", None) or 100)
-            alpha = float(options.pop("alpha", None) or 1.0)
-            sampler = str(options.pop("sampler", None) or "iid")
-            options["weights"] = {
-                int(g): group_weights(seed, keys[g * num_generations], step, num,
-                                      rewards[g * num_generations].shape[1], alpha=alpha, sampler=sampler)
-                for g in range(total // num_generations)}
-        elif "step" in accepted:
-            options["step"] = step
+        if spec.conditions_prompt:  # the weights are the ones the prompts state, not drawn here
+            if goals is None or any(g is None for g in goals):
+                raise ValueError(f"estimator {self.vpo_estimator_name!r} needs the goal weights its prompts state; "
+                                 "build the data with goal weights (vpo train does; `vpo data export --method "
+                                 f"{self.vpo_estimator_name}`)")
+            options.pop("seed", None)
+            options["goal_weights"] = np.stack(goals)
+        elif spec.weights is not None:
+            # keyed on the prompt text, so two groups of one prompt get its weights, as VPOReward
+            options["weight_keys"] = list(keys)
+            if spec.weights == "per_step":
+                options["step"] = int(self.state.global_step)
+        elif "step" in spec.options:
+            options["step"] = int(self.state.global_step)
         result = self.vpo_estimator(list(rewards), group_ids, **options)
         advantages = np.asarray(result.advantages, dtype=np.float64).reshape(-1)
         if advantages.shape[0] != total:
@@ -411,3 +429,9 @@ class VPOTrainer(GRPOTrainer):
             values[-n:] = [float(a) for a in advantages[-n:]]
         maxlen = logged.maxlen if isinstance(logged, deque) else None
         self._logs["advantages"] = deque(values, maxlen=maxlen)
+
+
+def _goal(example: Example) -> np.ndarray | None:
+    from vpo.goals import goal_of
+
+    return goal_of(example)

@@ -19,7 +19,9 @@ vector work happens in :func:`compute_score` (one rollout at a time, in a reward
 which reduces the rollout's (m, D) reward matrix to the method's per-rollout scalar; the
 registered estimator then turns those scalars into advantages with the method's rule.
 
-Reward methods (``reward_kwargs.method``) and the estimator each pairs with:
+Reward methods (``reward_kwargs.method``) are the registered estimators (``vpo.estimators``)
+whose ``EstimatorSpec.rollout_score`` an engine with scalar rewards can serve; the spec says how
+compute_score reduces the rollout's (m, D) matrix:
 
 ============== ====== ======================================================= =================
 method          m      per-rollout score from compute_score                    adv_estimator
@@ -31,26 +33,17 @@ multi_rlvr      any    sum over the deduplicated, zero-padded answers of the   m
 grpo            1      the task's fixed scalar                                 grpo (verl's own)
 max_at_k        1      the task's fixed scalar                                 max_at_k
 maxrl           1      the task's fixed scalar                                 maxrl
-random_weight   1      w . r, one w ~ Dir(alpha) per rollout, not in prompt    random_weight (or grpo)
+random_weight   1      w . r, one w ~ Dir(alpha) per prompt, not in the prompt random_weight (or grpo)
+goal_conditioned 1     w . r with the w the prompt states (in the ground truth) goal_conditioned (or grpo)
 ============== ====== ======================================================= =================
 
-Registered estimator names. Each takes the per-rollout score ``token_level_rewards.sum(-1)``,
-groups it by ``uid`` and hands it to ``vpo.estimators`` as (B, 1, 1) reward matrices (one
-answer, one objective: the fixed scalar is the score itself), so the advantages equal
-``get_estimator(...)`` on the rollouts' own reward matrices with the same weights:
-
-* ``vpo``: VPO's normalisation of R_g (``grpo`` with ``std="population"``, eps 1e-6,
-  ``degenerate="zero"``: every advantage of a group is 0 when its std < 1e-6).
-* ``multi_rlvr``: ``multi_rlvr`` on the summed score, i.e. GRPO's normalisation (Bessel std,
-  eps 1e-6), as verl's ``grpo``; the name keeps a run's config explicit.
-* ``random_weight``: ``grpo`` on w . r (the weight is drawn in compute_score, keyed on the
-  rollout's text, since verl gives the reward function no rollout id).
-* ``max_at_k``: ``max_at_k``, the unbiased Max@K transform (k = max(2, G // 2) clamped to
-  G - 1), then group normalisation.
-* ``maxrl``: ``maxrl``, (r - mean) / (mean + eps).
-* Not registered: ``grpo`` and ``gdpo`` are verl's own names (``gdpo`` needs per-objective
-  rewards, which only verl's deprecated legacy trainer passes), and multi-turn rollouts
-  need verl's ``grpo`` (only it gets the per-session broadcast).
+Registered estimator names: every such spec except verl's own ``grpo`` (``gdpo`` needs
+per-objective rewards, which only verl's deprecated legacy trainer passes; multi-turn
+rollouts need verl's ``grpo``, the only one that gets the per-session broadcast). Each takes
+the per-rollout score ``token_level_rewards.sum(-1)``, groups it by ``uid`` and runs the same
+``vpo.estimators`` estimator on it as (B, 1, 1) reward matrices (one answer, one objective: the
+fixed scalar is the score itself and every weight is 1), so the advantages equal
+``get_estimator(...)`` on the rollouts' own reward matrices with the same weights.
 
 Estimator options: ``+algorithm.vpo_options.NAME=VALUE`` passes ``NAME`` to that
 ``vpo.estimators`` estimator (``std``, ``eps``, ``degenerate``, ``scale``; ``k`` for
@@ -58,10 +51,13 @@ Estimator options: ``+algorithm.vpo_options.NAME=VALUE`` passes ``NAME`` to that
 ``algorithm.norm_adv_by_std_in_grpo=false`` is rejected by these estimators rather than
 ignored (use ``+algorithm.vpo_options.scale=none`` for centring without division).
 
-Shared weights. verl passes no uid and no step to ``compute_score``; the K Dirichlet
-weights of a prompt come from ``vpo.weights.keyed_rng(seed, extra_info["index"])``, so all G
-rollouts of a prompt use the same K weights (common random numbers, SPEC section 1) and a
-prompt keeps its weights for the whole run (a fixed bank of K draws per prompt).
+Shared weights. verl passes no uid and no step to ``compute_score``; the weights of a prompt
+are ``vpo.weights.group_weights([extra_info["index"]], K, D, seed=seed, step=step)``, the
+project's one keying, so all N rollouts of a prompt use the same K weights (common random
+numbers, docs/algorithm.md §1). ``step`` is ``extra_info["global_steps"]`` when the data carries it
+(a custom dataset or reward manager can add it); verl 0.9.1's reward loop does not, and then
+the step is ``FIXED``: a prompt keeps its K weights for the whole run (a fixed bank of K draws
+per prompt). ``docs/algorithm.md`` lists this as a deviation.
 
 Input checks (a misconfigured run fails on its first reward call, naming the option, instead
 of training on wrong rewards): unknown task in ``data_source``; ``extra_info`` without
@@ -71,28 +67,25 @@ single-answer method on an m-answer prompt; an unknown ``reward_kwargs`` option.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 import threading
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
+from vpo.estimators.options import WeightOptions
+from vpo.weights import FIXED
+
 __all__ = [
-    "REWARD_METHODS",
     "VERL_ESTIMATORS",
-    "RewardMethod",
+    "VERL_OWN",
     "compute_score",
     "group_weights",
-    "max_at_k_advantage",
-    "maxrl_advantage",
-    "multi_rlvr_advantage",
-    "random_weight_advantage",
+    "reward_methods",
     "score_rollout",
-    "vpo_advantage",
+    "verl_estimators",
 ]
 
 
@@ -100,34 +93,20 @@ __all__ = [
 # Reward side
 # --------------------------------------------------------------------------------------
 
-class RewardMethod(NamedTuple):
-    """How one training method turns a rollout's (m, D) reward matrix into its scalar.
+SCALAR_ROLLOUT_SCORES = ("set_score", "scalar", "scalar_sum", "weighted")
+"""``EstimatorSpec.rollout_score`` values a one-number-per-rollout engine can serve."""
 
-    (A NamedTuple, not a dataclass: verl may load this file by path under a module name that
-    is not in ``sys.modules``, where dataclass creation fails.)
-    """
-
-    name: str
-    multi_answer: bool
-    """May be trained on m-answer prompts (m > 1); single-answer methods require m = 1."""
-    adv_estimator: str
-    """The ``algorithm.adv_estimator`` this score is meant for."""
-    summary: str
+VERL_OWN = ("grpo", "gdpo")
+"""verl's own estimator names: used as they are, never registered by vpo."""
 
 
-REWARD_METHODS: dict[str, RewardMethod] = {
-    m.name: m
-    for m in (
-        RewardMethod("vpo", True, "vpo", "set score (1/K) sum_k max_i w_k . r_i, weights shared per prompt"),
-        RewardMethod("multi_rlvr", True, "multi_rlvr", "sum of the fixed scalar over deduplicated, padded answers"),
-        RewardMethod("grpo", False, "grpo", "fixed scalar of the single answer"),
-        RewardMethod("max_at_k", False, "max_at_k", "fixed scalar of the single answer"),
-        RewardMethod("maxrl", False, "maxrl", "fixed scalar of the single answer"),
-        RewardMethod("random_weight", False, "random_weight", "w . r, one w ~ Dir(alpha) per rollout"),
-    )
-}
+def reward_methods() -> dict[str, Any]:
+    """The registered estimators compute_score can score for: name -> ``EstimatorSpec``."""
+    from vpo.estimators import get_spec, list_estimators
 
-_SAMPLERS = ("iid", "sobol")
+    return {name: get_spec(name) for name in list_estimators() if get_spec(name).rollout_score in
+            SCALAR_ROLLOUT_SCORES}
+
 
 # Keyword arguments some verl reward managers add at call time; accepted and ignored.
 _ENGINE_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
@@ -196,53 +175,53 @@ def _group_key(index: Any) -> int | str:
 
 
 @lru_cache(maxsize=8192)
-def _cached_weights(seed: int, key: int | str, dim: int, num_weights: int, alpha: float, sampler: str) -> np.ndarray:
-    from vpo.weights import keyed_rng, sample_simplex
+def _cached_weights(seed: int, key: int | str, step: Any, dim: int, num_weights: int, alpha: float,
+                    sampler: str) -> np.ndarray:
+    from vpo.weights import group_weights as keyed
 
-    weights = np.asarray(sample_simplex(num_weights, dim, alpha=alpha, method=sampler, rng=keyed_rng(seed, key)),
+    weights = np.asarray(keyed([key], num_weights, dim, seed=seed, step=step, alpha=alpha, sampler=sampler)[0],
                          dtype=np.float64)
     weights.setflags(write=False)
     return weights
 
 
-def group_weights(index: Any, dim: int, *, num_weights: int = 100, alpha: float = 1.0, sampler: str = "iid",
-                  seed: int = 0) -> np.ndarray:
-    """The (K, D) Dirichlet weights of the prompt with dataset ``index``: identical for every
-    rollout of that prompt, in every process (``keyed_rng(seed, index)``). Read-only."""
-    return _cached_weights(int(seed), _group_key(index), int(dim), int(num_weights), float(alpha), sampler)
+def group_weights(index: Any, dim: int, *, num_weights: int = WeightOptions.num_weights,
+                  alpha: float = WeightOptions.alpha, sampler: str = WeightOptions.sampler,
+                  seed: int = WeightOptions.seed, step: Any = FIXED) -> np.ndarray:
+    """The (K, D) Dirichlet weights of the prompt with dataset ``index`` at ``step``: identical
+    for every rollout of that prompt, in every process (``vpo.weights.group_weights``). Read-only."""
+    return _cached_weights(int(seed), _group_key(index), step, int(dim), int(num_weights), float(alpha), sampler)
 
 
-def _check_options(method: str, num_weights: Any, alpha: Any, sampler: Any, seed: Any) -> None:
-    if method not in REWARD_METHODS:
-        raise ValueError(f"reward_kwargs.method={method!r} is not one of {', '.join(REWARD_METHODS)}")
-    if isinstance(num_weights, bool) or not isinstance(num_weights, int | np.integer) or num_weights < 1:
-        raise ValueError(f"reward_kwargs.num_weights must be a positive integer, got {num_weights!r}")
-    if isinstance(alpha, bool) or not isinstance(alpha, int | float | np.number) or not (
-            math.isfinite(alpha) and alpha > 0):
-        raise ValueError(f"reward_kwargs.alpha must be a positive number, got {alpha!r}")
-    if sampler not in _SAMPLERS:
-        raise ValueError(f"reward_kwargs.sampler={sampler!r} is not one of {', '.join(_SAMPLERS)}")
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
-        raise ValueError(f"reward_kwargs.seed must be an integer, got {seed!r}")
+def _check_options(method: str, num_weights: Any, alpha: Any, sampler: Any, seed: Any) -> WeightOptions:
+    methods = reward_methods()
+    if method not in methods:
+        raise ValueError(f"reward_kwargs.method={method!r} is not one of {', '.join(methods)}")
+    try:
+        return WeightOptions(num_weights=num_weights, alpha=alpha, sampler=sampler, seed=seed)
+    except ValueError as err:
+        raise ValueError(f"reward_kwargs.{err}") from None  # the message starts with the field name
 
 
 def score_rollout(task_name: str, text: str, example: Mapping[str, Any], *, m: int, index: Any,
-                  method: str = "vpo", num_weights: int = 100, alpha: float = 1.0, sampler: str = "iid",
-                  seed: int = 0, task_params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                  method: str = "vpo", num_weights: int = WeightOptions.num_weights, alpha: float = WeightOptions.alpha,
+                  sampler: str = WeightOptions.sampler, seed: int = WeightOptions.seed, step: Any = FIXED,
+                  task_params: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Score one rollout (engine-free; verl's and OpenRLHF's adapters call this).
 
-    Returns a flat dict: ``score`` (the method's per-rollout scalar), ``set_score`` (VPO's
-    R_g with the prompt's shared weights, logged for every method), ``fixed_scalar`` (best
-    fixed scalar among the answers), ``fixed_scalar_sum``, ``nonzero_answers`` (distinct
-    answers with a non-zero reward vector), ``acc`` (1.0 when some answer is solved),
-    ``best_<objective>`` per objective for tasks with fixed objective names, and
-    ``objective_best`` (JSON list of the per-objective maxima, for every task). The keys
-    depend only on the task class, so they are identical for every rollout of a run.
+    Returns a flat dict: ``score`` (the method's per-rollout scalar, per its spec's
+    ``rollout_score``), ``set_score`` (VPO's R_g with the prompt's shared weights, logged for
+    every method), ``fixed_scalar`` (best fixed scalar among the answers), ``fixed_scalar_sum``,
+    ``nonzero_answers`` (distinct answers with a non-zero reward vector), ``acc`` (1.0 when
+    some answer is solved), ``best_<objective>`` per objective for tasks with fixed objective
+    names, and ``objective_best`` (JSON list of the per-objective maxima, for every task). The
+    keys depend only on the task class, so they are identical for every rollout of a run.
     """
+    from vpo.goals import goal_of
     from vpo.objective import set_scores
 
-    _check_options(method, num_weights, alpha, sampler, seed)
-    spec = REWARD_METHODS[method]
+    options = _check_options(method, num_weights, alpha, sampler, seed)
+    spec = reward_methods()[method]
     if isinstance(m, bool) or not isinstance(m, int | np.integer) or m < 1:
         raise ValueError(f"m (extra_info.answers) must be a positive integer, got {m!r}")
     if not spec.multi_answer and m != 1:
@@ -258,21 +237,27 @@ def score_rollout(task_name: str, text: str, example: Mapping[str, Any], *, m: i
     rows = matrix if matrix.shape[0] else np.zeros((1, dim))  # code chains are unpadded: keep one row
     scalars = np.atleast_1d(np.asarray(task.scalar(rows), dtype=np.float64))
 
-    weights = group_weights(key, dim, num_weights=num_weights, alpha=alpha, sampler=sampler, seed=seed)
+    weights = group_weights(key, dim, num_weights=options.num_weights, alpha=options.alpha,
+                            sampler=options.sampler, seed=options.seed, step=step)
     set_score = float(np.asarray(set_scores([rows], weights), dtype=np.float64).reshape(-1)[0])
 
-    if method == "vpo":
+    if spec.rollout_score == "set_score":
         score = set_score
-    elif method == "multi_rlvr":
+    elif spec.rollout_score == "scalar_sum":
         score = float(scalars.sum())
-    elif method == "random_weight":
-        from vpo.weights import keyed_rng, sample_simplex
-
-        digest = hashlib.sha256(text.encode("utf-8", "replace") if isinstance(text, str) else b"").hexdigest()
-        w = np.asarray(sample_simplex(1, dim, alpha=alpha, method="iid",
-                                      rng=keyed_rng(seed, key, "rollout", digest)), dtype=np.float64).reshape(dim)
+    elif spec.rollout_score == "weighted":
+        if spec.conditions_prompt:
+            w = goal_of(example)
+            if w is None:
+                raise ValueError(f"method={method!r} needs the goal weights the prompt states; export the data "
+                                 f"with `vpo data export {task_name} --format verl --method {method}`")
+            if w.shape != (dim,):
+                raise ValueError(f"the example's goal weights have {w.shape[0]} entries for D={dim} objectives")
+        else:  # one w per prompt, fixed for the run (the authors' release)
+            w = group_weights(key, dim, num_weights=1, alpha=options.alpha, sampler=options.sampler,
+                              seed=options.seed)[0]
         score = float(rows[0] @ w)
-    else:  # grpo, max_at_k, maxrl: the fixed scalar of the single answer
+    else:  # "scalar": the fixed scalar of the single answer
         score = float(scalars[0])
 
     best = rows.max(axis=0)
@@ -292,8 +277,9 @@ def score_rollout(task_name: str, text: str, example: Mapping[str, Any], *, m: i
 
 
 def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Mapping[str, Any] | None = None,
-                  *, method: str = "vpo", m: int | None = None, num_weights: int = 100, alpha: float = 1.0,
-                  sampler: str = "iid", seed: int = 0, task_params: Mapping[str, Any] | str | None = None,
+                  *, method: str = "vpo", m: int | None = None, num_weights: int = WeightOptions.num_weights,
+                  alpha: float = WeightOptions.alpha, sampler: str = WeightOptions.sampler,
+                  seed: int = WeightOptions.seed, task_params: Mapping[str, Any] | str | None = None,
                   **engine_kwargs: Any) -> dict[str, Any]:
     """verl's reward function for every vpo task: one rollout in, a flat dict out.
 
@@ -348,25 +334,16 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
     if not isinstance(example, Mapping):
         raise ValueError(f"reward_model.ground_truth must be the JSON of a task example (an object), got "
                          f"{type(example).__name__}")
+    step = extra_info.get("global_steps")
+    step = FIXED if step is None else int(step.item() if isinstance(step, np.generic) else step)
     return score_rollout(data_source, solution_str, example, m=prompt_m, index=extra_info["index"], method=method,
-                         num_weights=num_weights, alpha=alpha, sampler=sampler, seed=seed, task_params=params)
+                         num_weights=num_weights, alpha=alpha, sampler=sampler, seed=seed, step=step,
+                         task_params=params)
 
 
 # --------------------------------------------------------------------------------------
 # Advantage side (registered in verl by vpo.integrations.verl_plugin)
 # --------------------------------------------------------------------------------------
-
-# registered name -> (vpo.estimators name, its fixed options). Each receives the per-rollout
-# scores as (B, 1, 1) reward matrices: one answer with one objective, whose fixed scalar (the
-# default mean over D = 1) is the score itself.
-_ESTIMATOR_ROUTES: dict[str, tuple[str, dict[str, Any]]] = {
-    "vpo": ("grpo", {"std": "population", "eps": 1e-6, "degenerate": "zero"}),  # VPO's normalisation
-    "multi_rlvr": ("multi_rlvr", {}),
-    "random_weight": ("grpo", {}),
-    "max_at_k": ("max_at_k", {}),
-    "maxrl": ("maxrl", {}),
-}
-
 
 def _config_get(config: Any, key: str, default: Any = None) -> Any:
     if config is None:
@@ -376,34 +353,44 @@ def _config_get(config: Any, key: str, default: Any = None) -> Any:
     return getattr(config, key, default)
 
 
+_REWARD_SIDE_OPTIONS = frozenset({"num_weights", "alpha", "sampler", "seed", "rng", "step", "weights", "weight_keys",
+                                  "goal_weights"})
+"""Estimator options that act in compute_score (the weights), not on the per-rollout scores."""
+
+
 def _scalar_advantage(name: str, token_level_rewards, response_mask, config, index):
     """Shared body of the registered estimators: per-rollout score -> vpo.estimators -> (bs, L)."""
     import torch
 
-    from vpo.estimators import get_estimator
+    from vpo.estimators import get_spec
 
     if index is None:
         raise ValueError(f"advantage estimator {name!r} needs the group ids (verl's non_tensor_batch['uid'])")
     if _config_get(config, "norm_adv_by_std_in_grpo", True) is False:
         raise ValueError(f"algorithm.norm_adv_by_std_in_grpo=false is not supported by advantage estimator {name!r}; "
                          "use algorithm.adv_estimator=grpo for unscaled advantages")
-    estimator_name, fixed = _ESTIMATOR_ROUTES[name]
-    options = dict(fixed)
+    spec = get_spec(name)
+    options: dict[str, Any] = {"seed": 0} if "seed" in spec.options else {}  # D = 1: every weight is 1
     user = _config_get(config, "vpo_options", None)
     if user is not None:
         if not isinstance(user, Mapping):
             raise ValueError(f"algorithm.vpo_options must be a mapping of estimator options, got {type(user).__name__}")
+        misplaced = sorted(set(user) & _REWARD_SIDE_OPTIONS)
+        if misplaced:
+            raise ValueError(f"algorithm.vpo_options {misplaced} do nothing in advantage estimator {name!r}: the "
+                             "weights are drawn in compute_score; set reward.custom_reward_function.reward_kwargs."
+                             f"{misplaced[0]} instead")
         options.update(_plain(user))
     scores = token_level_rewards.detach().sum(dim=-1).to(torch.float64).cpu().numpy()
     group_ids = [g.item() if isinstance(g, np.generic) else g for g in index]
     if len(group_ids) != len(scores):
         raise ValueError(f"advantage estimator {name!r}: {len(group_ids)} group ids for {len(scores)} rollouts")
     try:
-        result = get_estimator(estimator_name)(scores.reshape(-1, 1, 1), group_ids, **options)
+        result = spec.fn(scores.reshape(-1, 1, 1), group_ids, **options)
     except ValueError as err:
         if user:
-            raise ValueError(f"advantage estimator {name!r} (vpo.estimators {estimator_name!r}) with "
-                             f"algorithm.vpo_options={dict(_plain(user))}: {err}") from None
+            raise ValueError(f"advantage estimator {name!r} with algorithm.vpo_options={dict(_plain(user))}: "
+                             f"{err}") from None
         raise
     adv = torch.as_tensor(np.asarray(result.advantages, dtype=np.float64), dtype=token_level_rewards.dtype,
                           device=token_level_rewards.device)
@@ -411,49 +398,33 @@ def _scalar_advantage(name: str, token_level_rewards, response_mask, config, ind
     return advantages, advantages.clone()
 
 
-def vpo_advantage(token_level_rewards, response_mask, config=None, index=None, reward_baselines=None,
+def _verl_estimator(name: str):
+    """verl's form of the registered estimator ``name`` (``(advantages, returns)``, both (bs, L))."""
+
+    def estimator(token_level_rewards, response_mask, config=None, index=None, reward_baselines=None,
                   non_tensor_batch=None, **kwargs):
-    """verl estimator ``vpo``: VPO's group normalisation of the set score R_g.
+        return _scalar_advantage(name, token_level_rewards, response_mask, config, index)
 
-    (R_g - mean) / (std + 1e-6) per uid, population std; every advantage of a group is 0 when
-    its std < 1e-6. Returns ``(advantages, returns)``, both (bs, L), masked by ``response_mask``.
-    ``non_tensor_batch`` is accepted (verl PR #7473) and unused.
-    """
-    return _scalar_advantage("vpo", token_level_rewards, response_mask, config, index)
-
-
-def multi_rlvr_advantage(token_level_rewards, response_mask, config=None, index=None, reward_baselines=None,
-                         non_tensor_batch=None, **kwargs):
-    """verl estimator ``multi_rlvr``: GRPO normalisation (Bessel std, eps 1e-6) of the
-    summed fixed scalar from ``compute_score(method="multi_rlvr")``."""
-    return _scalar_advantage("multi_rlvr", token_level_rewards, response_mask, config, index)
+    estimator.__name__ = estimator.__qualname__ = f"{name}_advantage"
+    estimator.__doc__ = (f"verl estimator ``{name}``: ``vpo.estimators`` {name!r} on the per-rollout scores grouped "
+                         "by uid (``+algorithm.vpo_options.NAME`` passes its options). ``non_tensor_batch`` is "
+                         "accepted (verl PR #7473) and unused.")
+    return estimator
 
 
-def random_weight_advantage(token_level_rewards, response_mask, config=None, index=None, reward_baselines=None,
-                            non_tensor_batch=None, **kwargs):
-    """verl estimator ``random_weight``: GRPO normalisation of w . r from
-    ``compute_score(method="random_weight")``."""
-    return _scalar_advantage("random_weight", token_level_rewards, response_mask, config, index)
-
-
-def max_at_k_advantage(token_level_rewards, response_mask, config=None, index=None, reward_baselines=None,
-                       non_tensor_batch=None, **kwargs):
-    """verl estimator ``max_at_k``: the unbiased Max@K transform of each group's scores,
-    then group normalisation (``vpo.estimators`` ``max_at_k``; ``+algorithm.vpo_options.k``)."""
-    return _scalar_advantage("max_at_k", token_level_rewards, response_mask, config, index)
-
-
-def maxrl_advantage(token_level_rewards, response_mask, config=None, index=None, reward_baselines=None,
-                    non_tensor_batch=None, **kwargs):
-    """verl estimator ``maxrl``: (r - mean) / (mean + eps) per group (``vpo.estimators`` ``maxrl``)."""
-    return _scalar_advantage("maxrl", token_level_rewards, response_mask, config, index)
-
-
-VERL_ESTIMATORS = {
-    "vpo": vpo_advantage,
-    "multi_rlvr": multi_rlvr_advantage,
-    "random_weight": random_weight_advantage,
-    "max_at_k": max_at_k_advantage,
-    "maxrl": maxrl_advantage,
-}
+VERL_ESTIMATORS: dict[str, Any] = {}
 """Names registered in verl's ``ADV_ESTIMATOR_REGISTRY`` by the plugin (all lowercase)."""
+
+
+def verl_estimators() -> dict[str, Any]:
+    """``VERL_ESTIMATORS`` with an entry for every registered estimator verl can run (scalar
+    rollout scores, not one of ``VERL_OWN``); estimators registered since the last call are added."""
+    for name in reward_methods():
+        if name not in VERL_OWN and name not in VERL_ESTIMATORS:
+            if name != name.lower():
+                raise ValueError(f"estimator {name!r}: verl lower-cases plugin names; register it in lower case")
+            VERL_ESTIMATORS[name] = _verl_estimator(name)
+    return VERL_ESTIMATORS
+
+
+verl_estimators()

@@ -3,8 +3,11 @@
 Usage: nothing to call. ``pip install -e .`` (or ``pip install vpo[verl]``) declares the entry
 point ``[project.entry-points."verl.plugins"] vpo = "vpo.integrations.verl_plugin"``; every
 ``import verl`` (the driver, the ``TaskRunnerV1`` Ray actor, every worker) loads it, after
-which ``algorithm.adv_estimator=vpo`` (or ``multi_rlvr``, ``max_at_k``, ``maxrl``,
-``random_weight``) resolves. See ``vpo.integrations.verl`` for what each name computes.
+which ``algorithm.adv_estimator=vpo`` (or any other registered ``vpo.estimators`` name verl
+can run: ``multi_rlvr``, ``max_at_k``, ``maxrl``, ``random_weight``, ``goal_conditioned``, and
+estimators of ``vpo.estimators`` plugins) resolves. See ``vpo.integrations.verl`` for what each
+name computes. An estimator registered after this module was imported is added by calling
+``register()`` again.
 
 Check it worked (verl swallows plugin errors at DEBUG level)::
 
@@ -22,19 +25,21 @@ from __future__ import annotations
 
 import logging
 
-from vpo.integrations.verl import VERL_ESTIMATORS
+from vpo.integrations.verl import VERL_ESTIMATORS, verl_estimators
 
 logger = logging.getLogger(__name__)
 
 
 def register() -> list[str]:
-    """Add each of ``VERL_ESTIMATORS`` to verl's registry unless the name is taken.
+    """Add each of ``VERL_ESTIMATORS`` (brought up to date with the estimator registry) to verl's
+    registry unless the name is taken.
 
     Returns the names this call added. A name bound to a different (non-vpo) function is
     left as it is and reported with a warning.
     """
     from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est
 
+    verl_estimators()  # estimators registered since import (a plugin's, a test's) get a verl entry
     added = []
     for name, fn in VERL_ESTIMATORS.items():
         existing = ADV_ESTIMATOR_REGISTRY.get(name)

@@ -6,12 +6,20 @@ Usage::
     task = get_task("maze", size=5, reward_mode="linear")
 
 Built-in tasks live one per module and are imported on first use; third-party tasks register
-with ``@register_task("name")`` on a ``Task`` subclass.
+with ``@register_task("name")`` on a ``Task`` subclass, or from another package through an
+entry point of the group ``vpo.tasks`` naming the module that registers them (or the ``Task``
+subclass itself, registered under the entry point's name)::
+
+    [project.entry-points."vpo.tasks"]
+    sudoku = "mypkg.sudoku"
+
+``vpo.tasks.check.check_task`` checks any task against the contract (``vpo.tasks.base``).
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +27,10 @@ from vpo.tasks.base import Example, Task, require
 
 __all__ = ["Example", "Task", "get_task", "list_tasks", "register_task", "require", "task_class"]
 
+logger = logging.getLogger(__name__)
+
 _REGISTRY: dict[str, type[Task]] = {}
+_PLUGINS_LOADED = False
 
 # name -> module that registers it on import
 _BUILTIN_MODULES = {
@@ -52,9 +63,28 @@ def _load_builtin(name: str) -> None:
         importlib.import_module(module)
 
 
+def _load_plugins() -> None:
+    """Load the entry points of the group ``vpo.tasks`` (once); a broken one is logged, not fatal."""
+    global _PLUGINS_LOADED
+    if _PLUGINS_LOADED:
+        return
+    _PLUGINS_LOADED = True
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group="vpo.tasks"):
+        try:
+            loaded = ep.load()
+            if isinstance(loaded, type) and issubclass(loaded, Task) and ep.name not in _REGISTRY:
+                register_task(ep.name)(loaded)
+        except Exception as err:
+            logger.warning("vpo.tasks entry point %r (%s) failed to load: %s", ep.name, ep.value, err)
+
+
 def task_class(name: str) -> type[Task]:
     """The Task subclass registered as ``name`` (not instantiated)."""
     _load_builtin(name)
+    if name not in _REGISTRY:
+        _load_plugins()
     if name not in _REGISTRY:
         raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(list_tasks())}")
     return _REGISTRY[name]
@@ -66,10 +96,12 @@ def get_task(name: str, **params: Any) -> Task:
 
 
 def list_tasks() -> list[str]:
-    """Names of all available tasks (built-in ones whose module imports, plus registered)."""
+    """Names of all available tasks (built-in ones whose module imports, ``vpo.tasks`` plugins,
+    and any registered since)."""
     for name in _BUILTIN_MODULES:
         try:
             _load_builtin(name)
         except ModuleNotFoundError:
             continue
+    _load_plugins()
     return sorted(_REGISTRY)

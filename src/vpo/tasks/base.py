@@ -36,6 +36,9 @@ from vpo.chains import RewriteRule, dedup, pad_rows, parse_answers, rewrite_prom
 
 Example = dict[str, Any]
 
+SOLVED_TOL = 1e-9
+"""A component is at its maximum when it is >= 1 - SOLVED_TOL (float rounding of 1.0)."""
+
 
 class Task(ABC):
     """Base class of every task. Subclasses set the class attributes and implement
@@ -61,9 +64,21 @@ class Task(ABC):
         """The single-answer prompt (the format GRPO trains on)."""
 
     def prompt(self, example: Example, m: int = 1) -> str:
-        """Prompt asking for ``m`` answers as one string; m = 1 is the single-answer prompt."""
+        """Prompt asking for ``m`` answers as one string; m = 1 is the single-answer prompt.
+        An example with goal weights (``vpo.goals``) gets the sentence that states them."""
         single = self.prompt_single(example)
-        return single if m == 1 else rewrite_prompt(single, m, self.rewrite_rule)
+        text = single if m == 1 else rewrite_prompt(single, m, self.rewrite_rule)
+        return self.with_goal(text, example)
+
+    def with_goal(self, text: str, example: Example) -> str:
+        """``text`` followed by the statement of ``example``'s goal weights, when it has them
+        (goal-conditioned GRPO); unchanged otherwise."""
+        from vpo.goals import goal_of, goal_text
+
+        weights = goal_of(example)
+        if weights is None:
+            return text
+        return f"{text.rstrip()}\n\n{goal_text(weights, self.objective_names(example))}"
 
     def messages(self, example: Example, m: int = 1) -> list[dict[str, str]]:
         """The chat turns asking for ``m`` answers: what every engine (TRL, verl, OpenRLHF,
@@ -98,22 +113,31 @@ class Task(ABC):
         """Answers of one chain with equal keys count once (default: identical reward vectors)."""
         return vector.tobytes()
 
-    def score_chain(self, text: str, example: Example, m: int) -> np.ndarray:
+    def score_chain(self, text: str, example: Example, m: int, *,
+                    stats: dict[str, int] | None = None) -> np.ndarray:
         """(m, D) reward matrix of one generation: parse, score, dedup, zero-pad.
 
         m = 1 scores the whole text as the single answer, so it is (1, D). Blank answers are
         dropped before scoring; the first of answers with equal ``dedup_key`` is kept. With
-        ``pad_chains`` False the matrix is (n <= m, D), one row per kept answer.
+        ``pad_chains`` False the matrix is (n <= m, D), one row per kept answer. ``stats``, when
+        given, accumulates ``answers`` (non-blank answers parsed) and ``duplicates`` (those the
+        dedup dropped), so a caller logs them without parsing the text again.
         """
         dim = self.num_objectives(example)
         if m == 1:
-            return self.score_batch([text if isinstance(text, str) else ""], example).reshape(1, dim)
+            text = text if isinstance(text, str) else ""
+            if stats is not None:
+                stats["answers"] = stats.get("answers", 0) + int(bool(text.strip()))
+            return self.score_batch([text], example).reshape(1, dim)
         answers = [a for a in self.parse_chain(text, m) if isinstance(a, str) and a.strip()]
         vectors = self.score_batch(answers, example) + 0.0  # + 0.0 folds -0.0 into 0.0 for the keys
         if vectors.shape != (len(answers), dim):
             raise ValueError(f"{self.name}: score_batch returned shape {vectors.shape} for "
                              f"{len(answers)} answers, expected ({len(answers)}, {dim})")
         kept = dedup(range(len(answers)), key=lambda i: self.dedup_key(answers[i], vectors[i], example))
+        if stats is not None:
+            stats["answers"] = stats.get("answers", 0) + len(answers)
+            stats["duplicates"] = stats.get("duplicates", 0) + len(answers) - len(kept)
         rows = vectors[kept].reshape(len(kept), dim)
         return pad_rows(rows, m, dim=dim) if self.pad_chains else rows
 
@@ -127,7 +151,7 @@ class Task(ABC):
         """True when every component is at its maximum (1): the one definition of "solved"
         (pass@k counts these)."""
         arr = np.asarray(vector, dtype=np.float64)
-        return bool(arr.size and np.all(arr >= 1.0 - 1e-9))
+        return bool(arr.size and np.all(arr >= 1.0 - SOLVED_TOL))
 
     def difficulty(self, example: Example) -> str | None:
         """The example's difficulty level for per-level search metrics, or None. Default: its

@@ -305,7 +305,8 @@ def load_humaneval(path: str | Path | None = None) -> list[dict[str, Any]]:
 
 # ----- answers -----------------------------------------------------------------------------
 
-_FENCE = re.compile(r"^[ \t]*```[ \t]*([A-Za-z0-9_+.-]*)[ \t]*$", re.MULTILINE)
+# ``\r?``: a fence line ending in CRLF is still a fence (MULTILINE ``$`` stops before the ``\n``)
+_FENCE = re.compile(r"^[ \t]*```[ \t]*([A-Za-z0-9_+.-]*)[ \t]*\r?$", re.MULTILINE)
 
 
 def extract_code_blocks(text: str) -> list[str]:
@@ -418,12 +419,27 @@ class CodeTask(FileTask):
 
     # ----- answers ------------------------------------------------------------------------
     def parse_chain(self, text: str, m: int) -> list[str]:
-        """The first m fenced python blocks (the ``---`` lines separate them); missing ones empty."""
-        blocks = extract_code_blocks(text)[:m] if isinstance(text, str) else []
-        return blocks + [""] * (m - len(blocks))
+        """The first m programs of an m-answer generation; missing ones empty.
+
+        The programs are the fenced python blocks (the ``---`` lines between them are then
+        ignored). A text with no fenced block falls back to its ``---``-separated pieces: the
+        text is split on lines holding only ``---`` (spaces, tabs and a ``\r`` around it
+        allowed, as in the authors' release, so a ``---`` inside a line or a longer rule such
+        as ``----`` does not split) and every non-blank piece is a program. A text with
+        neither a fence nor a separator line holds no program. Linear time, never raises.
+        """
+        if not isinstance(text, str):
+            return [""] * m
+        programs = extract_code_blocks(text)
+        if not programs:
+            separator = re.compile(r"^[ \t]*---[ \t]*\r?$", re.MULTILINE)
+            pieces = separator.split(text)
+            programs = [piece.strip() for piece in pieces if piece.strip()] if len(pieces) > 1 else []
+        programs = programs[:m]
+        return programs + [""] * (m - len(programs))
 
     def dedup_key(self, answer: str, vector: np.ndarray, example: Example) -> Hashable:
-        """AST-identical programs count once (SPEC section 3)."""
+        """AST-identical programs count once (docs/algorithm.md §3)."""
         return program_key(self.answer_code(answer) or answer)
 
     @staticmethod

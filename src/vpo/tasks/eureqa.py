@@ -1,19 +1,24 @@
-"""EUREQA entity back-chaining: resolve five masked entities of a narrative (SPEC section 4).
+"""EUREQA entity back-chaining: resolve five masked entities of a narrative (docs/algorithm.md §4).
 
 Usage::
 
     from vpo.tasks import get_task
-    task = get_task("eureqa")
+    task = get_task("eureqa")                      # block="first" (the release); block="last"
     example = task.examples("test", 1)[0]          # shipped fixture (a tiny sample, not the benchmark)
     task.score("<entity_A>Ada_Lovelace</entity_A> ...", example)   # (5,) vector of 0/1
     rows = task.examples("test", source="vincentleebang/EUREQA:default")  # HF rows are converted
 
 Objectives (D = 5): ``entity_A`` .. ``entity_E``, 1 when the text of ``<entity_X>...</entity_X>``
-(the last such block, tag name matched case-insensitively) equals the gold name after
+(tag name matched case-insensitively, as in the release) equals the gold name after
 normalisation (``_`` -> space, lowercase, drop punctuation and the articles a/an/the, collapse
 whitespace), else 0. ``entity_A`` is the answer to the question; B..E are the intermediate
 entities of the chain. A gold value may list aliases; matching any counts. An empty
 prediction never matches. The fixed scalar is the mean.
+
+Option ``block`` (a keyword of ``get_task``, JSON-serialisable for ``task_params``): which
+``<entity_X>`` block counts when a letter's tag occurs more than once. ``"first"`` (default)
+reads the first one, as the authors' release does (so the paper's rewards are reproduced);
+``"last"`` reads the last one (the answer after the reasoning, which may echo the format).
 
 m-answer chains put each resolution in ``<response_i>`` holding all five entity tags;
 duplicates are answers with identical score vectors.
@@ -45,7 +50,7 @@ from vpo.chains import RewriteRule
 from vpo.tasks import Example, register_task
 from vpo.tasks.base import FileTask
 from vpo.tasks.io import need
-from vpo.tasks.text import last_tag, normalize_entity
+from vpo.tasks.text import BLOCK_CHOICES, check_option, normalize_entity, pick_tag
 
 __all__ = ["FIXTURE", "LETTERS", "EureqaTask", "from_eureqa_row"]
 
@@ -111,6 +116,12 @@ class EureqaTask(FileTask):
     ability = "entity_reasoning"
     fixture = FIXTURE
 
+    def __init__(self, block: str = "first") -> None:
+        self.block = check_option("eureqa", "block", block, BLOCK_CHOICES)
+
+    def __repr__(self) -> str:
+        return f"EureqaTask(block={self.block!r})"
+
     def prompt_single(self, example: Example) -> str:
         masks = "\n".join(f"{x}: {mask}" for x, mask in zip(LETTERS, example["masks"], strict=True))
         return _PROMPT.format(narrative=example["narrative"], masks=masks)
@@ -122,7 +133,7 @@ class EureqaTask(FileTask):
             return out
         entities = example["entities"]
         for i, letter in enumerate(LETTERS):
-            pred = normalize_entity(last_tag(text, f"entity_{letter}", ignore_case=True))
+            pred = normalize_entity(pick_tag(text, f"entity_{letter}", self.block, ignore_case=True))
             if pred and any(pred == normalize_entity(g) for g in _gold_names(entities[letter])):
                 out[i] = 1.0
         return out

@@ -1,9 +1,10 @@
-"""MuSiQue multi-hop question answering with per-hop evidence rewards (SPEC section 4).
+"""MuSiQue multi-hop question answering with per-hop evidence rewards (docs/algorithm.md §4).
 
 Usage::
 
     from vpo.tasks import get_task
-    task = get_task("musique")
+    task = get_task("musique")                       # block="first", citations="comma" (the release)
+    lenient = get_task("musique", block="last", citations="any")
     example = task.examples("test", 1)[0]            # shipped fixture (a tiny sample, not the benchmark)
     rows = task.examples("dev", source="data/musique_ans_v1.0_{split}.jsonl")   # the real data
     task.score("<support>3, 7</support><answer>Paris</answer>", example)  # (5,) vector
@@ -17,8 +18,21 @@ Objectives (D = 5, each in [0, 1]):
 * ``answer_f1``: SQuAD token F1 of ``<answer>`` against the answer and its aliases (max).
 
 An answer without a ``<answer>...</answer>`` block (or with an empty one) scores the zero
-vector. When a text holds several blocks the last ``<support>`` and the last ``<answer>`` are
-read. The fixed scalar is ``(hop_1 + hop_2 + hop_3 + hop_4 + 3 * answer_f1) / 7``.
+vector. The fixed scalar is ``(hop_1 + hop_2 + hop_3 + hop_4 + 3 * answer_f1) / 7``.
+
+Options (keyword arguments of ``get_task``; JSON strings, so they travel in ``task_params``):
+
+* ``block="first"`` (default) reads the first ``<support>`` and the first ``<answer>`` block,
+  as the authors' release does; ``block="last"`` reads the last ones (a model that echoes
+  the requested format in its reasoning then still gets its final answer read).
+* ``citations="comma"`` (default) splits ``<support>`` on commas and counts an item only
+  when it is a bare integer (digits 0-9 once stripped), as the release does (the prompt asks
+  for this form): ``3, 7`` cites 3 and 7; ``[3, 7]`` and ``3 7`` cite nothing; ``[3, 7, 9]``
+  cites 7. ``citations="any"`` counts every integer written in ``<support>`` (``[3, 7]``,
+  ``3 and 7``, ``#3 #7`` all cite 3 and 7).
+
+The defaults reproduce the release, whose rewards the paper's results were trained and
+measured with (docs/fidelity.md lists every such choice).
 
 m-answer chains put each answer in ``<response_i><support>..</support><answer>..</answer>
 </response_i>``; duplicates are answers with identical score vectors.
@@ -44,14 +58,18 @@ from vpo.chains import RewriteRule
 from vpo.tasks import Example, register_task
 from vpo.tasks.base import FileTask
 from vpo.tasks.io import need, select
-from vpo.tasks.text import last_tag, max_token_f1, parse_indices
+from vpo.tasks.text import (BLOCK_CHOICES, check_option, max_token_f1, parse_comma_indices, parse_indices,
+                            pick_tag)
 
-__all__ = ["FIXTURE", "MAX_CITATIONS", "MusiqueTask", "hop_count", "hop_stratified"]
+__all__ = ["CITATION_CHOICES", "FIXTURE", "MAX_CITATIONS", "MusiqueTask", "hop_count", "hop_stratified"]
 
 FIXTURE = Path(__file__).with_name("fixtures") / "musique.jsonl"
 MAX_HOPS = 4
 MAX_CITATIONS = 4
 """Only the first this-many distinct cited indices count (anti "cite everything")."""
+CITATION_CHOICES = ("comma", "any")
+"""How ``<support>`` is read: ``comma`` = comma-separated bare integers only (the release),
+``any`` = every integer written in it."""
 
 _SINGLE_INSTRUCTION = (
     "Reason step by step. Then give the indices of the paragraphs that support your answer "
@@ -127,6 +145,13 @@ class MusiqueTask(FileTask):
     ability = "multi_hop_qa"
     fixture = FIXTURE
 
+    def __init__(self, block: str = "first", citations: str = "comma") -> None:
+        self.block = check_option("musique", "block", block, BLOCK_CHOICES)
+        self.citations = check_option("musique", "citations", citations, CITATION_CHOICES)
+
+    def __repr__(self) -> str:
+        return f"MusiqueTask(block={self.block!r}, citations={self.citations!r})"
+
     # ----- prompts -------------------------------------------------------------------
     def prompt_single(self, example: Example) -> str:
         return _PROMPT.format(paragraphs=_format_paragraphs(example["paragraphs"]),
@@ -136,11 +161,13 @@ class MusiqueTask(FileTask):
     def score(self, text: str, example: Example) -> np.ndarray:
         """[hop_1, hop_2, hop_3, hop_4, answer_f1] of one answer text; never raises on text."""
         out = np.zeros(len(self.objectives), dtype=np.float64)
-        answer = last_tag(text, "answer")
+        answer = pick_tag(text, "answer", self.block)
         if not answer:
             return out
+        support = pick_tag(text, "support", self.block) or ""
+        indices = parse_comma_indices(support) if self.citations == "comma" else parse_indices(support)
         cited: list[int] = []
-        for idx in parse_indices(last_tag(text, "support") or ""):
+        for idx in indices:
             if idx not in cited:
                 cited.append(idx)
                 if len(cited) == MAX_CITATIONS:

@@ -6,7 +6,10 @@ Usage::
     normalize_answer("The  Eiffel Tower!")            # 'eiffel tower'
     max_token_f1("in Paris", ["Paris", "City of Light"])   # 0.667
     last_tag("... <answer>Paris</answer>", "answer")        # 'Paris'
+    first_tag("<answer>A</answer> <answer>B</answer>", "answer")   # 'A' (the release's reading)
+    pick_tag(text, "answer", "first")                       # first_tag or last_tag by option
     parse_indices("3, 7 and [12]")                          # [3, 7, 12]
+    parse_comma_indices("3, 7, [12]")                       # [3, 7] (the release: '[12]' is no integer)
 
 Normalisation follows the SQuAD / MuSiQue official scripts: lowercase, delete ASCII
 punctuation, delete the articles ``a|an|the`` as whole words, collapse whitespace (in that
@@ -24,13 +27,18 @@ from collections import Counter
 from collections.abc import Hashable, Iterable
 
 __all__ = [
+    "BLOCK_CHOICES",
     "all_tags",
+    "check_option",
+    "first_tag",
     "last_tag",
     "max_token_f1",
     "multiset_f1",
     "normalize_answer",
     "normalize_entity",
+    "parse_comma_indices",
     "parse_indices",
+    "pick_tag",
     "set_f1",
     "token_f1",
 ]
@@ -173,3 +181,68 @@ def parse_indices(text: object) -> list[int]:
     if not isinstance(text, str):
         return []
     return [int(run) for run in _DIGIT_RUNS.findall(text) if len(run) <= _MAX_INDEX_DIGITS]
+
+
+BLOCK_CHOICES = ("first", "last")
+"""Which of several ``<tag>`` blocks a task reads: ``first`` (the authors' release: a regex
+search) or ``last`` (the answer after the reasoning, which may echo the requested format)."""
+
+
+def first_tag(text: str, tag: str, *, ignore_case: bool = False) -> str | None:
+    """Stripped content of the FIRST ``<tag>...</tag>`` block, or None if there is none.
+
+    Reads as the release's ``re.search(r"<tag>(.*?)</tag>", DOTALL)`` does: from the first
+    opening tag to the first closing tag after it, so a second opening tag before that close
+    is content (``<a>x<a>y</a>`` gives ``'x<a>y'``, where ``all_tags`` gives ``'y'``). If the first
+    opening tag has no closing tag after it, no later one has either, so the answer is None.
+    Two ``str.find`` calls: linear in ``len(text)``.
+    """
+    if not isinstance(text, str) or not text:
+        return None
+    hay = _lower_ascii(text) if ignore_case else text
+    name = _lower_ascii(tag) if ignore_case else tag
+    open_tag, close_tag = f"<{name}>", f"</{name}>"
+    start = hay.find(open_tag)
+    if start < 0:
+        return None
+    body = start + len(open_tag)
+    end = hay.find(close_tag, body)
+    return text[body:end].strip() if end >= 0 else None
+
+
+def pick_tag(text: str, tag: str, block: str, *, ignore_case: bool = False) -> str | None:
+    """``first_tag`` or ``last_tag`` of ``text`` as ``block`` (one of ``BLOCK_CHOICES``) says."""
+    if block == "first":
+        return first_tag(text, tag, ignore_case=ignore_case)
+    if block == "last":
+        return last_tag(text, tag, ignore_case=ignore_case)
+    raise ValueError(f"block must be one of {BLOCK_CHOICES}, got {block!r}")
+
+
+def parse_comma_indices(text: object) -> list[int]:
+    """Integers of a comma-separated list, as the authors' release reads ``<support>``.
+
+    Each comma-separated item, stripped of whitespace, counts only when it is a run of ASCII
+    digits 0-9 (``"2, 5"`` -> ``[2, 5]``; ``"[2, 5]"`` -> ``[]``; ``"2 5"`` -> ``[]``; ``"2, 5."`` ->
+    ``[2]``). Runs longer than 9 digits are skipped (no paragraph has such an index, and the
+    release's ``int()`` on Unicode digits like ``'²'`` or on 5000-digit runs would raise).
+    """
+    if not isinstance(text, str):
+        return []
+    out = []
+    for item in text.split(","):
+        item = item.strip()
+        if item and len(item) <= _MAX_INDEX_DIGITS and item.isascii() and item.isdigit():
+            out.append(int(item))
+    return out
+
+
+def check_option(task: str, name: str, value: object, choices: tuple[str, ...]) -> str:
+    """``value`` if it is one of ``choices``; ValueError naming the task and option otherwise.
+
+    Task options are plain strings so they travel as JSON in ``task_params``.
+    """
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{task}: {name} must be one of {', '.join(repr(c) for c in choices)}, "
+                         f"got {value!r}")
+    return value

@@ -1,9 +1,10 @@
-"""Tool calling (ToolRL data, BFCL-style data): a 4-objective reward (SPEC section 4).
+"""Tool calling (ToolRL data, BFCL-style data): a 4-objective reward (docs/algorithm.md §4).
 
 Usage::
 
     from vpo.tasks import get_task
-    task = get_task("toolcall")                       # think_prefilled=False
+    task = get_task("toolcall")                       # think_prefilled=False, block="all"
+    first = get_task("toolcall", block="first")       # the release: only the first <tool_call> block
     example = task.examples("test", 1)[0]             # shipped ToolRL-style fixture (tiny sample)
     bfcl = task.examples("test", source="BFCL_v4_simple_python.json")  # + possible_answer/<same name>
     task.score('<think>..</think>\\n<tool_call>\\n{"name": "f", "parameters": {"x": 1}}\\n</tool_call>',
@@ -14,30 +15,47 @@ Objectives (D = 4, each in [0, 1]):
 
 * ``format``: 1 when a closed ``<think>...</think>`` is present and the tool-call section has
   the gold structure: the gold has calls -> at least one ``<tool_call>`` block, every block
-  well-formed (JSON objects with a string ``name``) and at least one call; the gold has no
-  calls -> no non-empty ``<tool_call>`` block.
-* ``tool_name``: multiset F1 of the called names (stripped, lowercased) against the gold's.
+  read well-formed (JSON objects with a string ``name``) and at least one call; the gold has
+  no calls -> no non-empty ``<tool_call>`` block among those read.
+* ``tool_name``: multiset F1 of the called names against the gold's. Names compare after
+  normalisation (lowercase, ASCII punctuation deleted, whitespace collapsed: ``get-weather``
+  = ``get_weather`` = ``GetWeather``), as in the authors' release.
 * ``arg_key``: mean over aligned call pairs of the F1 of their argument-key sets.
 * ``arg_value``: mean over aligned call pairs of (sum over the gold call's keys of the value
   match) / (number of gold keys); a gold call without arguments scores 1 when aligned. Value
   match: strings -> SQuAD token F1; numbers -> exact (``"5"`` matches 5); booleans -> exact
   (``"true"`` matches True); lists -> multiset F1 of the items; dicts -> key-set F1; null -> exact.
+  A predicted boolean never matches a non-boolean gold value (the release's
+  ``bool(gold) == bool(pred)`` lets ``true`` match any non-empty value; not reproduced).
 
 Alignment is greedy: each gold call, in order, takes the unused predicted call with the best
-score (100 if the names match, plus the number of shared argument keys); ties go to the
-prediction with the better arg_value, then to the earlier one, so parallel calls align
-whatever their order.
+score (100 if the names match and are not empty, plus the number of shared argument keys);
+ties go to the prediction with the better arg_value, then to the earlier one, so parallel
+calls align whatever their order.
 Gold calls left without a prediction, and predictions left without a gold call, are pairs
 scoring 0, so the means run over max(#gold, #predicted) pairs. With no gold calls and no
-predicted calls, the three call scores are 1. A text with none of ``<think>``,
-``<tool_call>``, ``<response>`` is unparseable and scores the zero vector (so an empty or
-garbage answer never earns the "no call needed" credit). The fixed scalar is the mean.
+predicted calls, the three call scores are 1 (docs/algorithm.md §4), whatever else the text holds:
+on a prompt whose gold calls no tool, an empty or garbage answer scores ``[0, 1, 1, 1]``
+(format still needs ``<think>``), as in the release's reward. Inside an m-answer chain a
+missing or blank ``<response_i>`` block is not an answer: ``Task.score_chain`` drops it and
+the chain is zero-padded, so it scores a zero row there (the release's ``score_multi`` does
+the same); a non-blank block without calls scores as above. The fixed scalar is the mean.
 
-Calls are read from every ``<tool_call>`` block: one JSON object per line (ToolRL), objects
+Which ``<tool_call>`` blocks are read (option ``block``):
+
+* ``"all"`` (default): every block. Qwen2.5/Qwen3 chat templates write one ``<tool_call>``
+  block per call, so parallel calls come as several blocks; reading only the first would
+  score every call after it as missing. ToolRL's own format (one block, one JSON object per
+  line) reads the same either way.
+* ``"first"``: only the first block, as the authors' release reads it (a regex search), for
+  reproducing its rewards exactly. ``<think>`` and ``<response>`` are found anywhere.
+
+Calls are read from a ``<tool_call>`` block: one JSON object per line (ToolRL), objects
 separated by commas, or a JSON array; ``parameters`` or ``arguments`` (also a JSON string)
 hold the arguments. ``think_prefilled=True`` counts ``<think>`` as present for chat templates
 that put it in the prompt (Qwen3 without thinking strips ``<think></think>`` from the
-generation); it does not make an unparseable text parseable.
+generation; the release prepends it before scoring), so there an empty answer to a no-call
+prompt scores ``[1, 1, 1, 1]``.
 
 m-answer chains APPEND an instruction block to the user turn (the ToolRL system prompt with
 the tools stays intact); each answer sits in ``<response_i>`` and holds the usual
@@ -70,6 +88,7 @@ from __future__ import annotations
 
 import json
 import math
+import string
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -80,10 +99,10 @@ from vpo.chains import RewriteRule, rewrite_prompt
 from vpo.tasks import Example, register_task
 from vpo.tasks.base import FileTask
 from vpo.tasks.io import load_json_rows, need, resolve_path
-from vpo.tasks.text import all_tags, multiset_f1, normalize_answer, set_f1, token_f1
+from vpo.tasks.text import all_tags, check_option, first_tag, multiset_f1, normalize_answer, set_f1, token_f1
 
-__all__ = ["FIXTURE", "BFCL_FIXTURE", "ToolCallTask", "from_bfcl_row", "from_toolrl_row",
-           "parse_tool_calls", "score_calls", "value_match"]
+__all__ = ["BLOCK_CHOICES", "FIXTURE", "BFCL_FIXTURE", "ToolCallTask", "from_bfcl_row", "from_toolrl_row",
+           "normalize_name", "parse_output", "parse_tool_calls", "score_calls", "value_match"]
 
 FIXTURE = Path(__file__).with_name("fixtures") / "toolrl.json"
 BFCL_FIXTURE = Path(__file__).with_name("fixtures") / "bfcl.json"
@@ -109,7 +128,9 @@ _BFCL_SYSTEM = (
 
 _JSON = json.JSONDecoder()
 _SKIP = " \t\r\n,"
-_TAGS = ("<think>", "<tool_call>", "<response>")
+_PUNCT = str.maketrans("", "", string.punctuation)
+BLOCK_CHOICES = ("all", "first")
+"""Which ``<tool_call>`` blocks an answer's calls are read from (see the module docstring)."""
 
 
 # ----- parsing model text --------------------------------------------------------------
@@ -167,8 +188,16 @@ def parse_tool_calls(block: str) -> tuple[list[dict[str, Any]], bool]:
     return calls, ok
 
 
-def _norm_name(name: Any) -> str:
-    return str(name).strip().lower()
+def normalize_name(name: Any) -> str:
+    """Tool name for comparison: lowercase, ASCII punctuation deleted, whitespace collapsed.
+
+    The release's normalisation: ``get-weather``, ``get_weather`` and ``Get.Weather`` are one
+    name (models swap separators; no tool set tells two tools apart by them alone).
+    """
+    return " ".join(str(name).lower().translate(_PUNCT).split())
+
+
+_norm_name = normalize_name
 
 
 def _canonical_item(value: Any) -> str:
@@ -257,7 +286,8 @@ def _align(pred: Sequence[Mapping[str, Any]], gold: Sequence[Mapping[str, Any]])
     out: list[int | None] = []
     for g in gold:
         g_name, g_keys = _norm_name(g["name"]), set(g["parameters"])
-        scores = {j: (100 if pred_names[j] == g_name else 0) + len(pred_keys[j] & g_keys)
+        # an empty name (e.g. "" or "__") matches nothing, as in the release
+        scores = {j: (100 if g_name and pred_names[j] == g_name else 0) + len(pred_keys[j] & g_keys)
                   for j in range(len(pred)) if not used[j]}
         if not scores:
             out.append(None)
@@ -287,9 +317,19 @@ def score_calls(pred: Sequence[Mapping[str, Any]], gold: Sequence[Mapping[str, A
     return name_f1, key_sum / pairs, value_sum / pairs
 
 
-def parse_output(text: str) -> dict[str, Any]:
-    """Structure of one answer: think present, tool-call blocks, calls, well-formedness."""
-    blocks = all_tags(text, "tool_call")
+def parse_output(text: str, block: str = "all") -> dict[str, Any]:
+    """Structure of one answer: think present, tool-call blocks read, calls, well-formedness.
+
+    ``block="all"`` reads every ``<tool_call>`` block, ``"first"`` only the first (the
+    release's regex search: from the first opening tag to the next closing tag).
+    """
+    if not isinstance(text, str):
+        text = ""
+    if block == "first":
+        found = first_tag(text, "tool_call")
+        blocks = [] if found is None else [found]
+    else:
+        blocks = all_tags(text, "tool_call")
     calls: list[dict[str, Any]] = []
     well_formed = bool(blocks)
     for block in blocks:
@@ -413,8 +453,12 @@ class ToolCallTask(FileTask):
     ability = "tool_use"
     fixture = FIXTURE
 
-    def __init__(self, think_prefilled: bool = False) -> None:
+    def __init__(self, think_prefilled: bool = False, block: str = "all") -> None:
         self.think_prefilled = bool(think_prefilled)
+        self.block = check_option("toolcall", "block", block, BLOCK_CHOICES)
+
+    def __repr__(self) -> str:
+        return f"ToolCallTask(think_prefilled={self.think_prefilled}, block={self.block!r})"
 
     def prompt_single(self, example: Example) -> str:
         """System instruction and user turn as one string (``messages`` keeps them apart)."""
@@ -424,14 +468,15 @@ class ToolCallTask(FileTask):
         """Chat messages: the instruction as system turn, the dialogue (plus the m-answer block
         when m > 1) as user turn."""
         user = example["input"] if m == 1 else rewrite_prompt(example["input"], m, self.rewrite_rule)
-        return [{"role": "system", "content": example["instruction"]}, {"role": "user", "content": user}]
+        return [{"role": "system", "content": example["instruction"]},
+                {"role": "user", "content": self.with_goal(user, example)}]
 
     def score(self, text: str, example: Example) -> np.ndarray:
         """[format, tool_name, arg_key, arg_value] of one answer text; never raises on text."""
         out = np.zeros(4, dtype=np.float64)
-        if not isinstance(text, str) or not any(tag in text for tag in _TAGS):
-            return out
-        parsed = parse_output(text)
+        # no early exit for text without tags: with no gold calls, "no call" is the right call
+        # (docs/algorithm.md §4), so garbage and empty answers earn the three call scores there
+        parsed = parse_output(text if isinstance(text, str) else "", self.block)
         gold = example["gold_calls"]
         if gold:
             structure = bool(parsed["blocks"]) and parsed["well_formed"] and bool(parsed["calls"])

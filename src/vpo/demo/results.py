@@ -1,0 +1,288 @@
+"""The demo's results: metrics of every method against its warm start, the paper's numbers
+beside ours, the oracle ceiling, distinct routes, and the findings written at the top of the
+report.
+
+Usage::
+
+    from vpo.demo.results import build_metrics
+    metrics = build_metrics(cfg, task, methods, seeds, warm, runs, evaluated)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from vpo.demo.config import METHODS, DemoConfig
+from vpo.demo.format import CompactMazeFormat
+
+PAPER = {"grpo": 0.432, "max_at_k": 0.577, "multi_rlvr": 0.436, "vpo": 0.593}
+"""The paper's maze best@30 (9x9, Qwen3-4B), docs/algorithm.md §6."""
+PAPER_DIVERSITY = (0.003, 1.01)
+"""The paper's reward diversity on the maze, GRPO -> VPO."""
+SMOKE_TEST = ("This is a --quick smoke run (one seed, a smaller model, few steps and mazes): it checks that every "
+              "stage runs, and its numbers say nothing about the methods. Run `vpo demo` for results.")
+
+
+def oracle_reference(task: Any, examples: list[dict[str, Any]], weights: np.ndarray) -> dict[str, Any]:
+    """The pool of the warm-up's demonstrations: the three oracle routes of each maze.
+
+    ``weights`` (N, E, D): the evaluation weights. Returns {label, best_at_k, pref_best_at_k}:
+    the fixed-scalar max and E_w[max] of that 3-route pool, averaged over the N mazes, i.e. what
+    a policy that copies the demonstrations exactly reaches at any k >= 3.
+    """
+    from vpo.metrics import expected_max
+    from vpo.tasks.maze import oracle_routes, simulate
+
+    fixed, pref = [], []
+    for example, w in zip(examples, weights, strict=True):
+        vectors = np.array([simulate(example, r).vector for r in oracle_routes(example).values()])
+        fixed.append(float(np.max(task.scalar(vectors))))
+        pref.append(expected_max(vectors, w))
+    return {"label": "oracle routes (the 3 demonstrations)", "best_at_k": float(np.mean(fixed)),
+            "pref_best_at_k": float(np.mean(pref))}
+
+
+def distinct_answers(pools: Any, fmt: CompactMazeFormat, examples: list[dict[str, Any]]) -> float:
+    """Mean number of distinct non-empty routes (as move letters) in a maze's pool of answers."""
+    counts = []
+    for example, texts in zip(examples, pools.texts, strict=True):
+        routes = {"".join(ch for ch in answer if ch in "UDLR")
+                  for text in texts for answer in fmt.answers(text, example, pools.m)}
+        counts.append(len(routes - {""}))
+    return float(np.mean(counts))
+
+
+def _series_stats(records: list[dict[str, Any]]) -> dict[str, Any]:
+    steps = records[0]["steps"]
+    series = {}
+    for name in records[0]["series"]:
+        rows = [r["series"][name] for r in records if len(r["series"][name]) == len(steps)]
+        if not rows:
+            continue
+        arr = np.asarray(rows, dtype=np.float64)
+        series[name] = {"mean": arr.mean(axis=0).tolist(), "low": arr.min(axis=0).tolist(),
+                        "high": arr.max(axis=0).tolist()}
+    return {"steps": steps, "series": series}
+
+
+def build_metrics(cfg: DemoConfig, task: Any, methods: list[str], seeds: list[int], warm: dict[str, Any],
+                  runs: dict[tuple[str, int], dict[str, Any]], evaluated: dict[str, Any]) -> dict[str, Any]:
+    """The report's metrics dict (see ``vpo.report``) from the runs and the evaluated pools."""
+    from vpo.evaluation import paired, summarize
+
+    objectives = list(task.objective_names())
+    per_ex, pools = evaluated["metrics"], evaluated["pools"]
+    fmt = CompactMazeFormat(max_answers=max(3, cfg.answers))
+    m_multi = cfg.answers
+    groups: dict[str, tuple[str, int, list[str]]] = {
+        "warmup_m1": ("warm-up (m=1)", 1, ["warmup-m1"]),
+        f"warmup_m{m_multi}": (f"warm-up (m={m_multi})", m_multi, [f"warmup-m{m_multi}"]),
+    }
+    for method in methods:
+        m = cfg.method_answers(method)
+        groups[method] = (f"{METHODS[method][0]} (m={m})", m, [f"{method}-s{s}" for s in seeds])
+    entries, seed_metrics = {}, {}
+    for key, (label, m, names) in groups.items():
+        seed_metrics[key] = [per_ex[n] for n in names]
+        tokens = [pools[n].completion_tokens for n in names]
+        entries[key] = summarize(seed_metrics[key], label=label, m=m, objectives=objectives,
+                                 seeds=seeds if key in methods else [cfg.seed],
+                                 extra={"tokens_per_chain": float(np.mean(tokens)),
+                                        "truncated": float(np.mean([pools[n].truncated for n in names])),
+                                        "distinct_answers": float(np.mean([distinct_answers(
+                                            pools[n], fmt, evaluated["examples"]) for n in names]))})
+    pool = cfg.pool
+    comparisons: list[tuple[str, str]] = []
+    if "vpo" in methods and "grpo" in methods:
+        comparisons.append(("vpo", "grpo"))
+    for other in ("multi_rlvr", "max_at_k"):
+        if other in methods and "vpo" in methods:
+            comparisons.append(("vpo", other))
+    for method in methods:
+        comparisons.append((method, "warmup_m1" if cfg.method_answers(method) == 1 else f"warmup_m{m_multi}"))
+    paired_rows = []
+    for a, b in comparisons:
+        for metric, k in (("pref_best_at_k", 1), ("pref_best_at_k", m_multi), ("pref_best_at_k", pool),
+                          ("best_at_k", 1), ("best_at_k", pool), ("diversity", None)):
+            row = paired(seed_metrics[a], seed_metrics[b], metric, k=k)
+            paired_rows.append({"a": a, "b": b, "metric": metric, "k": k, **row})
+
+    training = {}
+    for method in methods:
+        stats = _series_stats([runs[(method, s)] for s in seeds])
+        training[method] = {"label": groups[method][0], **stats,
+                            "seconds": float(np.mean([runs[(method, s)]["seconds"] for s in seeds]))}
+
+    # objective space: the first three test mazes, seed-0 pool of each entry
+    first = {key: names[0] for key, (_, _, names) in groups.items()}
+    shown = list(range(min(3, len(evaluated["examples"]))))
+    space = {"x": "gold", "y": "diamond", "color": "avoid_lava",
+             "examples": [f"maze {i}" for i in shown],
+             "vectors": {key: [pools[name].vectors[i].tolist() for i in shown] for key, name in first.items()}}
+
+    metrics: dict[str, Any] = {
+        "title": "VPO maze demo: a tiny Llama on CPU",
+        "intro": (
+            f"A {warm['params']:,}-parameter Llama-style model, trained from scratch: SFT warm-up on oracle routes "
+            f"(TRL SFTTrainer), then {cfg.rl_steps} RL steps per method and seed with VPOTrainer (a TRL "
+            f"GRPOTrainer subclass), {cfg.rl_prompts} mazes x {cfg.rl_generations} rollouts per step, from the "
+            f"same warm-up checkpoint and on the same mazes. Evaluation on {cfg.eval_examples} held-out "
+            f"{cfg.size}x{cfg.size} mazes with equal pools of {pool} answers (chains x m)."),
+        "task": {"name": "maze", "params": {"size": cfg.size, "reward_mode": cfg.reward_mode},
+                 "objectives": objectives},
+        "eval": {"examples": cfg.eval_examples, "pool": pool, "temperature": cfg.eval_temperature, "top_p": 1.0,
+                 "eval_weights": cfg.eval_weights, "ks_shown": [1, 3, 10, pool]},
+        "methods": entries,
+        "paired": paired_rows,
+        "training": training,
+        "objective_space": space,
+        "references": [evaluated["oracle"]] if evaluated.get("oracle") else [],
+        "config": dataclasses.asdict(cfg),
+        "warmup": {k: v for k, v in warm.items() if k != "loss_curve"},
+        "runs": {f"{m}-s{s}": {k: v for k, v in r.items() if k not in ("series", "reward", "steps")}
+                 for (m, s), r in runs.items()},
+    }
+    metrics["paper"], metrics["comparison"] = _paper_tables(entries, methods, pool, cfg)
+    metrics["findings"] = findings(entries, paired_rows, methods, pool, cfg)
+    if cfg.quick:  # a smoke test's numbers say nothing about the method (issue #16.5)
+        metrics["findings"].insert(0, SMOKE_TEST)
+        metrics["intro"] = SMOKE_TEST + " " + metrics["intro"]
+    oracle = evaluated.get("oracle")
+    if oracle:
+        warm_key = f"warmup_m{m_multi}"
+        metrics["findings"].append(
+            f"Headroom: the pool of the three oracle routes per maze (what copying the warm-up's demonstrations "
+            f"exactly would give at any k >= 3) scores {oracle['pref_best_at_k']:.3f} preference-weighted and "
+            f"{oracle['best_at_k']:.3f} on the fixed scalar; the warm start reaches "
+            f"{entries[warm_key]['pref_best_at_k']['mean'][pool - 1]:.3f} and "
+            f"{entries[warm_key]['best_at_k']['mean'][pool - 1]:.3f} at k={pool} ({entries[warm_key]['label']}). "
+            "Distinct routes per pool of "
+            f"{pool}: " + ", ".join(f"{e['label']} {e['distinct_answers']:.1f}" for e in entries.values()) + ".")
+    metrics["notes"] = _notes(cfg)
+    return metrics
+
+
+def _paper_tables(entries: dict[str, Any], methods: list[str], pool: int, cfg: DemoConfig) -> tuple[dict, dict]:
+    order = ["grpo", "max_at_k", "multi_rlvr", "vpo"]
+    cols = ["", "GRPO", "Max@K", "Multi-RLVR", "VPO", "diversity GRPO -> VPO"]
+    paper = {"caption": "Paper (Qwen3-4B, 9x9 maze, 4 objectives): best@30 on the fixed scalar, m = 3.",
+             "columns": cols,
+             "rows": [["paper best@30"] + [f"{PAPER[k]:.3f}" for k in order]
+                      + [f"{PAPER_DIVERSITY[0]} -> {PAPER_DIVERSITY[1]}"]]}
+
+    def cell(key: str, metric: str) -> str:
+        if key not in methods:
+            return "not run"
+        return f"{entries[key][metric]['mean'][pool - 1]:.3f}"
+
+    div = "n/a"
+    if "grpo" in methods and "vpo" in methods:
+        div = f"{entries['grpo']['diversity']['mean']:.3f} -> {entries['vpo']['diversity']['mean']:.3f}"
+    rows = [[f"ours best@{pool} (fixed scalar)"] + [cell(k, "best_at_k") for k in order] + [div],
+            [f"ours preference-weighted best@{pool}"] + [cell(k, "pref_best_at_k") for k in order] + [""]]
+    comparison = {"caption": (f"This demo (tiny Llama, {cfg.size}x{cfg.size} maze, {cfg.reward_mode} reward, mean "
+                              f"over {cfg.seeds} seed(s)). Absolute values are not comparable to the paper's: "
+                              "different maze size, model and scale; the comparison is the ordering and the "
+                              "diversity gap."),
+                  "columns": cols, "rows": rows}
+    return paper, comparison
+
+
+def _above_range(entry: dict[str, Any], base: dict[str, Any]) -> str:
+    """Where (in k) the seed-averaged preference-weighted best@k curve of ``entry`` lies above ``base``'s."""
+    diff = np.asarray(entry["pref_best_at_k"]["mean"]) - np.asarray(base["pref_best_at_k"]["mean"])
+    above = [k for k, d in enumerate(diff, start=1) if d > 0]
+    if not above:
+        return "; its preference-weighted best@k curve is below the warm start's at every k"
+    if above == list(range(1, above[-1] + 1)):
+        span = f"k = 1..{above[-1]}" if above[-1] > 1 else "k = 1"
+        rest = f" and below from k = {above[-1] + 1}" if above[-1] < len(diff) else ""
+        return f"; its preference-weighted best@k curve is above the warm start's for {span}{rest}"
+    return f"; its preference-weighted best@k curve is above the warm start's at {len(above)} of {len(diff)} k"
+
+
+def _fmt_diff(row: dict[str, Any]) -> str:
+    half = row.get("half_width")
+    sig = "significant" if row.get("significant") else "not significant"
+    return f"{row['mean']:+.3f} ± {half:.3f} ({sig})" if half is not None else f"{row['mean']:+.3f}"
+
+
+def findings(entries: dict[str, Any], paired_rows: list[dict[str, Any]], methods: list[str], pool: int,
+             cfg: DemoConfig) -> list[str]:
+    """Plain statements read off the numbers (no thresholds tuned to a conclusion)."""
+    def find(a: str, b: str, metric: str, k: int | None) -> dict[str, Any] | None:
+        for row in paired_rows:
+            if (row["a"], row["b"], row["metric"], row["k"]) == (a, b, metric, k):
+                return row
+        return None
+
+    out = []
+    if "vpo" in methods and "grpo" in methods:
+        for metric, name in (("pref_best_at_k", "preference-weighted best@k"), ("best_at_k", "fixed-scalar best@k")):
+            hi, lo = find("vpo", "grpo", metric, pool), find("vpo", "grpo", metric, 1)
+            def verdict(d: float) -> str:
+                return "level with" if abs(d) < 5e-4 else "above" if d > 0 else "below"
+
+            verdict_hi, verdict_lo = verdict(hi["mean"]), verdict(lo["mean"])
+            out.append(f"{name}: VPO is {verdict_hi} GRPO at k={pool}, VPO - GRPO = {_fmt_diff(hi)}; "
+                       f"at k=1 VPO is {verdict_lo} GRPO, {_fmt_diff(lo)} (paired over {hi['n']} mazes, "
+                       f"seed-averaged).")
+        g, v = entries["grpo"]["diversity"]["mean"], entries["vpo"]["diversity"]["mean"]
+        ratio = f"{v / g:.1f}x" if g > 0 else "infinitely"
+        out.append(f"Reward diversity of the pools (mean pairwise L1): GRPO {g:.3f}, VPO {v:.3f} ({ratio}); "
+                   f"the paper reports {PAPER_DIVERSITY[0]} -> {PAPER_DIVERSITY[1]} on its 9x9 maze.")
+    for method in methods:
+        base = "warmup_m1" if cfg.method_answers(method) == 1 else f"warmup_m{cfg.answers}"
+        r1, rk = find(method, base, "pref_best_at_k", 1), find(method, base, "pref_best_at_k", pool)
+        rm = find(method, base, "pref_best_at_k", cfg.answers)
+        f1, fk = find(method, base, "best_at_k", 1), find(method, base, "best_at_k", pool)
+        out.append(f"{METHODS[method][0]} vs its warm start ({entries[base]['label']}): preference-weighted "
+                   f"best@1 {_fmt_diff(r1)}, best@{cfg.answers} {_fmt_diff(rm)}, best@{pool} {_fmt_diff(rk)}; "
+                   f"fixed-scalar best@1 {_fmt_diff(f1)}, "
+                   f"best@{pool} {_fmt_diff(fk)}{_above_range(entries[method], entries[base])}.")
+    if "vpo" in entries and "grpo" in entries:
+        tv, tg = entries["vpo"].get("tokens_per_chain"), entries["grpo"].get("tokens_per_chain")
+        if tv and tg:
+            out.append(f"Compute: at equal RL steps a VPO chain holds {cfg.answers} routes and costs about "
+                       f"{tv / tg:.1f}x the tokens of a GRPO completion ({tv:.1f} vs {tg:.1f} tokens at evaluation).")
+    return out
+
+
+INVESTIGATION = (
+    "How the defaults were chosen, and the configurations tried to make RL add to the warm start at "
+    "k = 30 (maze size and reward mode, warm-up length and mixture, learning rate, steps, batch, group size, "
+    "KL, m, alpha, evaluation temperature), with their numbers: docs/demo/investigation.md in the vpo "
+    "repository.")
+"""Pointer to the development log, kept in every report so a reader sees what was tried."""
+
+
+TRUNCATED_RULES = {"zero": "scored as a format failure (the all-zero matrix)",
+                   "mask": "left out of the loss (TRL's mask_truncated_completions)",
+                   "keep": "scored as parsed"}
+
+
+def _notes(cfg: DemoConfig) -> list[str]:
+    notes = [
+        "k counts answers: a multi-answer method gets pool/m chains, a single-answer method pool samples. Each "
+        "answer of a chain is scored on its own; duplicates are kept (as repeated samples of a single-answer "
+        "method are), an unparseable or missing answer is the zero vector.",
+        "best@k and pass@k are exact expectations over k-subsets of the pool (unbiased estimators), not one "
+        "random permutation. Preference-weighted best@k averages best@k of w.r over fixed Dirichlet(1) weights "
+        "per maze, the same weights for every method.",
+        "On a small maze a lava-free gold route and a lava-free diamond route often tie on the fixed scalar "
+        "(mean of the 4 objectives), so fixed-scalar best@k at large k saturates for any method that finds both "
+        "kinds of route or either; the preference-weighted metric tells them apart.",
+        "pass@k counts an answer as correct when every objective is at its maximum; no maze route can collect "
+        "all gold and all diamonds within the budget (the generator rejects such mazes), so pass@k is 0 by design.",
+        f"Training differs from the paper for CPU: {cfg.rl_steps} steps, lr {cfg.rl_lr:g}, no KL term "
+        f"(beta {cfg.rl_beta:g}), G = {cfg.rl_generations}, {cfg.rl_prompts} mazes per step; a training rollout "
+        "cut at the token limit without EOS is " + TRUNCATED_RULES[cfg.rl_truncated] + ".",
+    ]
+    notes.append(INVESTIGATION)
+    if cfg.quick:
+        notes.insert(0, "--quick: a smoke-test configuration (tiny model, few steps, one seed). Its numbers "
+                        "check the pipeline, not the method.")
+    return notes

@@ -1,0 +1,71 @@
+"""Advantage estimators: VPO and its baselines behind one registry, engine-exact normalisation.
+
+Usage::
+
+    from vpo.estimators import get_estimator, get_spec, list_estimators
+    result = get_estimator("vpo")(rewards, group_ids, seed=0, step=3)
+    result.advantages      # (B,) float64, one per rollout (it multiplies all its tokens)
+    result.scores          # (B,) per-rollout scalar before normalisation (VPO: R_g)
+    result.diagnostics     # {"vpo/group_std": ..., "vpo/frac_zero_std": ..., ...}
+    get_spec("grpo").multi_answer    # False: what the adapters read about an estimator
+
+Shape glossary: B rollouts, G groups, N rollouts per group, M answers per chain (m),
+D objectives, K weights.
+
+Every estimator is called ``est(rewards, group_ids, **options)``: ``rewards`` is a list of B
+reward matrices (m_i, D) (or one (B, M, D) array), ``group_ids`` (B,) hashable labels (a
+group is a prompt; its rollouts need not be contiguous). Options are keyword-only and
+checked: an unknown or inapplicable option raises ValueError naming it.
+
+Built-in estimators (``docs/algorithm.md`` §1-2 has the formulas):
+
+==================== ========================================================== ==========================
+name                 per-rollout score                                          advantage default
+==================== ========================================================== ==========================
+``vpo``              R = mean_k max_i w_k . r_i, K weights per group             population std, eps 1e-6, 0 if std < eps
+``grpo``             fixed scalar of the single answer                           verl: Bessel std, eps 1e-6
+``multi_rlvr``       sum of the fixed scalar over the (deduplicated, padded) rows as grpo
+``max_at_k``         Bagirov et al. unbiased E[max of k-subset] gradient weights  as grpo, one-member group 0
+``gdpo``             z-norm each objective in the group, sum, whiten the batch   verl gdpo
+``maxrl``            (r - mean) / (mean + eps) of the fixed scalar               one-member group 0
+``random_weight``    w . r of the single answer, one w ~ Dir(alpha) per group    as grpo
+``goal_conditioned`` as random_weight, with w written into the prompt            as grpo
+==================== ========================================================== ==========================
+
+Modules: ``registry`` (specs), ``options`` (the knobs and engine presets), ``normalize``,
+``group_weights`` (keyed weights per group), ``vpo`` (with ``vpo_reference``, a plain loop),
+``baselines``.
+"""
+
+from __future__ import annotations
+
+from vpo.estimators import baselines as _baselines  # noqa: F401  (registers the baselines)
+from vpo.estimators import vpo as _vpo  # noqa: F401  (registers vpo)
+from vpo.estimators.baselines import max_at_k_weights
+from vpo.estimators.common import ZERO_STD, EstimatorResult
+from vpo.estimators.normalize import group_normalize
+from vpo.estimators.options import (GRPO_NORM, OPENRLHF_NORM, TRL_NORM, VPO_NORM, NormOptions,
+                                    WeightOptions)
+from vpo.estimators.registry import (ROLLOUT_SCORES, EstimatorSpec, get_estimator, get_spec, list_estimators,
+                                     register_estimator)
+from vpo.estimators.vpo import vpo_reference
+
+__all__ = [
+    "EstimatorResult",
+    "EstimatorSpec",
+    "GRPO_NORM",
+    "NormOptions",
+    "OPENRLHF_NORM",
+    "ROLLOUT_SCORES",
+    "TRL_NORM",
+    "VPO_NORM",
+    "WeightOptions",
+    "ZERO_STD",
+    "get_estimator",
+    "get_spec",
+    "group_normalize",
+    "list_estimators",
+    "max_at_k_weights",
+    "register_estimator",
+    "vpo_reference",
+]

@@ -1,0 +1,107 @@
+"""What every estimator shares: the result type, fixed scalars of answer rows, diagnostics.
+
+Usage (inside an estimator)::
+
+    batch = RewardBatch.from_rewards(rewards, group_ids)
+    values = row_scalars(batch, scalar)              # (B,) sum of the fixed scalar per rollout
+    return grpo_result(batch, values, NormOptions(...), prefix="grpo")
+
+Shape glossary: B rollouts, G groups, M answers per chain, D objectives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from vpo.estimators.normalize import group_normalize
+from vpo.objective import RewardBatch
+
+__all__ = ["EstimatorResult", "ZERO_STD", "apply_scalar", "base_diagnostics", "grpo_result", "make_result",
+           "require_single_answer", "row_scalars"]
+
+ZERO_STD = 1e-6
+"""Groups whose score std is below this count in ``<name>/frac_zero_std``."""
+
+
+@dataclass
+class EstimatorResult:
+    """What an estimator returns.
+
+    ``advantages`` (B,) float64; ``scores`` (B,) the per-rollout scalar the advantage is
+    computed from; ``diagnostics`` batch-level floats under stable ``<estimator>/...`` names
+    (``vpo/...`` for VPO); ``group_index`` (B,) index of each rollout's group in
+    ``group_labels`` (first-appearance order).
+    """
+
+    advantages: np.ndarray
+    scores: np.ndarray
+    diagnostics: dict[str, float] = field(default_factory=dict)
+    group_index: np.ndarray | None = None
+    group_labels: list[Hashable] | None = None
+
+
+def apply_scalar(scalar: Callable[[np.ndarray], Any] | None, rows: np.ndarray) -> np.ndarray:
+    """Fixed scalarisation of answer rows: (N, D) -> (N,), checked (default: mean over D)."""
+    if scalar is None:
+        return rows.mean(axis=1) if rows.shape[0] else np.zeros(0)
+    if not callable(scalar):
+        raise ValueError(f"scalar must be a callable (N, D) -> (N,), got {type(scalar).__name__}")
+    values = np.asarray(scalar(rows), dtype=np.float64).reshape(-1) if rows.shape[0] else np.zeros(0)
+    if values.shape != (rows.shape[0],):
+        raise ValueError(f"scalar returned shape {values.shape} for {rows.shape[0]} answer rows; expected ({rows.shape[0]},)")
+    if not np.isfinite(values).all():
+        raise ValueError("scalar returned NaN or inf")
+    return values
+
+
+def require_single_answer(batch: RewardBatch, name: str) -> None:
+    """ValueError naming the first rollout with more than one answer."""
+    many = batch.counts > 1
+    if many.any():
+        b = int(np.flatnonzero(many)[0])
+        raise ValueError(f"estimator {name!r} takes one answer per rollout; rewards[{b}] has {batch.counts[b]} "
+                         "(use 'vpo' or 'multi_rlvr' for multi-answer chains)")
+
+
+def row_scalars(batch: RewardBatch, scalar: Callable | None) -> np.ndarray:
+    """Sum over each rollout's rows of the fixed scalar: (B,); empty rollouts 0."""
+    out = np.zeros(batch.num_rollouts)
+    for bucket in batch.buckets:
+        values = apply_scalar(scalar, bucket.rows)
+        out += np.bincount(bucket.row_rollout, weights=values, minlength=batch.num_rollouts)
+    return out
+
+
+def base_diagnostics(batch: RewardBatch, scores: np.ndarray, group_std: np.ndarray,
+                     prefix: str = "vpo") -> dict[str, float]:
+    """Batch diagnostics under ``<prefix>/...``: groups, score mean, group std, zero-std share,
+    answers per group, empty-rollout share."""
+    pool = np.bincount(batch.group_index, weights=batch.counts, minlength=batch.num_groups)
+    std = group_std if group_std.ndim == 1 else group_std.mean(axis=1)
+    return {
+        f"{prefix}/num_groups": float(batch.num_groups),
+        f"{prefix}/score_mean": float(scores.mean()) if scores.size else 0.0,
+        f"{prefix}/group_std": float(std.mean()) if std.size else 0.0,
+        f"{prefix}/frac_zero_std": float((std < ZERO_STD).mean()) if std.size else 0.0,
+        f"{prefix}/mean_pool_size": float(pool.mean()) if pool.size else 0.0,
+        f"{prefix}/frac_empty": float((batch.counts == 0).mean()) if batch.counts.size else 0.0,
+    }
+
+
+def make_result(batch: RewardBatch, scores: np.ndarray, advantages: np.ndarray, group_std: np.ndarray,
+                extra: Mapping[str, float] | None = None, prefix: str = "vpo") -> EstimatorResult:
+    diagnostics = base_diagnostics(batch, scores, group_std, prefix)
+    diagnostics.update(extra or {})
+    return EstimatorResult(advantages, scores, diagnostics, batch.group_index, batch.group_labels)
+
+
+def grpo_result(batch: RewardBatch, scores: np.ndarray, std: str, eps: float, degenerate: str, scale: str,
+                extra: Mapping[str, float] | None = None, prefix: str = "vpo") -> EstimatorResult:
+    """Group z-norm of per-rollout ``scores`` (B,) as an EstimatorResult."""
+    advantages, group_std = group_normalize(scores, batch.group_index, std=std, eps=eps,
+                                            degenerate=degenerate, scale=scale)
+    return make_result(batch, scores, advantages, group_std, extra, prefix)

@@ -1,0 +1,155 @@
+"""Prompt formats: how a checkpoint is prompted, how its generations split into answers, and
+how many tokens a generation may take.
+
+Usage::
+
+    from vpo.formats import TaskFormat, load_format
+    fmt = load_format("runs/demo/checkpoints/vpo-s0", task, tokenizer=tok)   # what it was trained on
+    fmt.prompt(example, 3); fmt.answers(text, example, 3)
+    fmt.completion_budget(examples, 3)          # generation budget in tokens for these examples
+
+The default is the task's own prompts (``TaskFormat``). A checkpoint whose folder holds
+``vpo_format.json`` names another registered format (the CPU demo's compact maze format);
+formats register with ``@register_format(name)`` and are found by name, so nothing here knows
+any task's schema.
+
+Shape glossary: M answers per chain (m).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from vpo.tasks.base import Example, Task
+
+__all__ = ["DEFAULT_TOKENS_PER_ANSWER", "FORMAT_FILE", "PromptFormat", "TaskFormat", "load_format",
+           "recorded_task_params", "register_format", "resolve_task_params"]
+
+FORMAT_FILE = "vpo_format.json"
+"""File in a checkpoint folder naming the prompt format it was trained on (and its task params)."""
+
+DEFAULT_TOKENS_PER_ANSWER = 256
+"""Generation budget per answer of the task's own format (``vpo train``'s preset)."""
+
+
+class PromptFormat(Protocol):
+    """How a checkpoint is prompted and how its generations split into answers."""
+
+    name: str
+
+    def prompt(self, example: Example, m: int) -> str:
+        """Prompt text asking for ``m`` answers (m = 1: the single-answer prompt)."""
+
+    def answers(self, text: str, example: Example, m: int) -> list[str]:
+        """Exactly ``m`` answer strings of one generation (missing ones are ``""``)."""
+
+    def completion_budget(self, examples: Sequence[Example], m: int) -> int:
+        """Tokens one m-answer generation may take, for the longest of ``examples``."""
+
+
+@dataclass
+class TaskFormat:
+    """The task's own prompts (``task.prompt``) and parser (``task.parse_chain``).
+
+    ``chat``: wrap the prompt in the tokenizer's chat template (the task's chat turns plus the
+    generation prompt); needs ``tokenizer`` with a ``chat_template``.
+    """
+
+    task: Task
+    chat: bool = False
+    tokenizer: Any = None
+    name: str = "task"
+
+    def prompt(self, example: Example, m: int) -> str:
+        if not self.chat:
+            return self.task.prompt(example, m)
+        if self.tokenizer is None or not getattr(self.tokenizer, "chat_template", None):
+            raise ValueError("chat=True needs a tokenizer with a chat_template")
+        # enable_thinking=False as in `vpo train` (its chat_template_kwargs), so a thinking
+        # model (Qwen3) is evaluated on the prompts it was trained on; templates without
+        # that switch ignore the extra variable.
+        return self.tokenizer.apply_chat_template(self.task.messages(example, m), add_generation_prompt=True,
+                                                  tokenize=False, enable_thinking=False)
+
+    def answers(self, text: str, example: Example, m: int) -> list[str]:
+        return [text] if m == 1 else self.task.parse_chain(text, m)
+
+    def completion_budget(self, examples: Sequence[Example], m: int) -> int:
+        return DEFAULT_TOKENS_PER_ANSWER * m
+
+
+_FORMATS: dict[str, Callable[[Mapping[str, Any]], PromptFormat]] = {}
+_BUILTIN_FORMATS = {"maze-compact": "vpo.demo.format"}
+"""Format name -> module that registers it on import."""
+
+
+def register_format(name: str) -> Callable[[type], type]:
+    """Class decorator: ``cls.from_dict(spec)`` builds the format named ``name`` from its
+    ``vpo_format.json``."""
+
+    def decorator(cls: type) -> type:
+        _FORMATS[name] = cls.from_dict
+        return cls
+
+    return decorator
+
+
+def load_format(model_dir: str | Path | None, task: Task, *, tokenizer: Any = None,
+                chat: bool | None = None) -> PromptFormat:
+    """The prompt format a checkpoint was trained on.
+
+    A checkpoint folder with ``vpo_format.json`` (written by ``vpo demo``) names its format,
+    e.g. the demo's compact maze format; otherwise the task's own prompts are used, wrapped in
+    the tokenizer's chat template when ``chat`` is True (None: when the tokenizer has one).
+    """
+    spec_path = Path(model_dir) / FORMAT_FILE if model_dir is not None else None
+    if spec_path is not None and spec_path.is_file():
+        spec = json.loads(spec_path.read_text())
+        name = spec.get("format")
+        if name not in _FORMATS and name in _BUILTIN_FORMATS:
+            importlib.import_module(_BUILTIN_FORMATS[name])
+        if name not in _FORMATS:
+            raise ValueError(f"{spec_path}: unknown prompt format {name!r} (known: "
+                             f"{', '.join(sorted(set(_FORMATS) | set(_BUILTIN_FORMATS)))})")
+        return _FORMATS[name](spec)
+    if chat is None:
+        chat = bool(getattr(tokenizer, "chat_template", None))
+    return TaskFormat(task, chat=chat, tokenizer=tokenizer)
+
+
+def recorded_task_params(model_dir: str | Path) -> dict[str, Any] | None:
+    """The task parameters a checkpoint folder records (``vpo_format.json``, written by ``vpo
+    demo`` and kept by ``vpo train``), or None."""
+    spec_path = Path(model_dir) / FORMAT_FILE
+    if not spec_path.is_file():
+        return None
+    params = json.loads(spec_path.read_text()).get("task_params")
+    return dict(params) if isinstance(params, Mapping) else None
+
+
+def resolve_task_params(given: Mapping[str, Any], checkpoints: Sequence[str | Path],
+                        flag: str = "--task-params") -> dict[str, Any]:
+    """The task parameters to evaluate ``checkpoints`` with: what they record, completed by the
+    ``given`` ones. ValueError when two checkpoints record different parameters (their pools
+    would be on different examples) or when a given value contradicts a recorded one (e.g.
+    searching 9x9 mazes with a model trained on 5x5)."""
+    recorded: dict[str, Any] = {}
+    source: dict[str, str] = {}
+    for path in checkpoints:
+        params = recorded_task_params(path) if Path(path).is_dir() else None
+        for key, value in (params or {}).items():
+            if key in recorded and recorded[key] != value:
+                raise ValueError(f"checkpoints {source[key]} and {path} record different task parameters "
+                                 f"({key}={recorded[key]!r} and {key}={value!r}); search them separately")
+            recorded.setdefault(key, value)
+            source.setdefault(key, str(path))
+    for key, value in given.items():
+        if key in recorded and recorded[key] != value:
+            raise ValueError(f"{flag} {key}={value!r} contradicts {key}={recorded[key]!r} recorded by the checkpoint "
+                             f"{source[key]} ({FORMAT_FILE}); drop it from {flag} or pass the recorded value")
+    return {**recorded, **dict(given)}

@@ -1,0 +1,161 @@
+"""OpenEvolve over a problem set for one or more policies, seeded with each policy's own samples;
+what was solved when, as JSON and a plot.
+
+Usage::
+
+    from vpo.integrations.openevolve.problems import search_problems
+    report = search_problems(examples, models=[("VPO", "runs/vpo")], iterations=200, output_dir="runs/oe")
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from vpo.integrations.openevolve.evolve import evolve, sample_seed_programs
+from vpo.integrations.openevolve.llm import _load_cached, clear_model_cache, transformers_client
+
+logger = logging.getLogger(__name__)
+
+# ----- a problem set --------------------------------------------------------------------------
+
+def _cache_gguf(model_path: str, directory: Path) -> str:
+    """A ``.gguf`` checkpoint saved once as a transformers folder (workers then load
+    safetensors instead of de-quantising the GGUF file again per problem and worker)."""
+    if not str(model_path).endswith(".gguf"):
+        return str(model_path)
+    target = directory / (Path(model_path).stem + "-hf")
+    if not (target / "config.json").is_file():
+        model, tokenizer = _load_cached(str(model_path), "float32", "cpu")
+        model.save_pretrained(target)
+        tokenizer.save_pretrained(target)
+    return str(target)
+
+
+def search_problems(problems: Sequence[Mapping[str, Any]], *, models: Sequence[tuple[str, Any]], iterations: int,
+                    output_dir: str | Path, chains: int = 10, m: int = 3, workers: int = 1, num_islands: int = 2,
+                    seed: int = 0, limits: Any = None, temperature: float = 0.7, top_p: float = 1.0,
+                    max_tokens: int = 512, seed_max_tokens: int | None = None, threads: int | None = None,
+                    diff_based: bool = False, seeds: Mapping[str, Sequence[Sequence[str]]] | None = None,
+                    client: Callable[[Any], Any] | None = None, start_method: str = "spawn",
+                    progress: Callable[[str], None] | None = print) -> dict[str, Any]:
+    """OpenEvolve over a problem set for one or more policies; writes
+    ``output_dir/openevolve_search.json`` (what was solved when) and
+    ``output_dir/solved_vs_iteration.png``; returns the JSON dict.
+
+    ``models``: (label, checkpoint path) pairs. Per label, the seeds of every problem are the
+    policy's own programs (``chains`` x ``m`` answers, all kept) unless ``seeds[label]`` gives
+    them (one list of programs per problem); then each problem is evolved with the policy as
+    the mutation LLM (``client`` overrides that, e.g. a ``scripted_client`` in tests).
+    ``threads``: torch threads per worker (default: cores // workers; on a machine shared
+    with other jobs 1 is often much faster, since idle torch threads spin).
+    A ``.gguf`` policy is saved once as a transformers folder under ``output_dir/_models``
+    (about 4 bytes per parameter), which the workers load instead of de-quantising the GGUF.
+    """
+    from vpo.sandbox import Limits
+    from vpo.tasks import get_task
+
+    if not problems:
+        raise ValueError("search_problems needs at least one problem")
+    if not models:
+        raise ValueError("search_problems needs at least one (label, model) pair")
+    labels = [label for label, _ in models]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"model labels must be distinct, got {labels}")
+    limits = limits if limits is not None else Limits()
+    task = get_task("code", limits=limits)
+    examples = [task.validate(dict(p), i) for i, p in enumerate(problems)]
+    ids = [str(ex.get("id", i)) for i, ex in enumerate(examples)]
+    if len(set(ids)) != len(ids):
+        raise ValueError("problem ids must be distinct")
+    out = Path(output_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    threads = threads or max(1, (os.cpu_count() or 1) // workers)
+    say = progress or (lambda _msg: None)
+    report: dict[str, Any] = {"iterations": iterations, "chains": chains, "m": m, "workers": workers,
+                              "num_islands": num_islands, "problems": ids, "labels": {}}
+    for label, model_path in models:
+        started = time.monotonic()
+        given = (seeds or {}).get(label)
+        worker_model = str(model_path)
+        if given is None:
+            say(f"[{label}] sampling {chains} x {m} seed programs per problem from {model_path}")
+            seed_lists = sample_seed_programs(str(model_path), task, examples, chains=chains, m=m,
+                                              temperature=temperature, top_p=top_p,
+                                              max_tokens=seed_max_tokens or max_tokens, seed=seed,
+                                              threads=threads)
+            worker_model = _cache_gguf(str(model_path), out / "_models")
+            clear_model_cache()
+        else:
+            if len(given) != len(examples):
+                raise ValueError(f"seeds[{label!r}] has {len(given)} lists for {len(examples)} problems")
+            seed_lists = [list(s) for s in given]
+        mutation_client = client or transformers_client(threads=threads)
+        results: dict[str, Any] = {}
+        for pid, example, programs in zip(ids, examples, seed_lists, strict=True):
+            say(f"[{label}] problem {pid}: {len(programs)} seed programs, {iterations} iterations")
+            res = evolve(example, programs, client=mutation_client, model_name=worker_model, iterations=iterations,
+                         output_dir=out / _safe_name(label) / _safe_name(pid), workers=workers,
+                         num_islands=num_islands, seed=seed, limits=limits, diff_based=diff_based,
+                         temperature=temperature, top_p=top_p, max_tokens=max_tokens, start_method=start_method)
+            say(f"[{label}] problem {pid}: best {res.best_score:.3f}, solved at "
+                f"{res.first_solved if res.first_solved is not None else 'never'}, "
+                f"{res.evaluations} evaluations, {res.failed_mutations} failed mutations, {res.seconds:.0f}s")
+            results[pid] = res.to_dict()
+        solved_by = [sum(1 for r in results.values() if r["first_solved"] is not None and r["first_solved"] <= t)
+                     for t in range(iterations + 1)]
+        mean_best = [sum(r["best_by_iteration"][t] for r in results.values()) / len(results)
+                     for t in range(iterations + 1)]
+        report["labels"][label] = {"model": str(model_path), "problems": results, "solved_by_iteration": solved_by,
+                                   "mean_best_by_iteration": mean_best, "seconds": time.monotonic() - started}
+    plot = plot_solved(report, out / "solved_vs_iteration.png")
+    report["plot"] = plot.name if plot is not None else None
+    (out / "openevolve_search.json").write_text(json.dumps(report, indent=1))
+    return report
+
+
+def _safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(text))[:80] or "_"
+
+
+def plot_solved(report: Mapping[str, Any], path: str | Path) -> Path | None:
+    """Two panels against iteration: problems solved so far, and the mean best score so far,
+    one line per policy. Returns the PNG path, or None without matplotlib."""
+    try:
+        import matplotlib
+    except ModuleNotFoundError:
+        logger.warning("matplotlib is not installed: no solved-vs-iteration plot")
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.6))
+    total = len(report["problems"])
+    for label, entry in report["labels"].items():
+        steps = list(range(len(entry["solved_by_iteration"])))
+        ax1.step(steps, entry["solved_by_iteration"], where="post", label=str(label))
+        ax2.plot(steps, entry["mean_best_by_iteration"], label=str(label))
+    ax1.set_xlabel("iteration (0 = the policy's own samples)")
+    ax1.set_ylabel(f"problems solved (of {total})")
+    ax1.set_ylim(-0.05 * max(1, total), total * 1.05 + 0.05)
+    ax1.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax2.set_xlabel("iteration")
+    ax2.set_ylabel("mean best fraction of tests passed")
+    ax2.set_ylim(-0.02, 1.02)
+    for ax in (ax1, ax2):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"OpenEvolve: {total} problems, {report['iterations']} iterations")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

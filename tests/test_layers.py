@@ -1,0 +1,110 @@
+"""The package's layers point one way (issue #11): the engine-free core imports nothing above it,
+nothing below the CLI imports the CLI, adapters do not import the demo, and module-level
+imports have no cycles. Read from the source with ``ast``, lazy (function-level) imports included."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = SRC / "vpo"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> tuple[set[str], set[str]]:
+    """(module-level imports, all imports) of vpo modules in ``path``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    top, every = set(), set()
+    me = module_name(path)
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative import
+                base = me.split(".")[: -node.level + (1 if path.name == "__init__.py" else 0) or None]
+                names = [".".join(base + ([node.module] if node.module else []))]
+            else:
+                names = [node.module or ""]
+                names += [f"{node.module}.{alias.name}" for alias in node.names]
+        names = {n for n in names if n == "vpo" or n.startswith("vpo.")}
+        every |= names
+        if node in tree.body:
+            top |= names
+    return top, every
+
+
+MODULES = {module_name(p): imports(p) for p in PACKAGE.rglob("*.py")}
+EXISTING = set(MODULES)
+
+
+def resolve(name: str) -> str | None:
+    """The vpo module an imported name refers to (``vpo.tasks.get_task`` -> ``vpo.tasks``)."""
+    while name and name not in EXISTING:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def targets(module: str, *, lazy: bool = True) -> set[str]:
+    top, every = MODULES[module]
+    return {t for t in (resolve(n) for n in (every if lazy else top)) if t and t != module}
+
+
+def within(module: str, *prefixes: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+CORE = ("vpo.weights", "vpo.objective", "vpo.estimators", "vpo.chains", "vpo.metrics", "vpo.goals")
+ABOVE_CORE = ("vpo.tasks", "vpo.integrations", "vpo.commands", "vpo.cli", "vpo.demo", "vpo.evaluation",
+              "vpo.search", "vpo.report", "vpo.sandbox", "vpo.models", "vpo.export", "vpo.formats")
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if within(m, *CORE)))
+def test_the_core_imports_nothing_above_it(module):
+    bad = sorted(t for t in targets(module) if within(t, *ABOVE_CORE))
+    assert not bad, f"{module} imports {bad}"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if not within(m, "vpo.commands", "vpo.cli",
+                                                                             "vpo.__main__")))
+def test_nothing_below_the_cli_imports_the_cli(module):
+    bad = sorted(t for t in targets(module) if within(t, "vpo.commands", "vpo.cli"))
+    assert not bad, f"{module} imports {bad}"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if within(m, "vpo.integrations", "vpo.evaluation",
+                                                                         "vpo.search", "vpo.formats",
+                                                                         "vpo.report", "vpo.tasks")))
+def test_adapters_and_evaluation_do_not_import_the_demo(module):
+    bad = sorted(t for t in targets(module) if within(t, "vpo.demo"))
+    assert not bad, f"{module} imports {bad}"
+
+
+def test_no_import_cycles_at_module_level():
+    graph = {m: targets(m, lazy=False) for m in MODULES}
+    # a package's __init__ importing its own submodules is how packages re-export: not a cycle
+    for m in graph:
+        graph[m] = {t for t in graph[m] if not t.startswith(m + ".")}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                cycle = stack[stack.index(nxt):] + [nxt]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
