@@ -1,12 +1,14 @@
 """Scoring throughput of each task on one core: answers scored per second.
 
-Usage: ``python benchmarks/tasks.py [--seconds 1.0] [--tasks maze,musique,eureqa,toolcall,code]``
+Usage: ``python benchmarks/tasks.py [--seconds 1.0] [--tasks maze,musique,eureqa,toolcall,code,math,math-comp]``
 
 For every task it scores a fixed mix of answers (right, partly right, wrong, garbage) with
 ``task.score`` (single answers) and ``task.score_chain(m=3)`` (three answers per text, parse +
 dedup + pad included), repeating the mix for about ``--seconds`` each, and prints a table.
 Target: >= 5000 answers/s for the maze and the text tasks (code runs programs, so it is
-reported but has no target). Thread pools are pinned to 1 so the figure is per core.
+reported but has no target); >= 2000 for math on the GSM8K-style mix (math-comp, the
+MATH-style mix, is reported without a target; the math rows add a cold-cache line). Thread
+pools are pinned to 1 so the figure is per core.
 
 Code: 6 fixture problems padded to 16 tests each, answers right, wrong, crashing and not
 parsing; a single answer runs on one warm sandbox worker, a chain's three in one
@@ -124,13 +126,67 @@ def _code_answers(task, examples, rng):
     return out
 
 
+# ----- math: GSM8K-style and MATH-style mixes -------------------------------------------------
+# The task caches parses (worker) and dedup keys (caller), and bench() below warms up on the
+# mix before timing, so its rows are the warm rate; math_cold() scores never-seen answers
+# with a fresh task, which is what a training step meets. Target 2000 answers/s (GSM8K mix).
+
+
+def _math_answers(task, examples, rng):
+    out = []
+    for ex in examples:
+        a = ex["answer"]
+        wrong = int(a.replace(",", "")) + rng.randint(1, 9)
+        out += [(f"Let me work it out step by step... so the answer is \\boxed{{{a}}}.", ex),
+                (f"First, ... Then ... I get \\boxed{{{wrong}}}.", ex),
+                (f"The total is {a}.\n#### {a}", ex),
+                (f"It costs \\boxed{{\\${a}}}", ex),           # not a plain integer: math-verify
+                ("I could not solve this one.", ex)]
+    return out
+
+
+def _math_comp_answers(task, examples, rng):
+    out = []
+    for ex in examples:
+        r = rng.randint(2, 99)
+        out += [(f"Working... $\\boxed{{{ex['answer']}}}$", ex),
+                (f"... hence \\boxed{{\\frac{{{r}}}{{{r + 5}}}}}", ex),
+                (f"... hence \\boxed{{{r}}}", ex),
+                (f"... so \\boxed{{x = {r}.5}}", ex),
+                ("no boxed answer here", ex)]
+    return out
+
+
+def math_cold(mix: str, count: int = 400) -> dict:
+    """Answers/s of ``count`` never-seen answers scored once each by a fresh task (cold caches)."""
+    from vpo.tasks import get_task
+
+    task = get_task("math")
+    examples = task.examples("test") if mix == "math" else task.examples("test", source="fixture:math")
+    build = _math_answers if mix == "math" else _math_comp_answers
+    rng = random.Random(1)
+    pairs: list = []
+    while len(pairs) < count:
+        pairs += build(task, examples, rng)
+    pairs = pairs[:count]
+    task.score("\\boxed{\\frac{1}{3}}", examples[0])  # start the worker (imports sympy): not timed
+    start = time.perf_counter()
+    for text, example in pairs:
+        task.score(text, example)
+    return {"task": mix + " cold", "mix": count, "single": count / (time.perf_counter() - start)}
+
+
 BUILDERS: dict[str, tuple[dict, Callable]] = {
     "maze": ({"size": 9}, _maze_answers),
     "musique": ({}, _musique_answers),
     "eureqa": ({}, _eureqa_answers),
     "toolcall": ({}, _toolcall_answers),
     "code": ({}, _code_answers),
+    "math": ({}, _math_answers),
+    "math-comp": ({}, _math_comp_answers),   # the "math" task on the MATH-style fixture
 }
+TARGETS = {"code": None, "math": 2000.0, "math-comp": None}
+"""Per-task answers/s targets where they differ from TARGET (None: reported, no target)."""
 
 
 def _rate(fn: Callable[[], int], seconds: float) -> float:
@@ -149,8 +205,11 @@ def bench(name: str, seconds: float) -> dict:
 
     params, build = BUILDERS[name]
     try:
-        task = get_task(name, **params)
-        examples = task.examples("test", 4, seed=0) if name != "maze" else task.examples("test", 4)
+        task = get_task("math" if name == "math-comp" else name, **params)
+        if name == "math-comp":
+            examples = task.examples("test", source="fixture:math")
+        else:
+            examples = task.examples("test", 4, seed=0) if name != "maze" else task.examples("test", 4)
     except Exception as err:  # noqa: BLE001 - a missing optional task is reported, not fatal
         return {"task": name, "skipped": f"{type(err).__name__}: {err}"[:70]}
     pairs = build(task, examples, random.Random(0))
@@ -203,11 +262,15 @@ def main(argv: list[str] | None = None) -> int:
         if "skipped" in row:
             print(f"{name:<10} skipped ({row['skipped']})")
             continue
-        target = TARGET if name != "code" else None
+        target = TARGETS.get(name, TARGET)
         passed = target is None or min(row["single"], row["chain"]) >= target
         ok &= passed
         print(f"{name:<10} {row['mix']:>4} {row['single']:>12,.0f} {1e6 / row['single']:>8.1f} "
-              f"{row['chain']:>16,.0f} {('>=5000 ' + ('ok' if passed else 'LOW')) if target else '-':>8}")
+              f"{row['chain']:>16,.0f} {(f'>={target:.0f} ' + ('ok' if passed else 'LOW')) if target else '-':>8}")
+        if name in ("math", "math-comp"):
+            cold = math_cold(name)
+            print(f"{cold['task']:<10} {cold['mix']:>4} {cold['single']:>12,.0f} {1e6 / cold['single']:>8.1f} "
+                  f"{'':>16} {'(new answers, fresh caches)'}")
         if name == "code":
             # Answers that parse run every test; a quarter of the mix does not parse.
             ran = 3 / 4 * CODE_TESTS

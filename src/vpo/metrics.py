@@ -387,3 +387,135 @@ def paired_difference(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.n
         raise ValueError("a and b are empty")
     diff = a_arr - b_arr
     return float(diff.mean()), _t_half_width(diff, confidence)
+
+
+# ----- search metrics by difficulty level -----------------------------------------------
+
+__all__ += ["search_curves_by_level", "search_gap_by_level"]  # appended: this section is added at the end
+
+
+def _level_groups(levels: Sequence[Any], count: int, name: str = "levels") -> dict[str, list[int]]:
+    """Example indices per level label (str; None -> "unknown"), levels in natural order
+    (numbers numerically, then the rest alphabetically), then "all"."""
+    levels = list(levels)
+    if len(levels) != count:
+        raise ValueError(f"{name} has {len(levels)} entries but there are {count} examples")
+    groups: dict[str, list[int]] = {}
+    for i, level in enumerate(levels):
+        groups.setdefault("unknown" if level is None else str(level), []).append(i)
+
+    def order(label: str) -> tuple[int, float, str]:
+        try:
+            return (0, float(label), label)
+        except ValueError:
+            return (1, 0.0, label)
+
+    out = {label: groups[label] for label in sorted(groups, key=order)}
+    out["all"] = list(range(count))
+    return out
+
+
+def _level_ks(ks: Iterable[int] | None, sizes: Sequence[int]) -> np.ndarray:
+    """The ks of one level: every k = 1..min pool size by default, else ``ks`` (each <= min)."""
+    n_min = min(sizes)
+    return _check_ks(ks, n_min, f"the smallest pool (n = {n_min})")
+
+
+def _ci_rows(per_example: np.ndarray, confidence: float) -> dict[str, list[float]]:
+    """{"mean", "low", "high"} over axis 0 of (E, L) per-example values (Student-t)."""
+    cols = [mean_ci(per_example[:, j], confidence) for j in range(per_example.shape[1])]
+    return {"mean": [c[0] for c in cols], "low": [c[1] for c in cols], "high": [c[2] for c in cols]}
+
+
+def search_curves_by_level(scalars: Sequence[Any], solved: Sequence[Any], levels: Sequence[Any],
+                           tests: Sequence[Any] | None = None, ks: Iterable[int] | None = None,
+                           confidence: float = 0.95) -> dict[str, dict[str, Any]]:
+    """best@k, pass@k and coverage@k curves of one method's answer pools, per difficulty level.
+
+    ``scalars``: one (n_e,) array of fixed scalars per example e (pools may differ in size);
+    ``solved``: one (n_e,) bool / 0-1 array per example (pass@k counts these); ``levels``: one
+    label per example (``task.difficulty(example)``; None is grouped as "unknown");
+    ``tests``: optional, one (n_e, T_e) 0/1 test matrix per example, or None for examples
+    without one (coverage@k is averaged over the examples that have one). ``ks``: the k values
+    (default 1..the smallest pool of the level; each must fit every pool of the level).
+
+    Returns ``{level: {"num_examples", "ks", "best_at_k", "pass_at_k", "coverage_at_k"}}``,
+    levels in natural order and a last entry "all"; each curve is ``{"mean", "low", "high"}``
+    (lists over ks; Student-t interval over the level's examples, NaN bounds for one example);
+    ``coverage_at_k`` is None when no example of the level has a test matrix, and carries
+    ``"num_examples"``. Per example the estimators are the unbiased ones of this module
+    (``best_at_k_curve``, ``pass_at_k``, ``coverage_at_k``). Raises ValueError on ragged input.
+    """
+    confidence = _check_confidence(confidence)
+    count = len(scalars)
+    if count == 0:
+        raise ValueError("scalars is empty: no examples")
+    if len(solved) != count:
+        raise ValueError(f"solved has {len(solved)} pools but scalars has {count}")
+    if tests is not None and len(tests) != count:
+        raise ValueError(f"tests has {len(tests)} entries but scalars has {count}")
+    values = [_values_1d(s, f"scalars[{i}]") for i, s in enumerate(scalars)]
+    flags = []
+    for i, s in enumerate(solved):
+        arr = np.asarray(s)
+        if arr.shape != values[i].shape:
+            raise ValueError(f"solved[{i}] has shape {arr.shape} but scalars[{i}] has {values[i].shape}")
+        num = arr.astype(np.float64)
+        if not np.all((num == 0) | (num == 1)):
+            raise ValueError(f"solved[{i}] must hold booleans or 0/1 values")
+        flags.append(num.astype(bool))
+    ks_arg = None if ks is None else list([ks] if isinstance(ks, int | np.integer) else ks)
+    out: dict[str, dict[str, Any]] = {}
+    for label, idx in _level_groups(levels, count).items():
+        ks_arr = _level_ks(ks_arg, [values[i].size for i in idx])
+        best = np.stack([best_at_k_curve(values[i], ks_arr) for i in idx])
+        passed = np.stack([[_pass_at_k_scalar(flags[i].size, int(flags[i].sum()), int(k)) for k in ks_arr]
+                           for i in idx])
+        with_tests = [i for i in idx if tests is not None and tests[i] is not None]
+        coverage = None
+        if with_tests:
+            cov = np.stack([[coverage_at_k(tests[i], int(k)) for k in ks_arr] for i in with_tests])
+            coverage = {**_ci_rows(cov, confidence), "num_examples": len(with_tests)}
+        out[label] = {"num_examples": len(idx), "ks": [int(k) for k in ks_arr],
+                      "best_at_k": _ci_rows(best, confidence), "pass_at_k": _ci_rows(passed, confidence),
+                      "coverage_at_k": coverage}
+    return out
+
+
+def search_gap_by_level(a_pools: Sequence[Any], b_pools: Sequence[Any], levels: Sequence[Any],
+                        ks: Iterable[int] | None = None, confidence: float = 0.95) -> dict[str, dict[str, Any]]:
+    """Paired gap best@k(a) - best@k(b) against k, per difficulty level (e.g. VPO - GRPO).
+
+    ``a_pools``, ``b_pools``: one (n_e,) array of fixed scalars per example, the SAME examples
+    in the same order for both methods (pool sizes may differ between methods and examples);
+    pass 0/1 solved flags instead of scalars to get the pass@k gap (best@k of 0/1 values is
+    pass@k). ``levels``: one label per example. ``ks``: default 1..the smallest pool of the
+    level over both methods.
+
+    Returns ``{level: {"num_examples", "ks", "mean", "half_width", "low", "high"}}`` (lists over
+    ks; levels in natural order, then "all"): per k the mean over the level's examples of the
+    per-example difference, with its paired Student-t half-width (``paired_difference``; NaN
+    for one example). The gap is significant at ``confidence`` where low > 0 or high < 0.
+    """
+    confidence = _check_confidence(confidence)
+    count = len(a_pools)
+    if count == 0:
+        raise ValueError("a_pools is empty: no examples")
+    if len(b_pools) != count:
+        raise ValueError(f"a_pools has {count} examples but b_pools has {len(b_pools)}; the gap is paired "
+                         "over the same examples")
+    a_vals = [_values_1d(p, f"a_pools[{i}]") for i, p in enumerate(a_pools)]
+    b_vals = [_values_1d(p, f"b_pools[{i}]") for i, p in enumerate(b_pools)]
+    ks_arg = None if ks is None else list([ks] if isinstance(ks, int | np.integer) else ks)
+    out: dict[str, dict[str, Any]] = {}
+    for label, idx in _level_groups(levels, count).items():
+        ks_arr = _level_ks(ks_arg, [a_vals[i].size for i in idx] + [b_vals[i].size for i in idx])
+        a_curves = np.stack([best_at_k_curve(a_vals[i], ks_arr) for i in idx])
+        b_curves = np.stack([best_at_k_curve(b_vals[i], ks_arr) for i in idx])
+        pairs = [paired_difference(a_curves[:, j], b_curves[:, j], confidence) for j in range(ks_arr.size)]
+        mean = [p[0] for p in pairs]
+        half = [p[1] for p in pairs]
+        out[label] = {"num_examples": len(idx), "ks": [int(k) for k in ks_arr], "mean": mean,
+                      "half_width": half, "low": [m - h for m, h in zip(mean, half, strict=True)],
+                      "high": [m + h for m, h in zip(mean, half, strict=True)]}
+    return out

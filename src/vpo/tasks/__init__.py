@@ -39,6 +39,7 @@ _BUILTIN_MODULES = {
     "eureqa": "vpo.tasks.eureqa",
     "toolcall": "vpo.tasks.toolcall",
     "code": "vpo.tasks.code",
+    "math": "vpo.tasks.math",
 }
 
 
