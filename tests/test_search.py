@@ -263,3 +263,39 @@ def test_search_uses_the_task_params_a_checkpoint_records(tmp_path, capsys):
     assert main(["search", "best-of-n", "--task", "maze", "--model", f"{ckpt},{other}", "--pool", "2",
                  "--out", str(out)]) == 2
     assert "record different task parameters" in capsys.readouterr().err
+
+
+def test_search_reports_curves_and_the_gap_by_level(tmp_path):
+    # issue #15.2: per-level curves per checkpoint, and the last checkpoint against the first
+    from vpo.search import run_search_eval
+    from vpo.tasks import get_task
+
+    task = get_task("maze", size=5)
+    examples = [dict(e, difficulty=("easy" if i % 2 else "hard")) for i, e in enumerate(task.examples("test", 4))]
+    ckpt = _compact_checkpoint(tmp_path / "c")
+    report = run_search_eval([("GRPO", str(ckpt)), ("VPO", str(ckpt))], task, examples, tmp_path / "out", n=3,
+                             m=[1, 3], max_new_tokens=6, progress=False)
+    levels = report["checkpoints"]["VPO"]["by_level"]
+    assert list(levels) == ["easy", "hard", "all"] and levels["easy"]["num_examples"] == 2
+    assert len(levels["all"]["best_at_k"]["mean"]) == 3 and levels["all"]["coverage_at_k"] is not None
+    gap = report["gap_by_level"]
+    assert (gap["a"], gap["b"]) == ("VPO", "GRPO") and set(gap["levels"]) == {"easy", "hard", "all"}
+    assert (tmp_path / "out" / "gap_by_level.png").read_bytes()[:4] == b"\x89PNG"
+    json.loads((tmp_path / "out" / "search.json").read_text())  # strict JSON (NaN bounds become null)
+
+
+def test_eval_reports_by_level(tmp_path):
+    from vpo.cli import main
+    from vpo.tasks import get_task
+
+    examples = [dict(e, difficulty=str(1 + i % 2)) for i, e in enumerate(get_task("maze", size=5).examples("test", 4))]
+    source = tmp_path / "mazes.jsonl"
+    source.write_text("\n".join(json.dumps(e) for e in examples))
+    ckpt = _compact_checkpoint(tmp_path / "c")
+    out = tmp_path / "eval"
+    assert main(["eval", "--task", "maze", "--model", str(ckpt), "--source", str(source), "--examples", "4",
+                 "--pool", "3", "--answers", "3", "--max-new-tokens", "6", "--no-progress", "--out", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    (levels,) = metrics["by_level"].values()
+    assert list(levels) == ["1", "2", "all"] and levels["all"]["num_examples"] == 4
+    assert "## By difficulty" in (out / "report.md").read_text()

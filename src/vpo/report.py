@@ -294,6 +294,26 @@ def make_plots(metrics: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
 
 # ----- the report -------------------------------------------------------------------------
 
+def by_level_section(doc: _Doc, by_level: Mapping[str, Any], pool: int) -> None:
+    """Per difficulty level: best@k and pass@k (mean, 95% CI over the level's examples)."""
+    doc.h(2, "By difficulty")
+    doc.p("One row per difficulty level of the examples (``task.difficulty``), the last over all of them; "
+          "mean over the level's examples [95% CI].")
+    for label, levels in by_level.items():
+        first = next(iter(levels.values()))
+        ks = [k for k in (1, 3, 10, pool) if k in first["ks"]] or first["ks"][-1:]
+        cols = ["level", "examples"] + [f"best@{k}" for k in ks] + [f"pass@{k}" for k in ks]
+        rows = []
+        for level, entry in levels.items():
+            idx = [entry["ks"].index(k) for k in ks]
+            cell = lambda c, i: f"{_num(c['mean'][i])} [{_num(c['low'][i])}, {_num(c['high'][i])}]"  # noqa: E731
+            rows.append([level, entry["num_examples"]] + [cell(entry["best_at_k"], i) for i in idx]
+                        + [cell(entry["pass_at_k"], i) for i in idx])
+        if len(by_level) > 1:
+            doc.p(f"**{label}**")
+        doc.table(cols, rows)
+
+
 def build_document(metrics: Mapping[str, Any], plots: Sequence[Path]) -> _Doc:
     doc = _Doc()
     doc.h(1, metrics.get("title", "Evaluation report"))
@@ -321,6 +341,8 @@ def build_document(metrics: Mapping[str, Any], plots: Sequence[Path]) -> _Doc:
                 doc.table(tab["columns"], tab["rows"])
     methods = metrics["methods"]
     objectives = list(task.get("objectives") or [])
+    if metrics.get("by_level"):
+        by_level_section(doc, metrics["by_level"], pool)
     doc.h(2, "Results")
     doc.p("Cells: mean over held-out examples ±95% CI over examples (±95% CI over training seeds, when "
           "there are several). k counts answers; best@k is the exact expectation of the max of k of the "

@@ -57,6 +57,8 @@ __all__ = [
     "Selector",
     "best_of_n",
     "plot_search_curves",
+    "levels_of_pools",
+    "plot_gap_by_level",
     "pool_curves",
     "run_search_eval",
     "select_best",
@@ -285,6 +287,46 @@ def plot_search_curves(curves: Mapping[str, Mapping[str, Any]], path: str | Path
     return path
 
 
+# ----- by difficulty ------------------------------------------------------------------------
+
+def levels_of_pools(task: Task, pools: Sequence[Any], levels: Sequence[Any]) -> dict[str, dict[str, Any]]:
+    """best@k, pass@k and coverage@k per difficulty level of pools (one (P, D) array per
+    example; ``levels`` from ``task.difficulty``): ``vpo.metrics.search_curves_by_level``."""
+    arrays = [_pool_2d(p) for p in pools]
+    return M.search_curves_by_level([np.asarray(task.scalar(a), dtype=np.float64).reshape(-1) for a in arrays],
+                                    [[task.solved(row) for row in a] for a in arrays], list(levels),
+                                    tests=[a >= 1.0 - SOLVED_TOL for a in arrays])
+
+
+def plot_gap_by_level(gap: Mapping[str, Any], path: str | Path, *, title: str = "") -> Path | None:
+    """best@k gap against k (log axis), one line per level with its 95% band; None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for level, entry in gap.items():
+        ks = np.asarray(entry["ks"], dtype=float)
+        style = {"color": "black", "linewidth": 2.2} if level == "all" else {}
+        line, = ax.plot(ks, entry["mean"], label=f"{level} (n={entry['num_examples']})", **style)
+        low, high = np.asarray(entry["low"], dtype=float), np.asarray(entry["high"], dtype=float)
+        if np.isfinite(low).any():
+            ax.fill_between(ks, low, high, color=line.get_color(), alpha=0.15)
+    ax.axhline(0.0, color="grey", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("k (answers)")
+    ax.set_ylabel("best@k gap")
+    ax.set_title(title, fontsize=10)
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, title="level")
+    path = Path(path)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
 # ----- several checkpoints ------------------------------------------------------------------
 
 def run_search_eval(checkpoints: Sequence[tuple[str, Any]], task: Task, examples: Sequence[Example],
@@ -324,6 +366,9 @@ def run_search_eval(checkpoints: Sequence[tuple[str, Any]], task: Task, examples
                               "examples": [str(ex.get("id", i)) for i, ex in enumerate(examples)],
                               "checkpoints": {}}
     curves: dict[str, dict[str, Any]] = {}
+    all_pools: dict[str, list[np.ndarray]] = {}
+    levels = [task.difficulty(ex) for ex in examples]
+    has_levels = any(level is not None for level in levels)
     for (label, source), m_label in zip(checkpoints, per_checkpoint_m, strict=True):
         model, tokenizer = source if isinstance(source, tuple) else loader(source)
         fmt = None
@@ -343,9 +388,23 @@ def run_search_eval(checkpoints: Sequence[tuple[str, Any]], task: Task, examples
         curves[label] = search_curves(pools, task)
         report["checkpoints"][label] = {"source": source if isinstance(source, str | Path) else "in-memory",
                                         "m": m_label, "curves": curves[label], "picks": picks}
+        all_pools[label] = pools
+        if has_levels:
+            report["checkpoints"][label]["by_level"] = levels_of_pools(task, pools, levels)
         report["checkpoints"][label]["source"] = str(report["checkpoints"][label]["source"])
     plot = plot_search_curves(curves, out_dir / "search_curves.png",
                               title=f"{task.name}: best-of-n, n={n}, m={','.join(map(str, sorted(set(per_checkpoint_m))))}")
     report["plot"] = plot.name
-    (out_dir / "search.json").write_text(json.dumps(report, indent=1))
+    if has_levels and len(checkpoints) >= 2:
+        # the last checkpoint against the first (list the baseline first: --model grpo,vpo)
+        a, b = labels[-1], labels[0]
+        gap = M.search_gap_by_level([task.scalar(_pool_2d(p)) for p in all_pools[a]],
+                                    [task.scalar(_pool_2d(p)) for p in all_pools[b]], levels)
+        report["gap_by_level"] = {"a": a, "b": b, "levels": gap}
+        gap_plot = plot_gap_by_level(gap, out_dir / "gap_by_level.png", title=f"best@k({a}) - best@k({b}) by level")
+        if gap_plot is not None:
+            report["gap_plot"] = gap_plot.name
+    from vpo.evaluation import sanitize
+
+    (out_dir / "search.json").write_text(json.dumps(sanitize(report), indent=1, allow_nan=False))
     return report

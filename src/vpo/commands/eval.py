@@ -84,6 +84,7 @@ def run_eval(cfg: EvalConfig) -> dict:
     from vpo.evaluation import (example_weights, load_format, pool_metrics, sample_pools,
                                 summarize)
     from vpo.formats import resolve_task_params
+    from vpo.search import levels_of_pools
     from vpo.report import write_report
     from vpo.tasks import get_task
 
@@ -121,6 +122,7 @@ def run_eval(cfg: EvalConfig) -> dict:
                          "pool metrics need one D")
     weights = example_weights(len(examples), dims.pop(), cfg.eval_weights, seed=cfg.seed)
     per_example = pool_metrics(pools.vectors, task, eval_weights=weights)
+    levels = [task.difficulty(e) for e in examples]
     label = cfg.label or (model_dir.stem if gguf else model_dir.name)
     objectives = list(task.objective_names(examples[0]))
     entry = summarize([per_example], label=f"{label} (m={cfg.answers})", m=cfg.answers, objectives=objectives,
@@ -134,6 +136,8 @@ def run_eval(cfg: EvalConfig) -> dict:
         "eval": {"examples": len(examples), "pool": cfg.pool, "temperature": cfg.temperature, "top_p": cfg.top_p,
                  "eval_weights": cfg.eval_weights, "ks_shown": [1, 3, 10, cfg.pool]},
         "methods": {label: entry},
+        "by_level": ({label: levels_of_pools(task, list(pools.vectors), levels)}
+                     if any(level is not None for level in levels) else None),
         "timings": {"sampling and scoring": time.time() - start},
         "config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
         "notes": [f"{pools.truncated:.0%} of the chains hit the generation budget ({max_new} tokens) without EOS."],
