@@ -159,3 +159,26 @@ def test_a_verl_export_given_to_train_is_named(tmp_path, capsys):
                  "--source", str(tmp_path / "data" / "train.parquet")]) == 2
     err = capsys.readouterr().err
     assert "looks like a verl export" in err and "--format trl" in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["train", "--task", "maze", "--model", "{model}"],
+    ["eval", "--task", "maze", "--model", "{model}"],
+    ["search", "best-of-n", "--task", "maze", "--model", "{model}"],
+    ["search", "openevolve", "--task", "code", "--model", "{model}"],
+    ["data", "export", "maze", "--train", "1", "--test", "0"],
+    ["demo", "--quick"],
+])
+def test_out_pointing_at_a_file_is_one_line_at_once(tmp_path, capsys, argv):
+    # issue #16.8: before any work, one line, no traceback
+    import time
+
+    model = tmp_path / "model"
+    model.mkdir()
+    afile = tmp_path / "taken.txt"
+    afile.write_text("x")
+    start = time.perf_counter()
+    assert main([a.replace("{model}", str(model)) for a in argv] + ["--out", str(afile)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--out" in err and "is a file" in err and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert time.perf_counter() - start < 10 and afile.read_text() == "x"

@@ -20,9 +20,11 @@ same concept has the same flag in every subcommand: ``--task-params``, ``--answe
 from __future__ import annotations
 
 import argparse
-import json
 import dataclasses
+import json
+import os
 import typing
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -131,3 +133,18 @@ def parse_params(items: str | list[str] | tuple[str, ...], flag: str = "--task-p
         except json.JSONDecodeError:
             params[key.strip()] = value.strip()
     return params
+
+
+def check_out_dir(path: str | os.PathLike[str], flag: str = "--out") -> None:
+    """Fail at once, naming ``flag``, when ``path`` cannot be the output folder: an existing
+    file, or a folder (or the nearest existing parent) this process cannot write to."""
+    target = Path(path)
+    if target.exists() and not target.is_dir():
+        raise FileExistsError(f"{flag} {target} is a file; give a folder")
+    probe = target
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise NotADirectoryError(f"{flag} {target}: {probe} is a file, not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise PermissionError(f"{flag} {target}: {probe} is not writable")

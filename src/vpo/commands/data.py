@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from vpo.config import add_dataclass_args, dataclass_from_args, parse_params
+from vpo.config import add_dataclass_args, check_out_dir, dataclass_from_args, parse_params
 from vpo.estimators.options import WeightOptions
 
 FORMATS = ("verl", "trl")
@@ -74,6 +74,7 @@ def run_export(args: argparse.Namespace) -> int:
     cfg = dataclass_from_args(ExportConfig, args)
     if not cfg.out:
         raise ValueError("--out is required")
+    check_out_dir(cfg.out)
     if cfg.train < 0 or cfg.test < 0:
         raise ValueError("--train and --test must be >= 0")
     goals = None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from vpo.config import add_dataclass_args, dataclass_from_args
+from vpo.config import add_dataclass_args, check_out_dir, dataclass_from_args
 from vpo.demo.config import DemoConfig
 
 
@@ -28,7 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from vpo.demo.run import run_demo
 
-    result = run_demo(dataclass_from_args(DemoConfig, args))
+    cfg = dataclass_from_args(DemoConfig, args)
+    check_out_dir(cfg.resolved().out)
+    result = run_demo(cfg)
     paths = result["report"]
     print(f"report: {paths['md']}  (html: {paths['html']}, metrics: {paths['json']}, "
           f"{len(paths['plots'])} plots)")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vpo.config import add_dataclass_args, dataclass_from_args, parse_params
+from vpo.config import add_dataclass_args, check_out_dir, dataclass_from_args, parse_params
 
 
 @dataclass
@@ -77,6 +77,8 @@ def run_eval(cfg: EvalConfig) -> dict:
     """Evaluate ``cfg.model``; returns {"report": paths, "metrics": dict}."""
     import os
     import time
+
+    check_out_dir(cfg.out)
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch

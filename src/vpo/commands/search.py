@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vpo.config import add_dataclass_args, dataclass_from_args, parse_params
+from vpo.config import add_dataclass_args, check_out_dir, dataclass_from_args, parse_params
 
 
 @dataclass
@@ -118,6 +118,7 @@ def run_best_of_n(cfg: BestOfNConfig) -> dict[str, Any]:
 
     from vpo.formats import resolve_task_params
 
+    check_out_dir(cfg.out)
     labels = _labels(cfg.model, cfg.labels)
     answers = list(cfg.answers) * len(cfg.model) if len(cfg.answers) == 1 else list(cfg.answers)
     if len(answers) != len(cfg.model) or min(answers) < 1:
@@ -146,6 +147,7 @@ def run_openevolve(cfg: OpenEvolveConfig) -> dict[str, Any]:
     from vpo.sandbox import Limits
     from vpo.tasks import get_task
 
+    check_out_dir(cfg.out)
     labels = _labels(cfg.model, cfg.labels)
     limits = Limits(timeout=cfg.test_timeout)
     task = get_task("code", max_tests=cfg.max_tests, limits=limits)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vpo.config import add_dataclass_args, dataclass_from_args, parse_params
+from vpo.config import add_dataclass_args, check_out_dir, dataclass_from_args, parse_params
 from vpo.estimators.options import WeightOptions
 from vpo.integrations.trl_config import TASK_EPOCHS, RLConfig
 
@@ -229,6 +229,8 @@ def train(cfg: TrainArgs, rl: Any) -> int:
     spec = get_spec(cfg.method)
     answers = resolve_answers(cfg.method, cfg.answers)
     check_model_path(cfg.model)
+    if cfg.save:
+        check_out_dir(cfg.out)
     model_dir = Path(cfg.model) if Path(cfg.model).is_dir() else None
     # a checkpoint that records its task (the demo's) is trained on that task, in its own format
     params = resolve_task_params(parse_params(cfg.task_params), [model_dir] if model_dir else [])
