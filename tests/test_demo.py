@@ -254,3 +254,36 @@ def test_a_second_demo_in_the_same_folder_is_refused(tmp_path, capsys):
         held.close()
     again = lock_folder(tmp_path / "demo")  # released: the next run gets it
     again.close()
+
+
+def test_compact_format_states_goal_weights_and_evaluation_varies_them_per_chain():
+    # issue #12.2: goal-conditioned GRPO in the demo
+    from vpo.demo.config import DemoConfig
+    from vpo.demo.format import CompactMazeFormat, GoalPerChainFormat
+    from vpo.goals import attach_goal
+    from vpo.tasks import get_task
+
+    task = get_task("maze", size=5)
+    example = task.examples("test", 1)[0]
+    fmt = CompactMazeFormat()
+    goal = attach_goal(task, example, key=example["id"], seed=0)
+    percents = "".join(f"{min(99, round(100 * w)):02d}" for w in goal["goal_weights"])
+    stated = fmt.prompt(goal, 1)
+    assert f" {percents} " in stated and stated.replace(f"{percents} ", "", 1) == fmt.prompt(example, 1)
+    assert set(fmt.prompt(goal, 1)) <= set(fmt.alphabet())
+    per_chain = GoalPerChainFormat(fmt, seed=1)
+    prompts = {per_chain.chain_prompt(example, 1, c) for c in range(5)}
+    assert len(prompts) == 5 and per_chain.chain_prompt(example, 1, 2) == per_chain.chain_prompt(example, 1, 2)
+    assert DemoConfig(methods="all").method_list() == ["grpo", "vpo", "multi_rlvr", "max_at_k"]
+    assert DemoConfig(methods="grpo,goal_conditioned").method_list() == ["grpo", "goal_conditioned"]
+
+
+@pytest.mark.slow
+def test_quick_demo_with_goal_conditioned_grpo(tmp_path):
+    from vpo.demo.config import DemoConfig
+    from vpo.demo.run import run_demo
+
+    result = run_demo(DemoConfig(quick=True, out=str(tmp_path), methods="grpo,goal_conditioned", progress=False))
+    metrics = result["metrics"]
+    assert {"grpo", "goal_conditioned"} <= set(metrics["methods"])
+    assert all(0.0 <= v <= 1.0 for v in metrics["methods"]["goal_conditioned"]["pref_best_at_k"]["mean"])

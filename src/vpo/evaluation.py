@@ -114,8 +114,10 @@ def sample_pools(model: Any, tokenizer: Any, task: Task, examples: Sequence[Exam
     """Generate ``pool // m`` chains per example and score every answer: a ``Pools``.
 
     Sampling: ``model.generate`` in batches of ``batch_size`` chains, left-padded prompts,
-    ``do_sample=True`` with ``temperature`` and ``top_p`` (top-k off), seeded by ``seed``.
-    Raises ValueError unless ``m`` divides ``pool``.
+    ``do_sample=True`` with ``temperature`` and ``top_p`` (top-k off), seeded by ``seed``. A
+    format with ``chain_prompt(example, m, chain)`` prompts each chain on its own (the demo's
+    goal-conditioned policy gets a different stated goal per chain). Raises ValueError unless
+    ``m`` divides ``pool``.
     """
     import torch
     from tqdm.auto import tqdm
@@ -131,7 +133,9 @@ def sample_pools(model: Any, tokenizer: Any, task: Task, examples: Sequence[Exam
                          "which handles ragged pools")
     fmt = fmt or TaskFormat(task)
     chains = pool // m
-    prompts = [fmt.prompt(example, m) for example in examples]
+    chain_prompt = getattr(fmt, "chain_prompt", None)
+    prompts = [[chain_prompt(example, m, c) for c in range(chains)] if chain_prompt is not None
+               else [fmt.prompt(example, m)] * chains for example in examples]
     jobs = [(i, c) for i in range(len(examples)) for c in range(chains)]
     texts: list[list[str]] = [[""] * chains for _ in examples]
     eos_id = tokenizer.eos_token_id
@@ -147,7 +151,7 @@ def sample_pools(model: Any, tokenizer: Any, task: Task, examples: Sequence[Exam
         bar = tqdm(total=len(jobs), desc=desc, unit="chain", disable=not progress, leave=False)
         for start in range(0, len(jobs), batch_size):
             batch = jobs[start:start + batch_size]
-            enc = tokenizer([prompts[i] for i, _ in batch], return_tensors="pt", padding=True)
+            enc = tokenizer([prompts[i][c] for i, c in batch], return_tensors="pt", padding=True)
             enc = {k: v.to(device) for k, v in enc.items() if k in ("input_ids", "attention_mask")}
             with torch.no_grad():
                 out = model.generate(**enc, do_sample=True, temperature=temperature, top_p=top_p, top_k=0,

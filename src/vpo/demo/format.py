@@ -70,7 +70,12 @@ class CompactMazeFormat:
         if not 0 <= budget <= 99:
             raise ValueError(f"compact maze format: budget {budget} does not fit two digits")
         grid = "/".join(row.lower() for row in example["grid"])
-        return f"{m} {budget:02d} {grid}>"
+        goal = example.get("goal_weights")
+        if goal is None:
+            return f"{m} {budget:02d} {grid}>"
+        # goal-conditioned GRPO: the weights as two-digit percentages, "31124017" for .31 .12 .40 .17
+        percents = "".join(f"{min(99, int(round(100 * float(w)))):02d}" for w in goal)
+        return f"{m} {budget:02d} {percents} {grid}>"
 
     def completion(self, routes: Sequence[Sequence[str]]) -> str:
         """Target text for a list of routes (each a list of UP/DOWN/LEFT/RIGHT moves); one route
@@ -113,3 +118,36 @@ class CompactMazeFormat:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({**self.to_dict(), **extra}, indent=1, sort_keys=True))
         return path
+
+
+@dataclass(frozen=True)
+class GoalPerChainFormat:
+    """The compact format for a goal-conditioned policy at evaluation: chain c of an example is
+    prompted with its own goal w ~ Dir(1) (``vpo.weights.group_weights`` keyed on the example id,
+    "eval" and c), so a pool covers the preferences a downstream selector might have."""
+
+    base: CompactMazeFormat
+    seed: int = 0
+    num_objectives: int = 4
+    name: str = "maze-compact-goals"
+
+    def goal(self, example: Mapping[str, Any], chain: int) -> list[float]:
+        from vpo.weights import group_weights
+
+        key = (str(example.get("id", "")), "eval", int(chain))
+        return [float(w) for w in group_weights([key], 1, self.num_objectives, seed=self.seed)[0, 0]]
+
+    def prompt(self, example: Mapping[str, Any], m: int) -> str:
+        return self.chain_prompt(example, m, 0)
+
+    def chain_prompt(self, example: Mapping[str, Any], m: int, chain: int) -> str:
+        return self.base.prompt({**example, "goal_weights": self.goal(example, chain)}, m)
+
+    def answers(self, text: str, example: Mapping[str, Any], m: int) -> list[str]:
+        return self.base.answers(text, example, m)
+
+    def completion_budget(self, examples: Sequence[Mapping[str, Any]], m: int) -> int:
+        return self.base.completion_budget(examples, m)
+
+    def max_completion_tokens(self, budget: int, m: int) -> int:
+        return self.base.max_completion_tokens(budget, m)

@@ -106,6 +106,12 @@ def run_rl(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, method: str, seed
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(warmup_dir)
     tokenizer = AutoTokenizer.from_pretrained(warmup_dir)
+    from vpo.estimators import get_spec
+
+    if get_spec(estimator).conditions_prompt:  # each maze states its own goal w, fixed for the run
+        from vpo.goals import attach_goal
+
+        examples = [attach_goal(task, e, key=e["id"], seed=cfg.seed) for e in examples]
     dataset = Dataset.from_dict({"prompt": [fmt.prompt(e, m) for e in examples],
                                  "example": [json.dumps(e) for e in examples]})
     max_budget = max(int(e["budget"]) for e in examples)
@@ -141,8 +147,6 @@ def run_rl(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, method: str, seed
         disable_tqdm=False,
         dataloader_num_workers=0,
     )
-    from vpo.estimators import get_spec
-
     accepted = get_spec(estimator).options
     options = {name: getattr(cfg, name) for name in ("num_weights", "alpha") if name in accepted}
     from vpo.demo.warmup import quiet_libraries, quiet_trainer

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from vpo.demo.config import METHODS, DemoConfig
-from vpo.demo.format import CompactMazeFormat
+from vpo.demo.format import CompactMazeFormat, GoalPerChainFormat
 from vpo.demo.results import build_metrics, oracle_reference
 
 
@@ -266,10 +266,12 @@ def _evaluate_all(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, methods: l
             t, c = time.time(), time.process_time()
             model = AutoModelForCausalLM.from_pretrained(ckpt)
             tokenizer = AutoTokenizer.from_pretrained(ckpt)
+            goal_run = name.startswith("goal_conditioned-")
+            job_fmt = GoalPerChainFormat(fmt, seed=cfg.seed + 4242) if goal_run else fmt
             pools[name] = sample_pools(model, tokenizer, task, examples, m=m, pool=cfg.pool,
                                        temperature=cfg.eval_temperature, top_p=1.0,
                                        max_new_tokens=fmt.max_completion_tokens(max_budget, m),
-                                       batch_size=cfg.eval_batch, fmt=fmt, seed=cfg.seed + 77,
+                                       batch_size=cfg.eval_batch, fmt=job_fmt, seed=cfg.seed + 77,
                                        progress=cfg.progress, desc=f"eval {name}")
             pools[name].save(path)
             seconds[name] = {"wall": time.time() - t, "cpu": time.process_time() - c}
