@@ -1,4 +1,5 @@
-"""Shared test setup: offline hub, quiet engines, deterministic hashing; the ``numbers_in`` fixture."""
+"""Shared test setup: offline hub, quiet engines, deterministic hashing; the ``numbers_in`` and
+``survivors`` fixtures."""
 
 import os
 
@@ -25,3 +26,23 @@ def _numbers(obj):
 def numbers_in():
     """``numbers_in(obj)``: every int/float inside nested dicts and lists (bools excluded), as floats."""
     return lambda obj: list(_numbers(obj))
+
+
+def _survivors(token: str) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as fh:
+                if token.encode() in fh.read():
+                    found.append(int(name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.fixture
+def survivors():
+    """``survivors(token)``: pids of the processes whose command line contains ``token``."""
+    return _survivors

@@ -35,20 +35,6 @@ FIXTURES = Path(vpo.__file__).resolve().parent / "tasks" / "fixtures" / "code_pr
 SLEEP = "/usr/bin/sleep"
 
 
-def _survivors(token: str) -> list[int]:
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as fh:
-                if token.encode() in fh.read():
-                    found.append(int(name))
-        except OSError:
-            continue
-    return found
-
-
 def _snapshot(path: Path) -> dict[str, tuple[int, bytes]]:
     return {str(p): (p.stat().st_mode, p.read_bytes() if p.is_file() else b"") for p in sorted(path.rglob("*"))}
 
@@ -234,7 +220,7 @@ def test_at_least_25_hostile_programs() -> None:
 
 
 @pytest.mark.parametrize("name", CASE_NAMES)
-def test_hostile_program(name: str, canary: Path, listener: tuple[int, list[int]]) -> None:
+def test_hostile_program(name: str, canary: Path, listener: tuple[int, list[int]], survivors) -> None:
     port, accepted = listener
     token = "vpo-hostile-" + secrets.token_hex(8)
     code, tests, mode, fn_name, expected = hostile_cases(token, canary, port)[name]
@@ -250,9 +236,9 @@ def test_hostile_program(name: str, canary: Path, listener: tuple[int, list[int]
         assert v.time <= LIMITS.timeout + 1.5
     # nothing of it survives (give the kernel a moment to tear the namespace down)
     deadline = time.monotonic() + 2.0
-    while _survivors(token) and time.monotonic() < deadline:
+    while survivors(token) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _survivors(token) == []
+    assert survivors(token) == []
     # nothing outside its temporary directory changed
     assert _snapshot(canary) == before
     assert sorted(p.name for p in REPO.iterdir()) == repo_top

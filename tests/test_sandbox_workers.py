@@ -41,19 +41,6 @@ def _pair(a: str, a_tests: list, b: str, b_tests: list) -> tuple[list, list, boo
     return va, vb, sandbox.worker_pids() == after_a
 
 
-def _survivors(token: str) -> list[int]:
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/cmdline", "rb") as fh:
-                    if token.encode() in fh.read():
-                        found.append(int(name))
-            except OSError:
-                continue
-    return found
-
-
 def test_files_left_in_tmp_are_gone_for_the_next_program() -> None:
     a = ("import os\nos.makedirs('deep/er/est', exist_ok=True)\nopen('deep/er/est/x', 'w').write('x')\n"
          "open('/tmp/answer.txt', 'w').write('42')\nos.mkfifo('fifo')\nos.symlink('/usr', 'link')\n"
@@ -75,7 +62,7 @@ def test_full_tmp_is_emptied_for_the_next_program() -> None:
     assert same
 
 
-def test_background_process_does_not_reach_the_next_program() -> None:
+def test_background_process_does_not_reach_the_next_program(survivors) -> None:
     token = "vpo-worker-" + secrets.token_hex(8)
     a = ("import os\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
          f"        os.execv('/usr/bin/sleep', [{token!r}, '1000'])\n    os._exit(0)\nos.wait()\nprint(1)\n")
@@ -85,7 +72,7 @@ def test_background_process_does_not_reach_the_next_program() -> None:
     va, vb, same = _pair(a, [("", "1")], b, [("", "clean")])
     assert _statuses(va) == ["pass"] and _statuses(vb) == ["pass"], (va, vb)
     assert same
-    assert _survivors(token) == []
+    assert survivors(token) == []
 
 
 def test_poisoned_modules_builtins_and_stdlib_stay_in_their_program() -> None:
