@@ -214,17 +214,12 @@ def _reference_from_policy(model: Any, *, enabled: bool) -> Iterator[None]:
 
 def train(cfg: TrainArgs, rl: Any) -> int:
     """Run ``vpo train`` from its two configs; returns 0. Prints where the model went."""
-    from datasets import Dataset
-
-    from vpo.integrations.trl import VPOTrainer
-    from vpo.models import load_pretrained
-    from vpo.tasks import get_task
-
     from vpo.estimators import get_spec
     from vpo.formats import FORMAT_FILE, TaskFormat, load_format, resolve_task_params
-    from vpo.models import check_model_path
+    from vpo.models import check_model_path, load_pretrained
+    from vpo.tasks import get_task
 
-    # every option is checked before any file is read or model loaded
+    # every option is checked before any file is read, model loaded or TRL imported (seconds)
     weight_options = WeightOptions(num_weights=cfg.num_weights, alpha=cfg.alpha, sampler=cfg.sampler, seed=rl.seed)
     spec = get_spec(cfg.method)
     answers = resolve_answers(cfg.method, cfg.answers)
@@ -237,6 +232,10 @@ def train(cfg: TrainArgs, rl: Any) -> int:
     task = get_task(cfg.task, **params)
     rows = build_train_rows(task, answers, data=cfg.source, n=cfg.examples, seed=cfg.data_seed,
                             goals=weight_options if spec.conditions_prompt else None)
+    from datasets import Dataset
+
+    from vpo.integrations.trl import VPOTrainer
+
     model, tokenizer = load_pretrained(cfg.model)
     fmt = load_format(model_dir, task, tokenizer=tokenizer, chat=False)
     grpo_overrides: dict[str, Any] = {}
