@@ -142,6 +142,37 @@ def test_warmup_records_mixture(task):
     assert warmup_records(task, fmt, 50, m=3, single_fraction=0.75, seed=0) == records[:50]
 
 
+def test_random_walk_warmup_reaches_the_exit_blind_to_items(task):
+    """The default warm-up data: every route reaches E within the budget and never walks into a
+    wall, but it was not chosen for items (a pool of walks collects less than the oracle routes)."""
+    import random
+
+    from vpo.demo.warmup import warmup_records
+    from vpo.tasks.maze import checked_grid, oracle_routes, random_exit_walk, simulate
+
+    rng = random.Random(0)
+    walk_items, oracle_items = [], []
+    for example in task.examples("test", 40):
+        grid = checked_grid(example)
+        for _ in range(5):
+            moves = random_exit_walk(example, rng)
+            traj = simulate(example, moves)
+            assert traj.reached_exit and len(moves) <= int(example["budget"])
+            assert len(set(traj.cells)) > 1 and all(  # every move changes the cell: no wall, no edge
+                a != b for a, b in zip(traj.cells, traj.cells[1:]))
+            walk_items.append(traj.gold + traj.diamond)
+        assert grid.exit not in {r * grid.size + c for r, c in traj.cells[:-1]}
+        oracle_items += [simulate(example, r).gold + simulate(example, r).diamond
+                         for r in oracle_routes(example).values()]
+    assert np.mean(walk_items) < 0.8 * np.mean(oracle_items)
+    fmt = CompactMazeFormat()
+    records = warmup_records(task, fmt, 60, m=3, single_fraction=0.5, seed=0)
+    assert records == warmup_records(task, fmt, 60, m=3, single_fraction=0.5, seed=0, data="random_walk")
+    assert records != warmup_records(task, fmt, 60, m=3, single_fraction=0.5, seed=0, data="oracle")
+    with pytest.raises(ValueError, match="--warmup-data"):
+        warmup_records(task, fmt, 1, m=3, single_fraction=0.5, seed=0, data="walks")
+
+
 def test_changed_config_is_refused(tmp_path):
     from vpo.demo.run import _prepare_out
 
@@ -176,7 +207,7 @@ def test_quick_demo_report(quick_run, numbers_in):
     for name in ("best_at_k.png", "training.png", "objective_space.png"):
         assert (out / "plots" / name).read_bytes()[:4] == b"\x89PNG"
     metrics = json.loads((out / "metrics.json").read_text())
-    assert set(metrics["methods"]) == {"warmup_m1", "warmup_m3", "grpo", "vpo"}
+    assert set(metrics["methods"]) == {"warmup_m1", "warmup_m3", "grpo", "vpo", "multi_rlvr", "max_at_k"}
     for key, entry in metrics["methods"].items():
         assert len(entry["best_at_k"]["mean"]) == 30
         assert all(0.0 <= v <= 1.0 for v in entry["pref_best_at_k"]["mean"])

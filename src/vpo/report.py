@@ -319,6 +319,8 @@ def build_document(metrics: Mapping[str, Any], plots: Sequence[Path]) -> _Doc:
     doc.h(1, metrics.get("title", "Evaluation report"))
     if metrics.get("intro"):
         doc.p(metrics["intro"])
+    for figure in metrics.get("headline_plots") or []:  # drawn by the caller (the demo), shown first
+        doc.img(figure["file"], figure["caption"])
     ev = metrics.get("eval") or {}
     task = metrics.get("task") or {}
     pool = _pool_size(metrics)

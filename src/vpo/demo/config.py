@@ -23,9 +23,8 @@ METHODS = {
 """The RL methods of the demo: label, answers per chain (m; overridden by --answers for the
 multi-answer ones) and the ``vpo.estimators`` name VPOTrainer runs."""
 
-DEFAULT_METHODS = ("grpo", "vpo")
 PAPER_METHODS = ("grpo", "vpo", "multi_rlvr", "max_at_k")
-"""``--methods all``: the paper's four methods (goal_conditioned is asked for by name)."""
+"""``--methods all`` (the default): the paper's four methods (goal_conditioned is asked for by name)."""
 
 
 @dataclass
@@ -35,9 +34,9 @@ class DemoConfig:
     out: str = field(default="runs/demo", metadata={"help": "report folder (checkpoints, logs, report.md, plots)"})
     quick: bool = field(default=False, metadata={
         "help": "CI-sized smoke run (about 3 minutes): the QUICK values replace every field left at its default"})
-    methods: str = field(default="grpo,vpo", metadata={
-        "help": "RL methods, comma-separated from grpo, vpo, multi_rlvr, max_at_k, goal_conditioned; 'all' = the "
-                "paper's four (all but goal_conditioned)"})
+    methods: str = field(default="all", metadata={
+        "help": "RL methods, comma-separated from grpo, vpo, multi_rlvr, max_at_k, goal_conditioned; 'all' (the "
+                "default) = the paper's four (all but goal_conditioned)"})
     seeds: int = field(default=3, metadata={"help": "training seeds per method (CIs over seeds need >= 2)"})
     seed: int = field(default=0, metadata={"help": "base seed: model init, data, and the first training seed"})
     # task
@@ -52,6 +51,10 @@ class DemoConfig:
     heads: int = field(default=4, metadata={"help": "tiny Llama attention heads"})
     mlp: int = field(default=288, metadata={"help": "tiny Llama MLP width"})
     # warm-up (TRL SFTTrainer)
+    warmup_data: str = field(default="random_walk", metadata={
+        "help": "what the warm-up imitates: random_walk (walks that reach the exit, blind to items and lava: a base "
+                "that was never shown good routes) or oracle (the three oracle routes, close to the ceiling)",
+        "choices": ["random_walk", "oracle"]})
     warmup_examples: int = field(default=32000, metadata={"help": "warm-up examples (one maze each, fresh mazes)"})
     warmup_single_fraction: float = field(default=0.5, metadata={
         "help": "share of warm-up examples in the single-route format (rest: m-route chains of the oracle routes)"})
@@ -78,7 +81,8 @@ class DemoConfig:
     eval_weights: int = field(default=64, metadata={"help": "fixed Dirichlet(1) weights per maze (preference metrics)"})
     eval_batch: int = field(default=600, metadata={"help": "chains per generate() call in evaluation"})
     workers: int = field(default=2, metadata={
-        "help": "parallel RL training processes (one torch thread each unless --threads says otherwise)"})
+        "help": "parallel worker processes for RL runs and evaluation pools (one torch thread each unless --threads "
+                "says otherwise; the warm-up, which runs alone, uses workers x threads)"})
     threads: int = field(default=1, metadata={
         "help": "torch CPU threads (0: torch default); 1 is fastest for this tiny model, and far faster on a shared machine"})
     force: bool = field(default=False, metadata={

@@ -26,6 +26,24 @@ SMOKE_TEST = ("This is a --quick smoke run (one seed, a smaller model, few steps
               "stage runs, and its numbers say nothing about the methods. Run `vpo demo` for results.")
 
 
+WARMUP_STORY = {
+    "random_walk": ("on random walks that reach the exit within the budget, blind to gold, diamonds and lava (each "
+                    "move uniform among the moves into an open cell from which the exit is still reachable), so "
+                    "the warm start knows the format and the walls but was never shown a good route, like a "
+                    "pretrained LLM that knows the format but not the task"),
+    "oracle": ("on the three oracle routes of every maze (shortest lava-free, via gold, via diamond), which puts "
+               "the warm start close to the ceiling, so RL can only sharpen it"),
+}
+"""What the report says the warm start was trained on, and why (by ``--warmup-data``)."""
+
+
+def oracle_vectors(example: dict[str, Any]) -> list[list[float]]:
+    """Reward vectors (3, D) of the three oracle routes of ``example``."""
+    from vpo.tasks.maze import oracle_routes, simulate
+
+    return [simulate(example, r).vector.tolist() for r in oracle_routes(example).values()]
+
+
 def oracle_reference(task: Any, examples: list[dict[str, Any]], weights: np.ndarray) -> dict[str, Any]:
     """The pool of the warm-up's demonstrations: the three oracle routes of each maze.
 
@@ -34,11 +52,10 @@ def oracle_reference(task: Any, examples: list[dict[str, Any]], weights: np.ndar
     a policy that copies the demonstrations exactly reaches at any k >= 3.
     """
     from vpo.metrics import expected_max
-    from vpo.tasks.maze import oracle_routes, simulate
 
     fixed, pref = [], []
     for example, w in zip(examples, weights, strict=True):
-        vectors = np.array([simulate(example, r).vector for r in oracle_routes(example).values()])
+        vectors = np.array(oracle_vectors(example))
         fixed.append(float(np.max(task.scalar(vectors))))
         pref.append(expected_max(vectors, w))
     return {"label": "oracle routes (the 3 demonstrations)", "best_at_k": float(np.mean(fixed)),
@@ -121,13 +138,15 @@ def build_metrics(cfg: DemoConfig, task: Any, methods: list[str], seeds: list[in
     shown = list(range(min(3, len(evaluated["examples"]))))
     space = {"x": "gold", "y": "diamond", "color": "avoid_lava",
              "examples": [f"maze {i}" for i in shown],
-             "vectors": {key: [pools[name].vectors[i].tolist() for i in shown] for key, name in first.items()}}
+             "vectors": {key: [pools[name].vectors[i].tolist() for i in shown] for key, name in first.items()},
+             "oracle": oracle_vectors(evaluated["examples"][0])}
 
     metrics: dict[str, Any] = {
         "title": "VPO maze demo: a tiny Llama on CPU",
         "intro": (
-            f"A {warm['params']:,}-parameter Llama-style model, trained from scratch: SFT warm-up on oracle routes "
-            f"(TRL SFTTrainer), then {cfg.rl_steps} RL steps per method and seed with VPOTrainer (a TRL "
+            f"A {warm['params']:,}-parameter Llama-style model, trained from scratch: SFT warm-up "
+            f"{WARMUP_STORY[cfg.warmup_data]} (TRL SFTTrainer), then {cfg.rl_steps} RL steps per method and seed "
+            "with VPOTrainer (a TRL "
             f"GRPOTrainer subclass), {cfg.rl_prompts} mazes x {cfg.rl_generations} rollouts per step, from the "
             f"same warm-up checkpoint and on the same mazes. Evaluation on {cfg.eval_examples} held-out "
             f"{cfg.size}x{cfg.size} mazes with equal pools of {pool} answers (chains x m)."),
@@ -140,6 +159,7 @@ def build_metrics(cfg: DemoConfig, task: Any, methods: list[str], seeds: list[in
         "training": training,
         "objective_space": space,
         "references": [evaluated["oracle"]] if evaluated.get("oracle") else [],
+        "paper_best_at_30": dict(PAPER),
         "config": dataclasses.asdict(cfg),
         "warmup": {k: v for k, v in warm.items() if k != "loss_curve"},
         "runs": {f"{m}-s{s}": {k: v for k, v in r.items() if k not in ("series", "reward", "steps")}
@@ -219,7 +239,19 @@ def findings(entries: dict[str, Any], paired_rows: list[dict[str, Any]], methods
                 return row
         return None
 
-    out = []
+    def versus_warm_start(out: list[str], method: str) -> None:
+        base = "warmup_m1" if cfg.method_answers(method) == 1 else f"warmup_m{cfg.answers}"
+        r1, rk = find(method, base, "pref_best_at_k", 1), find(method, base, "pref_best_at_k", pool)
+        rm = find(method, base, "pref_best_at_k", cfg.answers)
+        f1, fk = find(method, base, "best_at_k", 1), find(method, base, "best_at_k", pool)
+        out.append(f"{METHODS[method][0]} vs its warm start ({entries[base]['label']}): preference-weighted "
+                   f"best@1 {_fmt_diff(r1)}, best@{cfg.answers} {_fmt_diff(rm)}, best@{pool} {_fmt_diff(rk)}; "
+                   f"fixed-scalar best@1 {_fmt_diff(f1)}, "
+                   f"best@{pool} {_fmt_diff(fk)}{_above_range(entries[method], entries[base])}.")
+
+    out: list[str] = []
+    if "vpo" in methods:
+        versus_warm_start(out, "vpo")
     if "vpo" in methods and "grpo" in methods:
         for metric, name in (("pref_best_at_k", "preference-weighted best@k"), ("best_at_k", "fixed-scalar best@k")):
             hi, lo = find("vpo", "grpo", metric, pool), find("vpo", "grpo", metric, 1)
@@ -234,15 +266,14 @@ def findings(entries: dict[str, Any], paired_rows: list[dict[str, Any]], methods
         ratio = f"{v / g:.1f}x" if g > 0 else "infinitely"
         out.append(f"Reward diversity of the pools (mean pairwise L1): GRPO {g:.3f}, VPO {v:.3f} ({ratio}); "
                    f"the paper reports {PAPER_DIVERSITY[0]} -> {PAPER_DIVERSITY[1]} on its 9x9 maze.")
+    for other in ("multi_rlvr", "max_at_k"):
+        if other in methods and "vpo" in methods:
+            parts = [f"best@{k} {_fmt_diff(find('vpo', other, 'pref_best_at_k', k))}"
+                     for k in dict.fromkeys((1, cfg.answers, pool))]
+            out.append(f"VPO vs {METHODS[other][0]} (preference-weighted): " + ", ".join(parts) + ".")
     for method in methods:
-        base = "warmup_m1" if cfg.method_answers(method) == 1 else f"warmup_m{cfg.answers}"
-        r1, rk = find(method, base, "pref_best_at_k", 1), find(method, base, "pref_best_at_k", pool)
-        rm = find(method, base, "pref_best_at_k", cfg.answers)
-        f1, fk = find(method, base, "best_at_k", 1), find(method, base, "best_at_k", pool)
-        out.append(f"{METHODS[method][0]} vs its warm start ({entries[base]['label']}): preference-weighted "
-                   f"best@1 {_fmt_diff(r1)}, best@{cfg.answers} {_fmt_diff(rm)}, best@{pool} {_fmt_diff(rk)}; "
-                   f"fixed-scalar best@1 {_fmt_diff(f1)}, "
-                   f"best@{pool} {_fmt_diff(fk)}{_above_range(entries[method], entries[base])}.")
+        if method != "vpo":
+            versus_warm_start(out, method)
     if "vpo" in entries and "grpo" in entries:
         tv, tg = entries["vpo"].get("tokens_per_chain"), entries["grpo"].get("tokens_per_chain")
         if tv and tg:

@@ -1,11 +1,15 @@
 """The demo pipeline: warm-up -> RL per method and seed -> evaluation -> report, resumable.
 
+The warm-up runs alone on every thread; then the RL runs and the evaluation pools run in
+``--workers`` processes, each run sampling its own pool as soon as it is trained.
+
 Layout of the report folder (``--out``, default ``runs/demo``)::
 
     config.json                      the resolved DemoConfig (a re-run must match it)
     checkpoints/warmup/              tiny Llama after SFT (+ tokenizer, vpo_format.json, done.json)
     checkpoints/<method>-s<seed>/    after RL (done.json holds the training record)
     eval/<name>.npz (+ .jsonl)       answer pools: reward vectors (and the raw generations)
+    eval/<name>.seconds.json         how long sampling the pool took
     logs/demo.log                    what ran, when, and how long it took
     metrics.json, report.md, report.html, plots/*.png
 
@@ -26,6 +30,7 @@ import numpy as np
 
 from vpo.demo.config import METHODS, DemoConfig
 from vpo.demo.format import CompactMazeFormat, GoalPerChainFormat
+from vpo.demo.plots import headline_plots
 from vpo.demo.results import build_metrics, oracle_reference
 
 
@@ -130,42 +135,57 @@ def _run_demo(cfg: DemoConfig, out: Path) -> dict[str, Any]:
     warm_dir = out / "checkpoints" / "warmup"
     warm = _done(warm_dir)
     if warm is None:
-        log(f"warm-up: SFT on {cfg.warmup_examples} examples ({cfg.warmup_single_fraction:.0%} single-route)")
+        data = "random walks that reach the exit" if cfg.warmup_data == "random_walk" else "oracle routes"
+        log(f"warm-up: SFT on {cfg.warmup_examples} examples of {data} "
+            f"({cfg.warmup_single_fraction:.0%} single-route)")
+        if cfg.threads > 0:  # the warm-up runs alone: it gets every worker's threads
+            torch.set_num_threads(cfg.threads * max(1, cfg.workers))
         warm = run_warmup(cfg, task, fmt, warm_dir, log=log)
+        if cfg.threads > 0:
+            torch.set_num_threads(cfg.threads)
         _write_json(warm_dir / "done.json", warm)
         shutil.rmtree(warm_dir / "trainer", ignore_errors=True)
     log(f"warm-up: done ({warm['seconds']:.0f} s, {warm['params']} parameters, final loss {warm['final_loss']:.3f})")
 
-    # 2. RL -----------------------------------------------------------------------------
+    # 2. RL, and each run's evaluation pool, in worker processes -------------------------
     runs: dict[tuple[str, int], dict[str, Any]] = {}
-    pending = []
+    pending: list[tuple[str, Any, Any]] = []
     for seed in seeds:
         for method in methods:
             record = _done(out / "checkpoints" / f"{method}-s{seed}")
             if record is None:
-                pending.append((method, seed))
+                pending.append(("rl", method, seed))
             else:
                 runs[(method, seed)] = record
-    # longest jobs first (multi-answer chains are longer), so the workers finish together
-    pending.sort(key=lambda job: -cfg.method_answers(job[0]))
+    # longest jobs first (multi-answer chains are longer), so the workers finish together; the
+    # short pool jobs (the warm start's, and pools of runs finished by an earlier invocation) last
+    pending.sort(key=lambda job: -cfg.method_answers(job[1]))
+    training = {f"{method}-s{seed}" for _, method, seed in pending}  # these jobs sample their own pool
+    pending += [("pool", name, None) for name, _, _ in _eval_jobs(cfg, methods, seeds, out)
+                if name not in training and not (out / "eval" / f"{name}.npz").is_file()]
     t_rl = time.time()
+    n_rl = sum(job[0] == "rl" for job in pending)
     if pending and cfg.workers > 1 and len(pending) > 1:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        log(f"RL: {len(pending)} runs on {min(cfg.workers, len(pending))} worker processes")
+        log(f"RL and evaluation: {len(pending)} jobs on {min(cfg.workers, len(pending))} worker processes")
         with ProcessPoolExecutor(max_workers=min(cfg.workers, len(pending)),
                                  mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = {job: pool.submit(_rl_job, cfg, job[0], job[1], log) for job in pending}
+            futures = {job: pool.submit(_job, cfg, job, log) for job in pending}
             for job, future in futures.items():
-                runs[job] = future.result()
+                result = future.result()
+                if job[0] == "rl":
+                    runs[(job[1], job[2])] = result
     else:
-        for method, seed in pending:
-            runs[(method, seed)] = _rl_job(cfg, method, seed, log, task=task)
+        for job in pending:
+            result = _job(cfg, job, log, task=task)
+            if job[0] == "rl":
+                runs[(job[1], job[2])] = result
     rl_wall_path = out / "logs" / "rl_wall.json"
-    if pending:
-        log(f"RL: {len(pending)} runs took {time.time() - t_rl:.0f} s wall")
-        _write_json(rl_wall_path, {"wall": time.time() - t_rl, "runs": len(pending),
+    if n_rl:
+        log(f"RL: {n_rl} runs (and their pools) took {time.time() - t_rl:.0f} s wall")
+        _write_json(rl_wall_path, {"wall": time.time() - t_rl, "runs": n_rl,
                                    "workers": min(max(cfg.workers, 1), len(pending))})
     for seed in seeds:
         for method in methods:
@@ -179,6 +199,7 @@ def _run_demo(cfg: DemoConfig, out: Path) -> dict[str, Any]:
     from vpo.report import write_report
 
     metrics = build_metrics(cfg, task, methods, seeds, warm, runs, evaluated)
+    metrics["headline_plots"] = headline_plots(metrics, out)
     def both(records: list[dict[str, Any]]) -> dict[str, float | None]:
         if not records:
             return {"wall": None, "cpu": None}
@@ -192,9 +213,9 @@ def _run_demo(cfg: DemoConfig, out: Path) -> dict[str, Any]:
             [runs[(method, s)] for s in seeds])
     if rl_wall_path.is_file():
         rl_wall = json.loads(rl_wall_path.read_text())
-        timings[f"RL, {rl_wall['runs']} run(s) on {rl_wall['workers']} worker process(es), wall"] = {
+        timings[f"RL, {rl_wall['runs']} run(s) and their pools on {rl_wall['workers']} worker process(es), wall"] = {
             "wall": rl_wall["wall"], "cpu": None}
-    timings["evaluation (sampling, all pools)"] = both(list(evaluated["seconds"].values()))
+    timings["evaluation (sampling, all pools; sum over pools)"] = both(list(evaluated["seconds"].values()))
     metrics["timings"] = timings
     paths = write_report(metrics, out)
     timings["report (this invocation)"] = {"wall": time.time() - t_report, "cpu": None}
@@ -210,8 +231,10 @@ def _run_demo(cfg: DemoConfig, out: Path) -> dict[str, Any]:
     return {"report": paths, "metrics": metrics}
 
 
-def _rl_job(cfg: DemoConfig, method: str, seed: int, log: Any, task: Any = None) -> dict[str, Any]:
-    """Train one (method, seed) run and write its ``done.json``; also the body of a worker process."""
+def _job(cfg: DemoConfig, job: tuple[str, Any, Any], log: Any, task: Any = None) -> dict[str, Any]:
+    """One unit of parallel work, also the body of a worker process: ("rl", method, seed) trains a
+    run, writes its ``done.json`` and samples its evaluation pool; ("pool", name, None) samples
+    the pool ``name``. Returns the training record (or the pool's timing)."""
     import torch
 
     if cfg.threads > 0:
@@ -225,12 +248,18 @@ def _rl_job(cfg: DemoConfig, method: str, seed: int, log: Any, task: Any = None)
         task = get_task("maze", size=cfg.size, reward_mode=cfg.reward_mode)
     fmt = CompactMazeFormat(max_answers=max(3, cfg.answers))
     out = Path(cfg.out)
+    kind, name, seed = job
+    if kind == "pool":
+        return _sample_pool(cfg, task, fmt, name, out, log)
+    method = name
     run_dir = out / "checkpoints" / f"{method}-s{seed}"
     log(f"RL: {METHODS[method][0]} (m={cfg.method_answers(method)}) seed {seed}, "
         f"{cfg.rl_steps} steps x {cfg.rl_prompts} mazes x {cfg.rl_generations} rollouts")
     record = run_rl(cfg, task, fmt, method, seed, out / "checkpoints" / "warmup", run_dir, rl_examples(task, cfg),
                     log=log)
     _write_json(run_dir / "done.json", record)
+    if not (out / "eval" / f"{method}-s{seed}.npz").is_file():
+        _sample_pool(cfg, task, fmt, f"{method}-s{seed}", out, log)
     return record
 
 
@@ -244,41 +273,52 @@ def _eval_jobs(cfg: DemoConfig, methods: list[str], seeds: list[int], out: Path)
     return jobs
 
 
-def _evaluate_all(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, methods: list[str], seeds: list[int],
-                  out: Path, log: Any) -> dict[str, Any]:
-    """Sample (or load) every pool; per-example metrics of each. Returns {"examples", "pools", "metrics"}."""
+def _sample_pool(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, name: str, out: Path,
+                 log: Any) -> dict[str, float]:
+    """Sample evaluation pool ``name`` (see ``_eval_jobs``) and write ``eval/<name>.npz`` and its
+    timing ``eval/<name>.seconds.json``. Returns {"wall", "cpu"} seconds."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from vpo.evaluation import Pools, example_weights, pool_metrics, sample_pools
+    from vpo.evaluation import sample_pools
+
+    (ckpt, m), = [(c, m) for n, c, m in _eval_jobs(cfg, cfg.method_list(), cfg.seed_list(), out) if n == name]
+    examples = task.examples("test", cfg.eval_examples)
+    max_budget = max(int(e["budget"]) for e in examples)
+    t, c = time.time(), time.process_time()
+    model = AutoModelForCausalLM.from_pretrained(ckpt)
+    tokenizer = AutoTokenizer.from_pretrained(ckpt)
+    goal_run = name.startswith("goal_conditioned-")
+    job_fmt = GoalPerChainFormat(fmt, seed=cfg.seed + 4242) if goal_run else fmt
+    pools = sample_pools(model, tokenizer, task, examples, m=m, pool=cfg.pool, temperature=cfg.eval_temperature,
+                         top_p=1.0, max_new_tokens=fmt.max_completion_tokens(max_budget, m),
+                         batch_size=cfg.eval_batch, fmt=job_fmt, seed=cfg.seed + 77, progress=cfg.progress,
+                         desc=f"eval {name}")
+    (out / "eval").mkdir(parents=True, exist_ok=True)
+    pools.save(out / "eval" / f"{name}.npz")
+    seconds = {"wall": time.time() - t, "cpu": time.process_time() - c}
+    _write_json(out / "eval" / f"{name}.seconds.json", seconds)
+    log(f"eval: {name} ({len(examples)} mazes x {cfg.pool} answers, {seconds['wall']:.0f} s)")
+    return seconds
+
+
+def _evaluate_all(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, methods: list[str], seeds: list[int],
+                  out: Path, log: Any) -> dict[str, Any]:
+    """Load (or sample) every pool; per-example metrics of each. Returns {"examples", "pools", "metrics"}."""
+    from vpo.evaluation import Pools, example_weights, pool_metrics
 
     examples = task.examples("test", cfg.eval_examples)
     weights = example_weights(len(examples), task.num_objectives(), cfg.eval_weights, seed=cfg.seed + 4242)
-    max_budget = max(int(e["budget"]) for e in examples)
     pools: dict[str, Pools] = {}
     per_example: dict[str, dict[str, np.ndarray]] = {}
-    seconds_path = out / "eval" / "seconds.json"
-    seconds = json.loads(seconds_path.read_text()) if seconds_path.is_file() else {}
-    for name, ckpt, m in _eval_jobs(cfg, methods, seeds, out):
+    seconds: dict[str, Any] = {}
+    for name, _, _ in _eval_jobs(cfg, methods, seeds, out):
         path = out / "eval" / f"{name}.npz"
-        if path.is_file():
-            pools[name] = Pools.load(path)
-        else:
-            t, c = time.time(), time.process_time()
-            model = AutoModelForCausalLM.from_pretrained(ckpt)
-            tokenizer = AutoTokenizer.from_pretrained(ckpt)
-            goal_run = name.startswith("goal_conditioned-")
-            job_fmt = GoalPerChainFormat(fmt, seed=cfg.seed + 4242) if goal_run else fmt
-            pools[name] = sample_pools(model, tokenizer, task, examples, m=m, pool=cfg.pool,
-                                       temperature=cfg.eval_temperature, top_p=1.0,
-                                       max_new_tokens=fmt.max_completion_tokens(max_budget, m),
-                                       batch_size=cfg.eval_batch, fmt=job_fmt, seed=cfg.seed + 77,
-                                       progress=cfg.progress, desc=f"eval {name}")
-            pools[name].save(path)
-            seconds[name] = {"wall": time.time() - t, "cpu": time.process_time() - c}
-            _write_json(seconds_path, seconds)
-            log(f"eval: {name} ({len(examples)} mazes x {cfg.pool} answers, {time.time() - t:.0f} s)")
+        if not path.is_file():
+            _sample_pool(cfg, task, fmt, name, out, log)
+        pools[name] = Pools.load(path)
+        timing = out / "eval" / f"{name}.seconds.json"
+        if timing.is_file():
+            seconds[name] = json.loads(timing.read_text())
         per_example[name] = pool_metrics(pools[name].vectors, task, eval_weights=weights)
     return {"examples": examples, "pools": pools, "metrics": per_example, "seconds": seconds,
             "oracle": oracle_reference(task, examples, weights)}
-
-

@@ -1,11 +1,18 @@
-"""Warm-up: supervised fine-tuning (TRL ``SFTTrainer``) of the tiny model on oracle maze routes.
+"""Warm-up: supervised fine-tuning (TRL ``SFTTrainer``) of the tiny model on maze routes.
 
-Every warm-up example is a fresh maze in one of two formats:
+Every warm-up example is a fresh maze in one of two formats: a single route (share
+``warmup_single_fraction``) or an m-route chain. What the routes are depends on
+``--warmup-data``:
 
-* single route (share ``warmup_single_fraction``): one of the maze's three oracle routes
-  (shortest lava-free, via gold, via diamond), chosen uniformly, so the single-answer policy
-  is already diverse;
-* m routes: the three oracle routes in a random order (for m > 3, repeated to fill m tags).
+* ``random_walk`` (default): random walks from S that reach E within the budget
+  (``vpo.tasks.maze.random_exit_walk``): each move is uniform among the moves into an open cell
+  from which E is still reachable. The model learns the format and the walls, never where the
+  gold, diamonds and lava are, like a pretrained LLM that knows the format but not the task; an
+  m-route chain holds m independent walks;
+* ``oracle``: the maze's three oracle routes (shortest lava-free, via gold, via diamond); a
+  single route is one of them chosen uniformly, an m-route chain all three in a random order
+  (for m > 3, repeated to fill m tags). This warm start is already close to the ceiling, so RL
+  can only sharpen it (docs/demo/investigation.md).
 
 The loss covers the completion only (TRL's prompt-completion format). One epoch, cosine
 schedule. The checkpoint is shared by every RL method and seed.
@@ -21,23 +28,32 @@ from vpo.demo.config import DemoConfig
 from vpo.demo.format import CompactMazeFormat
 
 
-def warmup_records(task: Any, fmt: CompactMazeFormat, n: int, *, m: int, single_fraction: float,
-                   seed: int) -> list[dict[str, str]]:
-    """``n`` prompt-completion records from fresh mazes of ``task`` (see module doc)."""
-    from vpo.tasks.maze import oracle_routes
+WARMUP_DATA = ("random_walk", "oracle")
+"""What the warm-up imitates (see module doc); the first is the default."""
 
+
+def warmup_records(task: Any, fmt: CompactMazeFormat, n: int, *, m: int, single_fraction: float,
+                   seed: int, data: str = "random_walk") -> list[dict[str, str]]:
+    """``n`` prompt-completion records from fresh mazes of ``task`` (see module doc)."""
+    from vpo.tasks.maze import oracle_routes, random_exit_walk
+
+    if data not in WARMUP_DATA:
+        raise ValueError(f"--warmup-data: unknown {data!r}; choose from {', '.join(WARMUP_DATA)}")
     rng = random.Random(seed)
     stream = task.iter_examples(seed, split="warmup")
     records = []
     for _ in range(n):
         example = next(stream)
-        routes = list(oracle_routes(example).values())
-        if rng.random() < single_fraction:
-            chosen, k = [rng.choice(routes)], 1
+        k = 1 if rng.random() < single_fraction else m
+        if data == "random_walk":
+            chosen = [random_exit_walk(example, rng) for _ in range(k)]
         else:
-            rng.shuffle(routes)
-            chosen = [routes[i % len(routes)] for i in range(m)]
-            k = m
+            routes = list(oracle_routes(example).values())
+            if k == 1:
+                chosen = [rng.choice(routes)]
+            else:
+                rng.shuffle(routes)
+                chosen = [routes[i % len(routes)] for i in range(m)]
         records.append({"prompt": fmt.prompt(example, k), "completion": fmt.completion(chosen)})
     return records
 
@@ -87,7 +103,8 @@ def run_warmup(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, out_dir: Path
     model = build_tiny_llama(tokenizer, hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads, mlp=cfg.mlp,
                              max_positions=256, seed=cfg.seed)
     records = warmup_records(task, fmt, cfg.warmup_examples, m=cfg.answers,
-                             single_fraction=cfg.warmup_single_fraction, seed=cfg.seed + 1000)
+                             single_fraction=cfg.warmup_single_fraction, seed=cfg.seed + 1000,
+                             data=cfg.warmup_data)
     dataset = Dataset.from_list(records)
     trainer_dir = out_dir / "trainer"
     args = SFTConfig(

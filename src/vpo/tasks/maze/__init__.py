@@ -74,6 +74,7 @@ from vpo.tasks.maze.simulator import (
     _reward,  # noqa: F401 - scripts/maze_headroom.py reuses the task's own reward formula
     checked_grid,
     oracle_routes,
+    random_exit_walk,
     render,
     route_via_diamond,
     route_via_gold,
@@ -109,6 +110,7 @@ __all__ = [
     "generate",
     "oracle_routes",
     "parse_moves",
+    "random_exit_walk",
     "render",
     "route_via_diamond",
     "route_via_gold",

@@ -38,8 +38,8 @@ import numpy as np
 from vpo.tasks.maze.parse import MOVES, _as_moves
 from vpo.tasks.maze.schema import BONUS, DIAMOND, GOLD, LAVA, OPEN, REWARD_MODES, WALL, _validate
 
-__all__ = ["Trajectory", "checked_grid", "oracle_routes", "render", "route_via_diamond", "route_via_gold",
-           "shortest_safe_route", "simulate"]
+__all__ = ["Trajectory", "checked_grid", "oracle_routes", "random_exit_walk", "render", "route_via_diamond",
+           "route_via_gold", "shortest_safe_route", "simulate"]
 
 _INF = 1 << 30
 
@@ -379,3 +379,27 @@ def oracle_routes(example: Mapping[str, Any]) -> dict[str, list[str]]:
     """The three oracle routes: ``{"safe": ..., "gold": ..., "diamond": ...}``."""
     return {"safe": shortest_safe_route(example), "gold": route_via_gold(example),
             "diamond": route_via_diamond(example)}
+
+
+def random_exit_walk(example: Mapping[str, Any], rng: Any) -> list[str]:
+    """A random walk from S that reaches E within the budget, blind to items and lava.
+
+    Each move is drawn uniformly (with ``rng.choice``, e.g. a ``random.Random``) among the moves
+    into an open cell from which E is still reachable in the steps left, so the walk never hits a
+    wall, may revisit cells and walk on lava, and ends on the step that enters E. It is what a
+    policy knows that has learned the format and the walls but was never shown a good route (the
+    demo's default warm-up data, issue #13).
+    """
+    grid = checked_grid(example)
+    size, exit_ = grid.size, grid.exit
+    to_exit = _bfs(grid.passable, size, exit_)
+    if to_exit[grid.start] > grid.budget:
+        raise ValueError("maze: E is not reachable from S within the budget")
+    nbrs = _neighbours(size)
+    cell, left, path = grid.start, grid.budget, [grid.start]
+    while cell != exit_:
+        left -= 1
+        cell = rng.choice([n for n in nbrs[cell] if grid.passable[n] and to_exit[n] <= left])
+        path.append(cell)
+    return _path_moves(path, size)
+

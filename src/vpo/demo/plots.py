@@ -1,0 +1,166 @@
+"""The demo's three headline figures, drawn from its metrics dict and shown at the top of the report.
+
+Usage::
+
+    from vpo.demo.plots import headline_plots
+    metrics["headline_plots"] = headline_plots(metrics, out_dir)   # [{"file", "caption"}]
+
+* ``story_best_at_k.png``: best@k against k (log scale) for every method and the warm start, on the
+  fixed scalar (with the paper's best@30 marked at k = 30) and preference-weighted, the oracle
+  ceiling dashed;
+* ``story_diversity.png``: reward diversity of the training rollouts over RL steps;
+* ``story_objective_space.png``: one held-out maze, every pool's answers in the gold x diamond plane.
+
+Legends sit outside the axes so no curve is hidden. Needs matplotlib (``vpo[plot]``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+PLOT_DIR = "plots"
+WARM_STYLE = {"color": "black", "linestyle": ":", "linewidth": 2.0}
+"""The warm start is drawn black and dotted in every figure; the methods get the colour cycle."""
+METHOD_COLORS = {"grpo": "tab:red", "max_at_k": "tab:orange", "multi_rlvr": "tab:green", "vpo": "tab:blue",
+                 "goal_conditioned": "tab:purple"}
+
+
+def _style(key: str) -> dict[str, Any]:
+    if key.startswith("warmup"):
+        return dict(WARM_STYLE, color="black" if key.endswith("m1") else "dimgray")
+    return {"color": METHOD_COLORS.get(key, None), "linewidth": 2.0}
+
+
+def _best_at_k(metrics: Mapping[str, Any], path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    paper = metrics.get("paper_best_at_30") or {}
+    pool = int(metrics["eval"]["pool"])
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+    for ax, (key, title) in zip(axes, (("best_at_k", "best@k, fixed scalar (the paper's metric)"),
+                                       ("pref_best_at_k", "preference-weighted best@k")), strict=True):
+        for name, entry in metrics["methods"].items():
+            mean = entry[key]["mean"]
+            ks = list(range(1, len(mean) + 1))
+            ax.plot(ks, mean, label=entry.get("label", name), **_style(name))
+        for ref in metrics.get("references") or []:
+            if ref.get(key) is not None:
+                ax.axhline(ref[key], color="grey", linestyle="--", linewidth=1.2,
+                           label="oracle ceiling: " + ref.get("label", "reference"))
+        if key == "best_at_k":
+            for name, value in paper.items():
+                if name in metrics["methods"]:
+                    ax.plot([pool], [value], marker="*", markersize=13, linestyle="none",
+                            color=_style(name)["color"], markeredgecolor="k",
+                            label=f"paper, {metrics['methods'][name].get('label', name).split(' (')[0]} "
+                                  f"(9x9, Qwen3-4B): {value:.3f}")
+        ax.set_xscale("log")
+        ax.set_xlabel("k (answers)")
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3)
+    handles, labels = [], []
+    for ax in axes:  # one legend for both panels, outside on the right
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(0.80, 0.5), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0, 0.80, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _diversity(metrics: Mapping[str, Any], path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    from vpo.report import smooth, training_window
+
+    fig, ax = plt.subplots(figsize=(8.5, 4))
+    for name, run in metrics["training"].items():
+        series = (run.get("series") or {}).get("diversity")
+        if not series:
+            continue
+        steps, win = run["steps"], training_window(len(run["steps"]))
+        style = _style(name)
+        ax.plot(steps, smooth(series["mean"], win), label=run.get("label", name), **style)
+        if series.get("low"):
+            ax.fill_between(steps, smooth(series["low"], win), smooth(series["high"], win), alpha=0.15,
+                            color=style["color"])
+    ax.set_xlabel("RL step")
+    ax.set_ylabel("mean pairwise L1 of reward vectors")
+    ax.set_title("Diversity of the training rollouts' answers per maze", fontsize=10)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _objective_space(metrics: Mapping[str, Any], path: Path) -> None:
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    space = metrics["objective_space"]
+    objectives = list(metrics["task"]["objectives"])
+    xi, yi, ci = (objectives.index(space[a]) for a in ("x", "y", "color"))
+    keys = list(space["vectors"])
+    fig, axes = plt.subplots(1, len(keys), figsize=(2.6 * len(keys) + 1.2, 3.1), squeeze=False)
+    oracle = space.get("oracle") or []
+    sc = None
+    for ax, key in zip(axes[0], keys, strict=True):
+        vec = np.asarray(space["vectors"][key][0], dtype=float).reshape(-1, len(objectives))
+        uniq, counts = np.unique(np.round(vec, 4), axis=0, return_counts=True)
+        zero = ~np.any(uniq > 0, axis=1)
+        sc = ax.scatter(uniq[~zero, xi], uniq[~zero, yi], s=20 + 14 * counts[~zero], c=uniq[~zero, ci],
+                        cmap="viridis", vmin=0, vmax=1, edgecolors="k", linewidths=0.4)
+        if oracle:
+            o = np.asarray(oracle, dtype=float)
+            ax.scatter(o[:, xi], o[:, yi], marker="*", s=110, facecolors="none", edgecolors="red", linewidths=1.0)
+        ax.set_title(f"{metrics['methods'][key].get('label', key)}\n{int((~zero).sum())} distinct reward vectors, "
+                     f"{int(counts[zero].sum())} misses", fontsize=8)
+        ax.set_xlim(-0.08, 1.08)
+        ax.set_ylim(-0.08, 1.08)
+        ax.set_xlabel(space["x"], fontsize=8)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel(space["y"], fontsize=8)
+    if sc is not None:
+        fig.colorbar(sc, ax=axes[0].tolist(), label=space["color"], fraction=0.02, pad=0.01)
+    fig.suptitle(f"{space['examples'][0]}: the 30 answers of each pool (marker size = repeats; red stars = the "
+                 "three oracle routes; misses = routes that never reach the exit)", fontsize=9)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+CAPTIONS = {
+    "story_best_at_k.png": "best@k against k (log scale) on the held-out mazes, mean over seeds: every method, the "
+                           "warm start (dotted) and the oracle ceiling (dashed); stars: the paper's best@30 on its "
+                           "9x9 maze with Qwen3-4B (not comparable in absolute value; the ordering is what to compare).",
+    "story_diversity.png": "Reward diversity of the training rollouts (mean pairwise L1 between the reward vectors of "
+                           "all answers to a maze) over RL steps; mean over seeds, band = min..max over seeds.",
+    "story_objective_space.png": "One held-out maze: where each pool's answers land in objective space.",
+}
+
+
+def headline_plots(metrics: Mapping[str, Any], out_dir: str | Path) -> list[dict[str, str]]:
+    """Draw the three figures under ``out_dir/plots``; returns [{"file", "caption"}] (relative paths).
+
+    Returns [] when matplotlib is not installed.
+    """
+    try:
+        import matplotlib
+    except ImportError:
+        return []
+    matplotlib.use("Agg")
+    plot_dir = Path(out_dir) / PLOT_DIR
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    drawn = []
+    for name, draw, needs in (("story_best_at_k.png", _best_at_k, "methods"),
+                              ("story_diversity.png", _diversity, "training"),
+                              ("story_objective_space.png", _objective_space, "objective_space")):
+        if metrics.get(needs):
+            draw(metrics, plot_dir / name)
+            drawn.append({"file": f"{PLOT_DIR}/{name}", "caption": CAPTIONS[name]})
+    return drawn
