@@ -48,7 +48,8 @@ K, SEED = 100, 0
 # helpers
 # ---------------------------------------------------------------------------------------
 def recipe_overrides(task: str, method: str, **env: str) -> list[str]:
-    out = subprocess.run(["bash", str(RUN_SH), task, method], env={**os.environ, "DRY_RUN": "1", **env},
+    out = subprocess.run(["bash", str(RUN_SH), task, method],
+                         env={**os.environ, "DRY_RUN": "1", "PYTHON": sys.executable, **env},
                          capture_output=True, text=True, check=True)
     return out.stdout.splitlines()
 
@@ -537,3 +538,195 @@ def test_gdpo_matches_verls_own_gdpo_on_ragged_responses():
     per_rollout = get_estimator("gdpo")([v.reshape(1, -1) for v in vectors], list(uids),
                                         objective_weights=[1.0, 0.5, 2.0])
     assert not np.allclose(per_rollout.advantages, ours.advantages, atol=1e-3)  # TRL's per-rollout form differs
+
+
+# ---------------------------------------------------------------------------------------
+# recipes: attention, memory and validation settings pass verl's own checks (issue #14.4)
+# ---------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    """A random 2-layer Qwen3 with a char tokenizer, saved as a Hugging Face folder."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from vpo.models import build_char_tokenizer
+
+    path = tmp_path_factory.mktemp("tiny-qwen3")
+    tok = build_char_tokenizer(string.printable)
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    torch.manual_seed(0)
+    config = Qwen3Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=8, architectures=["Qwen3ForCausalLM"])
+    Qwen3ForCausalLM(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def validate_with_verl(cfg) -> None:
+    """verl's main_ppo check of a composed config (what runs before Ray starts)."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "Disabled critic as algorithm.adv_estimator != gae"
+        validate_config(cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+
+
+def test_recipe_attention_override_reaches_verls_model_config(tiny_model_dir):
+    """Without flash_attn the recipe passes sdpa, and verl's own HFModelConfig (what its FSDP
+    workers load the actor and reference with) builds the Hugging Face config with it; verl's
+    default would be flash_attention_2."""
+    from verl.utils.config import omega_conf_to_dataclass
+
+    assert importlib.util.find_spec("flash_attn") is None  # this machine: run.sh's auto must choose sdpa
+    cfg = compose_verl(recipe_overrides("eureqa", "vpo", MODEL=str(tiny_model_dir)))
+    validate_with_verl(cfg)
+    assert cfg.actor_rollout_ref.model.override_config.attn_implementation == "sdpa"
+    model = omega_conf_to_dataclass(cfg.actor_rollout_ref.model)
+    assert type(model).__name__ == "HFModelConfig" and model.hf_config._attn_implementation == "sdpa"
+    default = compose_verl([f"actor_rollout_ref.model.path={tiny_model_dir}"])
+    assert "attn_implementation" not in default.actor_rollout_ref.model.override_config
+    forced = compose_verl(recipe_overrides("eureqa", "vpo", ATTN_IMPLEMENTATION="flash_attention_2"))
+    assert forced.actor_rollout_ref.model.override_config.attn_implementation == "flash_attention_2"
+    bad = subprocess.run(["bash", str(RUN_SH), "maze", "vpo"], env={**os.environ, "DRY_RUN": "1",
+                         "ATTN_IMPLEMENTATION": "flash"}, capture_output=True, text=True)
+    assert bad.returncode == 2 and "ATTN_IMPLEMENTATION='flash'" in bad.stderr
+
+
+def test_sdpa_with_verls_packed_inputs_matches_unpacked(tiny_model_dir):
+    """The recipe keeps use_remove_padding=True with sdpa: verl's FSDP engine then feeds one
+    packed row, attention_mask=None, position ids restarting per sequence, use_cache=False;
+    transformers turns the restarts into a block-diagonal mask, so each sequence sees only itself."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, attn_implementation="sdpa").eval()
+    assert model.config._attn_implementation == "sdpa"
+    a, b = torch.randint(4, 90, (5,), generator=torch.Generator().manual_seed(1)), torch.randint(
+        4, 90, (7,), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        alone = [model(input_ids=x[None], use_cache=False).logits[0] for x in (a, b)]
+        packed = model(input_ids=torch.cat([a, b])[None], attention_mask=None, use_cache=False,
+                       position_ids=torch.cat([torch.arange(5), torch.arange(7)])[None]).logits[0]
+        leaky = model(input_ids=torch.cat([a, b])[None], use_cache=False).logits[0]  # no restart: b sees a
+    torch.testing.assert_close(packed, torch.cat(alone), rtol=1e-5, atol=1e-5)
+    assert (leaky[5:] - alone[1]).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("n_gpus,offload", [("4", True), ("8", False)])
+def test_recipe_memory_settings_for_7_8b_pass_verl_validation(n_gpus, offload):
+    for task in ("eureqa", "code"):
+        cfg = compose_verl(recipe_overrides(task, "vpo", N_GPUS=n_gpus))
+        validate_with_verl(cfg)
+        fsdp = cfg.actor_rollout_ref.actor.fsdp_config
+        assert (fsdp.param_offload, fsdp.optimizer_offload) == (offload, offload)
+        assert cfg.actor_rollout_ref.ref.fsdp_config.param_offload is offload
+        assert cfg.actor_rollout_ref.rollout.gpu_memory_utilization == 0.6
+        assert cfg.actor_rollout_ref.rollout.tensor_model_parallel_size == 2 and cfg.trainer.n_gpus_per_node == int(
+            n_gpus)
+    small = compose_verl(recipe_overrides("maze", "vpo", N_GPUS=n_gpus))  # Qwen3-4B: no offload
+    assert small.actor_rollout_ref.actor.fsdp_config.param_offload is False
+
+
+def test_validation_reports_best_at_n_through_verls_metrics(vpo_config, maze_rollouts):
+    """The recipe samples VAL_N = 8 answers per validation prompt at temperature 0.7; verl's
+    process_validation_metrics turns our reward extra info into mean@8 and best@8 per data
+    source. With one sample per prompt (verl's default val n) there is no best@k at all."""
+    from verl.trainer.ppo.metric_utils import process_validation_metrics
+
+    val = vpo_config.actor_rollout_ref.rollout.val_kwargs
+    assert (val.n, val.do_sample, val.temperature) == (8, True, 0.7)
+    validate_with_verl(vpo_config)
+    _, multi, _ = maze_rollouts
+    kwargs = dict(vpo_config.reward.custom_reward_function.reward_kwargs)
+    rows = [(i, compute_score("maze", text, *maze_row(ex, i, 3), **kwargs)) for i, ex, text in multi * 2]  # 8 each
+    infos = {"reward": [r["score"] for _, r in rows]}
+    for key in rows[0][1]:
+        infos[key] = [r[key] for _, r in rows]
+    uids = [f"uid-{i}" for i, _ in rows]
+    metrics = process_validation_metrics(["maze"] * len(rows), uids, infos)["maze"]
+    by_uid = {u: [r["set_score"] for (i, r) in rows if f"uid-{i}" == u] for u in set(uids)}
+    assert {len(v) for v in by_uid.values()} == {8}
+    assert metrics["set_score"]["mean@8"] == pytest.approx(np.mean([np.mean(v) for v in by_uid.values()]))
+    best = metrics["set_score"]["best@8/mean"]
+    assert np.mean([np.mean(v) for v in by_uid.values()]) < best <= np.mean([max(v) for v in by_uid.values()]) + 1e-12
+    assert "best@8/mean" in metrics["acc"] and "best@8/mean" in metrics["best_gold"]
+    assert "objective_best" not in metrics  # strings are skipped, not an error
+    single = process_validation_metrics(["maze"] * 3, ["u0", "u1", "u2"], {k: v[:3] for k, v in infos.items()})
+    assert not any("best@" in name for name in single["maze"]["set_score"])
+
+
+def test_per_step_reward_metrics_from_verls_reward_manager(naive_manager):
+    """What verl's naive manager returns as reward_extra_info, as the trainer's TransferQueue
+    holds it (keys {uid}_{session}_{index}, padding rows tagged), becomes the vpo/ step metrics."""
+    from vpo.integrations.verl_main import reward_rows
+    from vpo.integrations.verl_recipe import reward_step_metrics
+
+    task = get_task("maze", **MAZE_PARAMS)
+    examples = task.examples("train", 2, seed=7)
+    keys, tags, extra, by_hand = [], [], [], []
+    for index, ex in enumerate(examples):
+        r = routes(ex)
+        texts = [f"<route_1>{r['gold']}</route_1><route_2>{r['diamond']}</route_2><route_3>{r['wall']}</route_3>",
+                 f"<route_1>{r['safe']}</route_1><route_2>{r['safe']}</route_2>", "no route"]
+        for session, text in enumerate(texts):
+            out = run_naive(naive_manager, "maze", text, *maze_row(ex, index, 3))
+            keys.append(f"uid{index}_{session}_0")
+            tags.append({"is_padding": False})
+            extra.append({"reward_extra_info": out["reward_extra_info"], "turns": 1})
+            by_hand.append(out["reward_extra_info"])
+    keys.append("uid0_0_0")  # a padding copy verl adds to balance the batch: not counted
+    tags.append({"is_padding": True})
+    extra.append(extra[0])
+    infos, groups = reward_rows(keys, tags, extra)
+    assert groups == ["uid0"] * 3 + ["uid1"] * 3 and infos == by_hand
+    metrics = reward_step_metrics(infos, groups)
+    # parsed per chain, by hand: three tags, two tags, and the untagged text taken as the one answer
+    assert metrics["vpo/answers_parsed/mean"] == pytest.approx((3 + 2 + 1) / 3)
+    assert metrics["vpo/duplicate_answers/mean"] == pytest.approx(1 / 3)  # the repeated safe route
+    assert metrics["vpo/set_score/mean"] == pytest.approx(np.mean([i["set_score"] for i in by_hand]))
+    for name in task.objective_names(examples[0]):  # completion, gold, diamond, avoid_lava
+        key = f"best_{name}"
+        assert metrics[f"vpo/{key}/mean"] == pytest.approx(np.mean([i[key] for i in by_hand]))
+    stds = [np.std([i["score"] for i in by_hand[g * 3:(g + 1) * 3]]) for g in range(2)]
+    assert metrics["vpo/group_score_std/mean"] == pytest.approx(np.mean(stds)) and min(stds) > 0.1
+
+
+def test_verl_main_runs_verls_task_runner_with_reward_metrics():
+    """The recipe's entry: verl's TaskRunnerV1 (as a Ray actor class) whose run installs the
+    metrics, and verl's Hydra config; the trainer swap itself needs transfer_queue (GPU installs)."""
+    import vpo.integrations.verl_main as entry
+    from verl.trainer.main_ppo import TaskRunnerV1
+
+    runner_cls = entry.VPOTaskRunner.__ray_actor_class__
+    assert issubclass(runner_cls, TaskRunnerV1.__ray_actor_class__) and runner_cls.run is not TaskRunnerV1.run
+    assert Path(entry.VERL_CONFIG_DIR, "ppo_trainer.yaml").is_file()
+    assert "vpo.integrations.verl_main" in recipe_run_line()
+    if importlib.util.find_spec("transfer_queue") is None:
+        return
+    from verl.trainer.ppo.v1 import trainer_base
+
+    before = trainer_base.TRAINER_REGISTRY["sync"]
+    try:
+        cls = entry.install_reward_metrics("sync")
+        assert issubclass(cls, before) and trainer_base.get_trainer_cls("sync") is cls
+        assert entry.install_reward_metrics("sync") is cls
+    finally:
+        trainer_base.TRAINER_REGISTRY["sync"] = before
+
+
+def recipe_run_line() -> str:
+    return next(line for line in RUN_SH.read_text().splitlines() if line.startswith("ENTRY="))
+
+
+@pytest.mark.slow
+def test_verl_main_composes_verls_config_and_refuses_the_legacy_trainer(tmp_path):
+    """``python -m vpo.integrations.verl_main`` takes verl's command line: Hydra composes the
+    recipe's overrides on verl's ppo_trainer config (``--cfg job`` prints it without running)."""
+    overrides = recipe_overrides("maze", "vpo")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    run = dict(capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)  # Hydra writes outputs/ in cwd
+    out = subprocess.run([sys.executable, "-m", "vpo.integrations.verl_main", "--cfg", "job", *overrides], **run)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "attn_implementation: sdpa" in out.stdout and "adv_estimator: vpo" in out.stdout
+    legacy = subprocess.run([sys.executable, "-m", "vpo.integrations.verl_main", *overrides, "trainer.use_v1=false"],
+                            **run)
+    assert legacy.returncode != 0 and "trainer.use_v1=false" in legacy.stderr

@@ -9,21 +9,25 @@
 #   recipes/verl/README.md lists them. DRY_RUN=1 prints the verl arguments, one per line,
 #   and exits without exporting data or starting anything.
 #
+# Before any model loads it stops, in one line, on: a text task without real data (--source),
+# fewer train rows than TRAIN_BATCH_SIZE (zero steps), an estimator that is not registered.
 # Untested on GPU in the session that wrote it (no device was available); its Hydra
 # overrides are checked against verl's config by tests/test_verl_integration.py.
 set -euo pipefail
 
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [[ $# -ge 2 ]] || usage
 TASK=$1; METHOD=$2; shift 2
 
 # ---- per-task defaults (model and epochs: SPEC sections 6-7) ---------------------------
+# d_big: a 7-8B model, whose FSDP training state (~16 bytes a parameter) plus vLLM's share does
+# not fit 80 GB per GPU on 4 GPUs without offloading (README "Memory").
 case "$TASK" in
-  maze)     d_model=Qwen/Qwen3-4B;                d_epochs=2;  d_prompt=1024; d_resp=1024; d_tp=1 ;;
-  musique)  d_model=Qwen/Qwen3-1.7B;              d_epochs=1;  d_prompt=4096; d_resp=1024; d_tp=1 ;;
-  eureqa)   d_model=Qwen/Qwen3-8B;                d_epochs=6;  d_prompt=2048; d_resp=1024; d_tp=2 ;;
-  toolcall) d_model=Qwen/Qwen3-1.7B;              d_epochs=20; d_prompt=2048; d_resp=1024; d_tp=1 ;;
-  code)     d_model=Qwen/Qwen2.5-Coder-7B-Instruct; d_epochs=1; d_prompt=2048; d_resp=2048; d_tp=2 ;;
+  maze)     d_model=Qwen/Qwen3-4B;                d_epochs=2;  d_prompt=1024; d_resp=1024; d_tp=1; d_big=0 ;;
+  musique)  d_model=Qwen/Qwen3-1.7B;              d_epochs=1;  d_prompt=4096; d_resp=1024; d_tp=1; d_big=0 ;;
+  eureqa)   d_model=Qwen/Qwen3-8B;                d_epochs=6;  d_prompt=2048; d_resp=1024; d_tp=2; d_big=1 ;;
+  toolcall) d_model=Qwen/Qwen3-1.7B;              d_epochs=20; d_prompt=2048; d_resp=1024; d_tp=1; d_big=0 ;;
+  code)     d_model=Qwen/Qwen2.5-Coder-7B-Instruct; d_epochs=1; d_prompt=2048; d_resp=2048; d_tp=2; d_big=1 ;;
   *) echo "run.sh: unknown TASK '$TASK' (maze, musique, eureqa, toolcall, code)" >&2; exit 2 ;;
 esac
 
@@ -62,6 +66,12 @@ N_GPUS=${N_GPUS:-4}
 NNODES=${NNODES:-1}
 ROLLOUT_TP=${ROLLOUT_TP:-$d_tp}
 GPU_MEMORY_UTILIZATION=${GPU_MEMORY_UTILIZATION:-0.6}
+if (( d_big && N_GPUS * NNODES < 8 )); then d_offload=True; else d_offload=False; fi
+PARAM_OFFLOAD=${PARAM_OFFLOAD:-$d_offload}     # actor + reference FSDP params on CPU between phases
+OPTIMIZER_OFFLOAD=${OPTIMIZER_OFFLOAD:-$d_offload}
+VAL_N=${VAL_N:-8}                              # validation samples per prompt: verl reports best@N / mean@N
+ATTN_IMPLEMENTATION=${ATTN_IMPLEMENTATION:-auto}  # auto: flash_attention_2 if flash_attn imports, else sdpa
+ENTRY=${ENTRY:-vpo.integrations.verl_main}     # verl's main_ppo + per-step vpo reward metrics
 PPO_MAX_TOKEN_LEN_PER_GPU=${PPO_MAX_TOKEN_LEN_PER_GPU:-$(( 2 * (MAX_PROMPT_LENGTH + MAX_RESPONSE_LENGTH) ))}
 DATA_DIR=${DATA_DIR:-data/verl/$TASK-m$M}
 EXPORT_ARGS=${EXPORT_ARGS:-}                   # extra `vpo data export` flags (e.g. --source for musique)
@@ -72,6 +82,15 @@ SAVE_FREQ=${SAVE_FREQ:-50}
 TEST_FREQ=${TEST_FREQ:-25}
 LOGGER=${LOGGER:-"['console']"}
 ENABLE_THINKING=${ENABLE_THINKING:-False}      # Qwen3 chat template without thinking (paper)
+PYTHON=${PYTHON:-python}
+
+# verl asks transformers for flash_attention_2 unless told otherwise; verl[vllm] does not install
+# flash-attn. A broken build (torch/CUDA mismatch) fails this import too, so it gets sdpa.
+case "$ATTN_IMPLEMENTATION" in
+  auto) if "$PYTHON" -c 'import flash_attn' >/dev/null 2>&1; then ATTN=flash_attention_2; else ATTN=sdpa; fi ;;
+  sdpa|flash_attention_2|eager) ATTN=$ATTN_IMPLEMENTATION ;;
+  *) echo "run.sh: ATTN_IMPLEMENTATION='$ATTN_IMPLEMENTATION' is not auto, sdpa, flash_attention_2 or eager" >&2; exit 2 ;;
+esac
 
 args=(
   "data.train_files=$DATA_DIR/train.parquet"
@@ -86,6 +105,10 @@ args=(
   "actor_rollout_ref.model.path=$MODEL"
   "actor_rollout_ref.model.use_remove_padding=True"
   "actor_rollout_ref.model.enable_gradient_checkpointing=True"
+  "+actor_rollout_ref.model.override_config.attn_implementation=$ATTN"
+  "actor_rollout_ref.actor.fsdp_config.param_offload=$PARAM_OFFLOAD"
+  "actor_rollout_ref.actor.fsdp_config.optimizer_offload=$OPTIMIZER_OFFLOAD"
+  "actor_rollout_ref.ref.fsdp_config.param_offload=$PARAM_OFFLOAD"
   "actor_rollout_ref.actor.optim.lr=$LR"
   "actor_rollout_ref.actor.optim.weight_decay=0.01"
   "actor_rollout_ref.actor.optim.lr_scheduler_type=constant"
@@ -107,6 +130,7 @@ args=(
   "actor_rollout_ref.rollout.val_kwargs.temperature=0.7"
   "actor_rollout_ref.rollout.val_kwargs.top_p=1.0"
   "actor_rollout_ref.rollout.val_kwargs.do_sample=True"
+  "actor_rollout_ref.rollout.val_kwargs.n=$VAL_N"
   "algorithm.adv_estimator=$ADV_ESTIMATOR"
   "algorithm.use_kl_in_reward=False"
   "reward.custom_reward_function.path=pkg://vpo.integrations.verl"
@@ -135,8 +159,16 @@ if [[ "${DRY_RUN:-0}" == 1 ]]; then
   exit 0
 fi
 
-PYTHON=${PYTHON:-python}
-# The estimators come from the verl.plugins entry point: fail now, not on the first step.
+# 1. data: export on first use; a text task without --source stops here (vpo's shipped sample is not data)
+if [[ ! -f "$DATA_DIR/train.parquet" || ! -f "$DATA_DIR/test.parquet" ]]; then
+  # shellcheck disable=SC2086  # EXPORT_ARGS is a list of flags
+  "$PYTHON" -m vpo data export "$TASK" --format verl --answers "$M" --out "$DATA_DIR" --require-source $EXPORT_ARGS
+fi
+# 2. the data must fill at least one step; prints verl's step count and checkpoint folders
+"$PYTHON" -m vpo.integrations.verl_recipe plan "$DATA_DIR" --task "$TASK" --train-batch-size "$TRAIN_BATCH_SIZE" \
+  --epochs "$EPOCHS" --save-freq "$SAVE_FREQ" --test-freq "$TEST_FREQ" --ckpt-dir "$CKPT_DIR"
+
+# 3. the estimators come from the verl.plugins entry point: fail now, not on the first step.
 if [[ "$ADV_ESTIMATOR" != grpo ]]; then
   "$PYTHON" - "$ADV_ESTIMATOR" <<'EOF'
 import sys
@@ -149,9 +181,5 @@ if name not in ADV_ESTIMATOR_REGISTRY:
 EOF
 fi
 
-if [[ ! -f "$DATA_DIR/train.parquet" || ! -f "$DATA_DIR/test.parquet" ]]; then
-  # shellcheck disable=SC2086  # EXPORT_ARGS is a list of flags
-  vpo data export "$TASK" --format verl --answers "$M" --out "$DATA_DIR" $EXPORT_ARGS
-fi
-
-exec "$PYTHON" -m verl.trainer.main_ppo "${args[@]}"
+echo "run.sh: attention $ATTN, param offload $PARAM_OFFLOAD, optimizer offload $OPTIMIZER_OFFLOAD, vLLM memory $GPU_MEMORY_UTILIZATION"
+exec "$PYTHON" -m "$ENTRY" "${args[@]}"

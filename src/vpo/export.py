@@ -42,7 +42,7 @@ from typing import Any
 from vpo.tasks import Example, Task, get_task, task_class
 
 __all__ = ["FORMATS", "example_from_row", "example_key", "export", "export_rows", "make_task",
-           "test_seed", "trl_row", "verl_row", "write_parquet"]
+           "reads_shipped_sample", "test_seed", "trl_row", "verl_row", "write_parquet"]
 
 FORMATS = ("verl", "trl")
 
@@ -147,6 +147,19 @@ def make_task(name: str, params: Mapping[str, Any] | None = None, *,
         return get_task(name, **params), params
     except TypeError as err:  # unknown keyword for this task
         raise ValueError(f"task {name!r} does not accept parameters {params}: {err}") from err
+
+
+def reads_shipped_sample(task_name: str, source: str | os.PathLike[str] | None) -> bool:
+    """Whether ``task_name``'s examples from ``source`` are the sample shipped with vpo (a few
+    invented rows for tests and demos) rather than real data: no source for a task that has a
+    ``fixture``, the sources ``fixtures`` / ``fixture:NAME``, or a file in ``vpo/tasks/fixtures``."""
+    if source is None:
+        return getattr(task_class(task_name), "fixture", None) is not None
+    text = str(source)
+    if text == "fixtures" or text.startswith("fixture:"):
+        return True
+    shipped = (Path(__file__).parent / "tasks" / "fixtures").resolve()
+    return shipped == Path(text).resolve() or shipped in Path(text).resolve().parents
 
 
 def _accepts(name: str, param: str) -> bool:

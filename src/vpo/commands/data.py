@@ -52,6 +52,9 @@ class ExportConfig:
                 "split: test first, train gets the rest)"})
     alpha: float = field(default=WeightOptions.alpha,
                          metadata={"help": "Dirichlet concentration of the goal weights (--method goal_conditioned)"})
+    require_source: bool = field(default=False, metadata={
+        "help": "stop, naming --source, when the rows would come from the task's shipped sample (a few invented "
+                "rows for tests and demos) instead of real data; the training recipes pass it"})
 
 
 @dataclass
@@ -77,6 +80,13 @@ def run_export(args: argparse.Namespace) -> int:
     check_out_dir(cfg.out)
     if cfg.train < 0 or cfg.test < 0:
         raise ValueError("--train and --test must be >= 0")
+    if cfg.require_source:
+        from vpo.export import reads_shipped_sample
+
+        if reads_shipped_sample(args.task, cfg.source):
+            raise ValueError(f"task {args.task} needs real data: pass --source FILE (e.g. with EXPORT_ARGS in the "
+                             f"recipes); without it vpo exports the shipped sample, a few invented rows for tests"
+                             + (f", and --source {cfg.source} is that sample" if cfg.source else ""))
     goals = None
     if cfg.method:
         from vpo.estimators import get_spec

@@ -46,6 +46,7 @@ import json
 import logging
 import re
 import sys
+import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -107,19 +108,56 @@ def parse_label(label: Any) -> dict[str, Any]:
     return out
 
 
-def response_of(query: str, prompt: str) -> str:
-    """The response part of ``query`` (prompt + response, special tokens kept), special tokens removed.
+MIN_PROMPT_OVERLAP = 16
+"""Non-space characters of the prompt the query must still hold (a left-truncated prompt keeps at
+least its generation marker, e.g. ``<|im_start|>assistant`` = 21)."""
 
-    OpenRLHF may left-truncate an over-long prompt before generation, so the query can start
-    with a suffix of ``prompt`` rather than all of it. ValueError when neither matches.
+
+def _prompt_overlap(prompt: str, query: str) -> int:
+    """Length of the longest suffix of ``prompt`` that is a prefix of ``query`` (KMP, O(n))."""
+    pattern = query[:len(prompt)]
+    if not pattern:
+        return 0
+    border = [0] * len(pattern)  # prefix function of the pattern
+    k = 0
+    for i in range(1, len(pattern)):
+        while k and pattern[i] != pattern[k]:
+            k = border[k - 1]
+        if pattern[i] == pattern[k]:
+            k += 1
+        border[i] = k
+    matched = 0
+    for char in prompt:  # run the pattern's automaton over the prompt; what matches at its end is the overlap
+        while matched and (matched == len(pattern) or char != pattern[matched]):
+            matched = border[matched - 1]
+        if char == pattern[matched]:
+            matched += 1
+    return matched
+
+
+def response_of(query: str, prompt: str) -> str:
+    """The response part of ``query``, chat-template control tokens removed.
+
+    OpenRLHF 0.11.2 builds ``query = decode(encode(prompt) + response ids)`` with
+    ``skip_special_tokens=False`` and passes the original ``prompt`` text beside it. Decoding
+    need not give the prompt back: Llama-3's tokenizer cleans up spaces (``"# . B"`` decodes to
+    ``"#. B"``), Qwen's normalises to NFC, and an over-long prompt is left-truncated. So when
+    ``query`` does not start with ``prompt``, both are NFC-normalised and aligned on their
+    non-space characters: the response starts after the longest suffix of the prompt that the
+    query begins with (all of it, or what truncation left, at least ``MIN_PROMPT_OVERLAP``
+    characters). ValueError when the query holds no such part of the prompt.
     """
     if query.startswith(prompt):
-        response = query[len(prompt):]
-    else:
-        start = next((j for j in range(1, len(prompt)) if query.startswith(prompt[j:])), None)
-        if start is None:
-            raise ValueError("the query does not start with the prompt (or a suffix of it): cannot find the response")
-        response = query[len(prompt) - start:]
+        return _SPECIAL_TOKEN.sub("", query[len(prompt):]).strip()
+    query, prompt = unicodedata.normalize("NFC", query), unicodedata.normalize("NFC", prompt)
+    prompt_chars = "".join(c for c in prompt if not c.isspace())
+    positions = [i for i, c in enumerate(query) if not c.isspace()]
+    query_chars = "".join(query[i] for i in positions[:len(prompt_chars)])
+    overlap = _prompt_overlap(prompt_chars, query_chars)
+    if overlap < min(len(prompt_chars), MIN_PROMPT_OVERLAP):
+        raise ValueError("the query does not start with the prompt (or a suffix of it, ignoring spaces and Unicode "
+                         "normalisation): cannot find the response")
+    response = query[positions[overlap - 1] + 1:] if overlap else query
     return _SPECIAL_TOKEN.sub("", response).strip()
 
 
@@ -148,8 +186,9 @@ def convert(src: str, dst: str, *, method: str = "vpo", num_weights: int = Weigh
             seed: int = WeightOptions.seed) -> int:
     """Rewrite a verl parquet export (``vpo data export --format verl``) as OpenRLHF JSONL.
 
-    Each line holds ``prompt`` (the chat message list, for ``--data.apply_chat_template``)
-    and ``label`` (see the module docstring). Returns the number of rows written.
+    Each line holds ``prompt`` (the chat message list, for ``--data.apply_chat_template``),
+    ``label`` (see the module docstring) and ``datasource`` (the task name: OpenRLHF names its
+    evaluation metrics after it, ``eval_maze_pass8``). Returns the number of rows written.
     """
     import pyarrow.parquet as pq
 
@@ -175,7 +214,7 @@ def convert(src: str, dst: str, *, method: str = "vpo", num_weights: int = Weigh
                                m=info["answers"], index=info["index"],
                                task_params=json.loads(params) if isinstance(params, str) else params,
                                method=method, num_weights=num_weights, alpha=alpha, sampler=sampler, seed=seed)
-            out.write(json.dumps({"prompt": row["prompt"], "label": label}) + "\n")
+            out.write(json.dumps({"prompt": row["prompt"], "label": label, "datasource": row["data_source"]}) + "\n")
     return len(rows)
 
 

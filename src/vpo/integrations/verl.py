@@ -213,8 +213,10 @@ def score_rollout(task_name: str, text: str, example: Mapping[str, Any], *, m: i
     ``rollout_score``), ``set_score`` (VPO's R_g with the prompt's shared weights, logged for
     every method), ``fixed_scalar`` (best fixed scalar among the answers), ``fixed_scalar_sum``,
     ``nonzero_answers`` (distinct answers with a non-zero reward vector), ``acc`` (1.0 when
-    some answer is solved), ``best_<objective>`` per objective for tasks with fixed objective
-    names, and ``objective_best`` (JSON list of the per-objective maxima, for every task). The
+    some answer is solved), ``answers_parsed`` (non-blank answers found in the text, at most m),
+    ``duplicate_answers`` (those dropped as duplicates), ``best_<objective>`` per objective for
+    tasks with fixed objective names, and ``objective_best`` (JSON list of the per-objective
+    maxima, for every task). The
     keys depend only on the task class, so they are identical for every rollout of a run.
     """
     from vpo.goals import goal_of
@@ -232,7 +234,9 @@ def score_rollout(task_name: str, text: str, example: Mapping[str, Any], *, m: i
     example = task.validate(example, row=key)
 
     dim = task.num_objectives(example)
-    matrix = np.asarray(task.score_chain(text if isinstance(text, str) else "", example, int(m)), dtype=np.float64)
+    parsed: dict[str, int] = {}
+    matrix = np.asarray(task.score_chain(text if isinstance(text, str) else "", example, int(m), stats=parsed),
+                        dtype=np.float64)
     matrix = matrix.reshape(-1, dim)
     rows = matrix if matrix.shape[0] else np.zeros((1, dim))  # code chains are unpadded: keep one row
     scalars = np.atleast_1d(np.asarray(task.scalar(rows), dtype=np.float64))
@@ -268,6 +272,8 @@ def score_rollout(task_name: str, text: str, example: Mapping[str, Any], *, m: i
         "fixed_scalar_sum": float(scalars.sum()),
         "nonzero_answers": int(np.count_nonzero(np.any(matrix != 0.0, axis=1))) if matrix.size else 0,
         "acc": float(any(task.solved(row) for row in rows)),
+        "answers_parsed": int(parsed.get("answers", 0)),
+        "duplicate_answers": int(parsed.get("duplicates", 0)),
     }
     if type(task).objectives:  # fixed objective names: one flat key per objective
         for name, value in zip(task.objective_names(example), best, strict=True):
