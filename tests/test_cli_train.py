@@ -182,3 +182,170 @@ def test_out_pointing_at_a_file_is_one_line_at_once(tmp_path, capsys, argv):
     err = capsys.readouterr().err.strip()
     assert "--out" in err and "is a file" in err and len(err.splitlines()) == 1 and "Traceback" not in err
     assert time.perf_counter() - start < 10 and afile.read_text() == "x"
+
+
+# ---- TRL settings, --config YAML, refused options (issue #14.2) ------------------------------
+def _grpo_from_argv(argv, answers=3):
+    from vpo.cli import build_parser
+    from vpo.commands.train import grpo_args, train_configs
+
+    cfg, rl, engine = train_configs(build_parser().parse_args(["train", "--task", "maze", "--model", "m", *argv]))
+    return cfg, rl, engine, grpo_args(cfg, rl, engine, task="maze", answers=answers)
+
+
+def test_trl_flags_reach_the_grpo_config():
+    pytest.importorskip("trl")
+    *_, grpo = _grpo_from_argv([
+        "--report-to", "tensorboard,wandb", "--use-vllm", "--vllm-mode", "server", "--vllm-server-host", "10.1.2.3",
+        "--vllm-server-port", "8123", "--vllm-gpu-memory-utilization", "0.55", "--vllm-tensor-parallel-size", "2",
+        "--steps-per-generation", "4", "--gradient-accumulation-steps", "2", "--num-iterations", "3", "--bf16",
+        "--gradient-checkpointing", "--logging-steps", "5", "--save-steps", "7", "--save-total-limit", "2",
+        "--resume-from-checkpoint", "runs/x/checkpoint-7", "--force-cpu"])
+    assert grpo.report_to == ["tensorboard", "wandb"]
+    assert grpo.use_vllm is True and grpo.vllm_mode == "server"
+    assert (grpo.vllm_server_host, grpo.vllm_server_port) == ("10.1.2.3", 8123)
+    assert (grpo.vllm_gpu_memory_utilization, grpo.vllm_tensor_parallel_size) == (0.55, 2)
+    assert (grpo.steps_per_generation, grpo.gradient_accumulation_steps, grpo.num_iterations) == (4, 2, 3)
+    assert grpo.bf16 is True and grpo.gradient_checkpointing is True  # typed flags beat the CPU choice
+    assert (grpo.logging_steps, grpo.save_steps, grpo.save_total_limit) == (5, 7, 2)
+    assert str(grpo.save_strategy.value) == "steps"  # --save-steps implies it
+    assert grpo.resume_from_checkpoint == "runs/x/checkpoint-7"
+    *_, colocate = _grpo_from_argv(["--use-vllm", "--vllm-mode", "colocate", "--no-bf16", "--force-cpu"])
+    assert colocate.vllm_mode == "colocate" and colocate.bf16 is False
+
+
+def test_trl_settings_default_to_the_presets_and_trl():
+    pytest.importorskip("trl")
+    import dataclasses
+
+    import torch
+    from trl import GRPOConfig
+
+    *_, grpo = _grpo_from_argv([])
+    trl_defaults = {f.name: f.default for f in dataclasses.fields(GRPOConfig)}
+    assert grpo.report_to == RLConfig().to_grpo_config("o").report_to == []  # transformers' spelling of "none"
+    assert grpo.use_vllm is False and grpo.vllm_mode == trl_defaults["vllm_mode"]
+    assert grpo.num_iterations == trl_defaults["num_iterations"] == 1
+    assert grpo.steps_per_generation == grpo.gradient_accumulation_steps == 1  # TRL's rule
+    assert str(grpo.save_strategy.value) == "no" and grpo.resume_from_checkpoint is None
+    assert (grpo.learning_rate, grpo.beta, grpo.epsilon, grpo.loss_type) == (1e-6, 1e-3, 0.2, "dapo")
+    if not torch.cuda.is_available():
+        assert grpo.use_cpu and not grpo.bf16 and not grpo.gradient_checkpointing
+
+
+def test_config_yaml_values_then_typed_flags(tmp_path):
+    pytest.importorskip("trl")
+    yaml_file = tmp_path / "grpo.yaml"
+    yaml_file.write_text(
+        "learning_rate: 1e-5\n"        # YAML reads 1e-5 as text; TRL's parser converts it, so do we
+        "beta: 0.01\n"                 # RLConfig's kl_beta
+        "epsilon: 0.3\n"               # RLConfig's clip_epsilon
+        "num_iterations: 2\n"
+        "report_to: [tensorboard]\n"   # TRL's list form
+        "top_p: 0.9\n"                 # no flag: passed as it is
+        "max_steps: 3\n"
+        "save_strategy: 'no'\n"
+        "remove_unused_columns: false\n"  # what vpo train does anyway: accepted
+        "eval_strategy: 'no'\n"
+        f"output_dir: {tmp_path / 'from-yaml'}\n"
+        "model_name_or_path: ./tiny\n")
+    cfg, rl, engine, grpo = _grpo_from_argv(["--config", str(yaml_file), "--learning-rate", "3e-6",
+                                             "--kl-beta", "0.001"])  # typed, even at the preset value, wins
+    assert grpo.learning_rate == 3e-6 and grpo.beta == 0.001
+    assert grpo.epsilon == 0.3 and grpo.num_iterations == 2 and grpo.max_steps == 3
+    assert grpo.report_to == ["tensorboard"] and grpo.top_p == 0.9
+    assert grpo.output_dir == str(tmp_path / "from-yaml") and cfg.out == str(tmp_path / "from-yaml")
+    assert cfg.model == "m"  # --model was typed; the YAML's model_name_or_path yields
+    assert grpo.temperature == 1.0 and grpo.weight_decay == 0.01  # untouched presets
+    assert engine.extra == {"top_p": 0.9}
+    cfg, *_ = _grpo_from_argv(["--config", str(yaml_file), "--out", str(tmp_path / "typed")])
+    assert cfg.out == str(tmp_path / "typed")
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("not_an_option: 1\n", "unknown key 'not_an_option'"),
+    ("scale_rewards: group\n", "scale_rewards is not a vpo train option: VPOTrainer replaces TRL's advantages"),
+    ("multi_objective_aggregation: normalize_then_sum\n", "multi_objective_aggregation is not a vpo train option"),
+    ("reward_weights: [1.0]\n", "reward_weights is not a vpo train option"),
+    ("reward_funcs: [accuracy_reward]\n", "--reward_funcs vpo.integrations.trl.vpo_reward"),
+    ("remove_unused_columns: true\n", "remove_unused_columns"),
+    ("eval_strategy: steps\n", "`vpo eval`"),
+    ("model_init_kwargs: {dtype: bfloat16}\n", "loads the model itself"),
+    ("save_strategy: no\n", "quote it"),
+    ("learning_rate: fast\n", "learning_rate: expected float"),
+    ("- a list\n", "expected a mapping"),
+])
+def test_config_yaml_refusals_name_the_key_at_once(tmp_path, capsys, text, needle):
+    import time
+
+    yaml_file = tmp_path / "grpo.yaml"
+    yaml_file.write_text(text)
+    start = time.perf_counter()
+    # a missing model: the YAML is checked first, so its error, not the model's, is the one reported
+    assert main(["train", "--task", "maze", "--model", str(tmp_path / "no-model"), "--config", str(yaml_file)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and "--config" in err and len(err.splitlines()) == 1, err
+    assert time.perf_counter() - start < 20
+
+
+@pytest.mark.parametrize("argv,typed,instead", [
+    (["--scale-rewards", "group"], "--scale-rewards", "--method"),
+    (["--scale_rewards", "none"], "--scale_rewards", "--method"),
+    (["--multi-objective-aggregation", "normalize_then_sum"], "--multi-objective-aggregation", "E_w[max_i w.r_i]"),
+    (["--reward-weights", "1.0", "0.5"], "--reward-weights", "Dirichlet"),
+])
+def test_refused_flags_fail_at_step_0(tmp_path, capsys, argv, typed, instead):
+    # the model does not exist: the refusal is reported first, so nothing was loaded before it
+    assert main(["train", "--task", "maze", "--model", str(tmp_path / "no-model"), *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"vpo train: error: {typed} is not a vpo train option:") and instead in err, err
+    assert len(err.splitlines()) == 1
+
+
+def test_engine_packages_are_checked_before_the_model_loads(tmp_path, capsys):
+    import importlib.util
+
+    model = tmp_path / "model"
+    model.mkdir()  # an empty folder: loading it would fail, so failing on the option proves the order
+    base = ["train", "--task", "maze", "--model", str(model), "--out", str(tmp_path / "run")]
+    if importlib.util.find_spec("vllm") is None:
+        for mode in ("colocate", "server"):
+            assert main(base + ["--use-vllm", "--vllm-mode", mode]) == 2
+            err = capsys.readouterr().err.strip()
+            assert "--use-vllm: vLLM is not installed" in err and "pip install 'trl[vllm]" in err
+            assert len(err.splitlines()) == 1
+    assert main(base + ["--report-to", "no_such_tracker"]) == 2
+    assert "--report-to no_such_tracker: unknown" in capsys.readouterr().err
+    if importlib.util.find_spec("trackio") is None:
+        assert main(base + ["--report-to", "trackio"]) == 2
+        assert "pip install trackio" in capsys.readouterr().err
+    assert main(base + ["--resume-from-checkpoint", "latest"]) == 2
+    assert "no checkpoint-N folder" in capsys.readouterr().err
+    assert main(base + ["--save-steps", "2", "--save-strategy", "epoch"]) == 2
+    assert "--save-steps 2" in capsys.readouterr().err
+
+
+def test_tensorboard_events_checkpoints_and_resume(tmp_path, capsys):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    folder = _tiny_model_dir(tmp_path)
+    out = tmp_path / "run"
+    argv = ["train", "--task", "maze", "--task-params", "size=5", "--model", str(folder), "--method", "grpo",
+            "--examples", "4", "--out", str(out), "--num-generations", "2", "--per-device-train-batch-size", "2",
+            "--max-completion-length", "4", "--kl-beta", "0", "--force-cpu", "--report-to", "tensorboard"]
+    assert main(argv + ["--max-steps", "2", "--save-steps", "1"]) == 0
+    assert (out / "checkpoint-1").is_dir() and (out / "checkpoint-2").is_dir()
+    assert main(argv + ["--max-steps", "3", "--save-steps", "1", "--resume-from-checkpoint", "latest"]) == 0
+    summary = json.loads([line for line in capsys.readouterr().out.splitlines() if line.startswith("{")][-1])
+    assert summary["steps"] == 3 and (out / "checkpoint-3").is_dir()
+    record = json.loads((out / "vpo_train.json").read_text())
+    assert record["trl"]["resume_from_checkpoint"] == str(out / "checkpoint-2")
+    steps = []
+    for events in sorted(out.glob("runs/*/events.out.tfevents.*")):
+        accumulator = EventAccumulator(str(events))
+        accumulator.Reload()
+        if "train/reward" in accumulator.Tags()["scalars"]:
+            steps += [event.step for event in accumulator.Scalars("train/reward")]
+    # two runs wrote event files: steps 1-2, then only step 3 (a restart from scratch would log 1-3 again)
+    assert sorted(steps) == [1, 2, 3]

@@ -25,6 +25,7 @@ from vpo.chains import RewriteRule  # noqa: E402
 from vpo.integrations.trl import (  # noqa: E402
     EXPECTED_TRL_HOOKS,
     RLConfig,
+    TaskReward,
     VPOReward,
     VPOTrainer,
     check_trl_hooks,
@@ -32,6 +33,8 @@ from vpo.integrations.trl import (  # noqa: E402
     group_weights,
     parse_example,
     prompt_key,
+    task_reward,
+    vpo_reward,
 )
 from vpo.models import build_char_tokenizer, build_tiny_qwen2  # noqa: E402
 from vpo.tasks import Task, register_task  # noqa: E402
@@ -280,6 +283,129 @@ def test_rl_config_presets():
     assert RLConfig(max_completion_length=40).to_grpo_config("o", answers=3).max_completion_length == 40
     with pytest.raises(ValueError, match="num_generations"):
         RLConfig(num_generations=1).to_grpo_config("o")
+
+
+# ---- TaskReward and the dotted-path rewards (issue #14.3) ------------------------------------
+def test_task_reward_is_the_best_answers_fixed_scalar(task):
+    logged = {}
+    reward = TaskReward(task, answers=2)
+    scores = reward(["q1::2:"] * 3, ["a|b", "ab|xy", ""], example=[{"id": 1}] * 3, answers=[2, 2, 2],
+                    log_metric=lambda k, v: logged.__setitem__(k, v))
+    # ToyAB's fixed scalar is the mean of (a_rate, b_rate): "a" -> 0.5, "b" -> 0.5; "ab" -> 0.5, "xy" -> 0
+    assert scores == [0.5, 0.5, 0.0]
+    assert logged["vpo/answers_parsed"] == pytest.approx(4 / 3) and "vpo/objective/a_rate" in logged
+    assert TaskReward(task)(["q1:"], ["aab"], example=['{"id": 1}']) == [pytest.approx(0.5)]
+    with pytest.raises(ValueError, match="built for answers=3"):
+        TaskReward(task)(["q1:"], ["a"], example=[{"id": 1}], answers=[3])
+    with pytest.raises(ValueError, match="built for answers=1"):
+        VPOReward(task, answers=3)(["q1:"], ["a"], example=[{"id": 1}], answers=[1])
+
+
+def test_task_reward_trains_two_steps_in_the_stock_grpo_trainer(tmp_path, tok, task):
+    trainer = GRPOTrainer(build_tiny_qwen2(tok, seed=0), reward_funcs=TaskReward(task),
+                          args=make_config(tmp_path, max_steps=2, per_device_train_batch_size=4),
+                          train_dataset=make_dataset(task, 1, 4), processing_class=tok)
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "rewards/task/mean" in h]
+    assert trainer.state.global_step == 2 and len(logs) == 2
+    assert all("vpo/objective/a_rate" in h for h in logs)
+    # the rewards TRL recorded are the fixed scalars of the completions it generated (ToyAB scores
+    # the text alone, so any example does)
+    expected = [float(task.scalar(task.score_chain(c, {"id": 0}, 1))[0]) for c in trainer._logs["completion"]]
+    np.testing.assert_allclose(list(trainer._logs["rewards"]["task"]), expected, atol=1e-6)
+
+
+def _maze_rows(answers, n=3):
+    from vpo.export import export_rows
+    from vpo.tasks import get_task
+
+    maze = get_task("maze", size=5)
+    return maze, export_rows(maze, maze.examples("train", n, seed=0), split="train", fmt="trl", answers=answers,
+                             task_params={"size": 5})
+
+
+def _columns(rows):
+    return {key: [row[key] for row in rows] for key in rows[0] if key != "prompt"}
+
+
+def test_dotted_path_rewards_read_the_trl_export_columns():
+    maze, rows1 = _maze_rows(1)
+    _, rows3 = _maze_rows(3)
+    rows = rows1 + rows3  # one batch mixing m = 1 and m = 3 rows
+    completions = ["UP UP LEFT"] * 3 + ["<route_1>UP</route_1><route_2>LEFT LEFT</route_2><route_3>UP</route_3>"] * 3
+    prompts = [row["prompt"] for row in rows]
+    logged = {}
+    kwargs = dict(_columns(rows), trainer_state=SimpleNamespace(global_step=4),
+                  log_metric=lambda k, v: logged.__setitem__(k, v))
+    examples = [json.loads(row["example"]) for row in rows]
+    got = task_reward(prompts, completions, **kwargs)
+    want = (TaskReward(maze)(prompts[:3], completions[:3], example=examples[:3])
+            + TaskReward(maze, answers=3)(prompts[3:], completions[3:], example=examples[3:]))
+    assert got == want and len(got) == 6
+    got = vpo_reward(prompts, completions, **kwargs)
+    state = SimpleNamespace(global_step=4)
+    want = (VPOReward(maze, answers=1)(prompts[:3], completions[:3], example=examples[:3], trainer_state=state)
+            + VPOReward(maze, answers=3)(prompts[3:], completions[3:], example=examples[3:], trainer_state=state))
+    assert got == pytest.approx(want, abs=1e-12) and "vpo/objective/gold" in logged
+    with pytest.raises(ValueError, match="'task' column"):
+        task_reward(prompts, completions, example=kwargs["example"])
+    with pytest.raises(ValueError, match="'example' column"):
+        vpo_reward(prompts, completions, task=kwargs["task"])
+
+
+def _trl_grpo_argv(tmp_path, reward_funcs):
+    """A tiny model folder and a `vpo data export maze --format trl --answers 3` folder, and the
+    `trl grpo` arguments that train on them for two steps on CPU."""
+    from vpo.cli import main as vpo_main
+
+    maze, rows = _maze_rows(3, n=4)
+    chars = sorted({c for row in rows for c in row["prompt"]})
+    tokenizer = build_char_tokenizer(chars, extra_tokens=["UP", "DOWN", "LEFT", "RIGHT"])
+    build_tiny_qwen2(tokenizer, seed=0).save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    assert vpo_main(["data", "export", "maze", "--format", "trl", "--answers", "3", "--size", "5", "--train", "4",
+                     "--test", "2", "--out", str(tmp_path / "data")]) == 0
+    return ["--model_name_or_path", str(tmp_path / "model"), "--dataset_name", str(tmp_path / "data"),
+            "--reward_funcs", *reward_funcs, "--output_dir", str(tmp_path / "out"), "--max_steps", "2",
+            "--per_device_train_batch_size", "4", "--num_generations", "4", "--max_completion_length", "12",
+            "--use_cpu", "--bf16", "false", "--report_to", "none", "--logging_steps", "1",
+            "--save_strategy", "steps", "--save_steps", "2", "--disable_tqdm", "true"]
+
+
+def _check_trl_grpo_run(out):
+    state = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
+    logs = [h for h in state["log_history"] if "rewards/vpo_reward/mean" in h]
+    assert state["global_step"] == 2 and len(logs) == 2
+    assert all("rewards/task_reward/mean" in h and "vpo/objective/gold" in h for h in logs)
+    assert (out / "model.safetensors").exists()
+
+
+def test_trl_grpo_script_with_dotted_path_rewards(tmp_path, monkeypatch):
+    """TRL's own `trl grpo` script (its parser and main, in this process) with our rewards by
+    dotted path, on the folder `vpo data export --format trl` writes."""
+    from trl.scripts import grpo
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the script puts the working folder on sys.path
+    argv = _trl_grpo_argv(tmp_path, ["vpo.integrations.trl.vpo_reward", "vpo.integrations.trl.task_reward"])
+    grpo.main(*grpo.make_parser().parse_args_and_config(argv))
+    _check_trl_grpo_run(tmp_path / "out")
+
+
+@pytest.mark.slow
+def test_trl_grpo_command_with_dotted_path_rewards(tmp_path):
+    """The `trl grpo` command itself (accelerate launch, a new process), offline."""
+    trl_command = Path(sys.executable).with_name("trl")
+    if not trl_command.exists():
+        pytest.skip("no trl command next to this Python")
+    argv = _trl_grpo_argv(tmp_path, ["vpo.integrations.trl.vpo_reward", "vpo.integrations.trl.task_reward"])
+    src = str(Path(__file__).resolve().parent.parent / "src")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([str(trl_command), "grpo", *argv], env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _check_trl_grpo_run(tmp_path / "out")
 
 
 _TORCHRUN_SCRIPT = textwrap.dedent("""

@@ -4,11 +4,18 @@ Usage::
 
     vpo train --task maze --task-params size=5 --model ./tiny-model --method vpo --answers 3
     vpo train --task musique --data data/musique_trl --model Qwen/Qwen3-1.7B --method grpo --lora
+    vpo train --task maze --model ./m --config grpo.yaml --report-to tensorboard --use-vllm --vllm-mode server
 
 The run uses ``vpo.integrations.trl.VPOTrainer`` (TRL's GRPOTrainer with the advantage
 replaced by the chosen estimator) and the paper's presets (docs/algorithm.md §7: lr 1e-6 constant,
 AdamW (0.9, 0.999, wd 0.01), clip 0.2, KL 1e-3, G = 8, temperature 1, epochs per task, 2x the
-completion budget for m > 1); every preset is a flag. Data: ``--data`` names a TRL export
+completion budget for m > 1); every preset is a flag. TRL's run settings pass through under
+their names (``--report-to``, ``--use-vllm``/``--vllm-mode``, ``--bf16``, ``--gradient-checkpointing``,
+``--steps-per-generation``, ``--num-iterations``, ``--save-steps``, ``--resume-from-checkpoint``), and
+``--config`` reads a TRL ``GRPOConfig`` YAML as ``trl grpo --config`` does: flags typed on the
+command line win over its values, its values over the presets; unknown keys and the options
+VPOTrainer replaces (``scale_rewards``, ``multi_objective_aggregation``, ``reward_weights``) fail
+at once, naming the key. Data: ``--data`` names a TRL export
 (``prompt`` + ``example`` columns, from ``vpo data``; a ``datasets`` folder or a JSONL/JSON/
 parquet file) or a file of raw task examples; without it the task generates (maze) or loads its
 own training split. Models: a local folder, a cached hub id (the hub is offline here) or a
@@ -19,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
+import dataclasses
 import json
 import os
 from collections.abc import Iterator
@@ -28,9 +37,10 @@ from typing import Any
 
 from vpo.config import add_dataclass_args, check_out_dir, dataclass_from_args, parse_params
 from vpo.estimators.options import WeightOptions
-from vpo.integrations.trl_config import TASK_EPOCHS, RLConfig
+from vpo.integrations.trl_config import TASK_EPOCHS, VPO_OWNED, RLConfig, TRLOptions, check_engine, read_grpo_yaml
 
-__all__ = ["RLConfig", "TASK_EPOCHS", "TrainArgs", "build_train_rows", "parse_params", "resolve_answers", "train"]
+__all__ = ["RLConfig", "TASK_EPOCHS", "TRLOptions", "TrainArgs", "build_train_rows", "grpo_args", "parse_params",
+           "resolve_answers", "train", "train_configs"]
 
 
 def _estimator_names() -> list[str]:
@@ -72,14 +82,45 @@ class TrainArgs:
     chat_template: bool = field(
         default=True, metadata={"help": "wrap prompts in the tokenizer's chat template when it has one"})
     save: bool = field(default=True, metadata={"help": "save the final model (or adapter) to output_dir"})
+    config: str | None = field(default=None, metadata={
+        "help": "a TRL GRPOConfig YAML, as `trl grpo --config` reads it (flags typed here win over its values)"})
+
+
+class _GivenOnly:
+    """Adds options that leave no attribute unless typed on the command line (``default=SUPPRESS``),
+    so ``train_configs`` tells a typed flag from a default: typed flags win over ``--config``
+    values, defaults do not. The dataclass keeps the default, the help still shows it."""
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
+
+    def add_argument(self, *flags: str, **kwargs: Any) -> argparse.Action:
+        action = self.target.add_argument(*flags, **kwargs)
+        if action.help:  # BooleanOptionalAction formats the default into the help at --help time
+            action.help = action.help.replace("%(default)s", str(action.default))
+        action.default = argparse.SUPPRESS
+        return action
+
+
+class _Refused(argparse.Action):
+    """A GRPOConfig option VPOTrainer replaces: recorded as typed, refused by ``train_configs``."""
+
+    def __call__(self, parser: Any, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, option_string)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "train", help="RL-train a model on a task with VPO or a baseline (TRL)",
         description=__doc__.split("\n\n")[0] if __doc__ else None)
-    add_dataclass_args(parser, TrainArgs)
-    add_dataclass_args(parser.add_argument_group("RL hyperparameters (paper presets)"), RLConfig)
+    add_dataclass_args(_GivenOnly(parser), TrainArgs)
+    add_dataclass_args(_GivenOnly(parser.add_argument_group("RL hyperparameters (paper presets)")), RLConfig)
+    add_dataclass_args(_GivenOnly(parser.add_argument_group("TRL settings (GRPOConfig, under TRL's names)")),
+                       TRLOptions)
+    for name in VPO_OWNED:  # refused with what VPO does instead, in either spelling, whatever follows them
+        parser.add_argument("--" + name.replace("_", "-"), "--" + name, dest=f"refused_{name}", nargs="*",
+                            action=_Refused, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     parser.set_defaults(func=run)
 
 
@@ -164,15 +205,63 @@ def build_train_rows(task: Any, answers: int, *, data: str | None = None, n: int
     return rows
 
 
+def train_configs(args: argparse.Namespace) -> tuple[TrainArgs, RLConfig, TRLOptions]:
+    """The configs of a parsed ``vpo train`` command line: the defaults (the paper's presets), then
+    the ``--config`` YAML's values, then the flags typed (which win). Refused options fail here,
+    before any file but the YAML is read."""
+    for name, instead in VPO_OWNED.items():
+        typed = getattr(args, f"refused_{name}", None)
+        if typed:
+            raise ValueError(f"{typed} is not a vpo train option: {instead}")
+    from_yaml: dict[str, dict[str, Any]] = {"train": {}, "rl": {}, "trl": {}, "extra": {}}
+    if getattr(args, "config", None):
+        from_yaml = read_grpo_yaml(args.config, TrainArgs)
+    typed_names = set(vars(args))
+
+    def build(cls: type, owner: str) -> Any:
+        return dataclass_from_args(cls, args, **{k: v for k, v in from_yaml[owner].items() if k not in typed_names})
+
+    cfg, rl, engine = build(TrainArgs, "train"), build(RLConfig, "rl"), build(TRLOptions, "trl")
+    engine.extra = dict(from_yaml["extra"])
+    if engine.save_steps is not None and rl.save_strategy != "steps":
+        if rl.save_strategy != RLConfig.save_strategy:  # set on purpose (flag or YAML) to something else
+            raise ValueError(f"--save-steps {engine.save_steps} saves by steps, but --save-strategy is "
+                             f"{rl.save_strategy!r}; give one of them")
+        rl = dataclasses.replace(rl, save_strategy="steps")
+    return cfg, rl, engine
+
+
+def grpo_args(cfg: TrainArgs, rl: RLConfig, engine: TRLOptions, *, task: str, answers: int, **derived: Any) -> Any:
+    """The ``trl.GRPOConfig`` of a ``vpo train`` run: RLConfig's presets, ``derived`` (settings the
+    prompt format implies), then the TRL settings and ``--config`` values, which win."""
+    return rl.to_grpo_config(cfg.out, task=task, answers=answers, **{**derived, **engine.grpo_values()})
+
+
+def _resume_path(value: str | None, out: str) -> str | None:
+    """The checkpoint folder ``--resume-from-checkpoint`` names ('latest': the last in ``out``)."""
+    if value is None:
+        return None
+    if value == "latest":
+        from transformers.trainer_utils import get_last_checkpoint
+
+        last = get_last_checkpoint(out) if Path(out).is_dir() else None
+        if last is None:
+            raise FileNotFoundError(f"--resume-from-checkpoint latest: no checkpoint-N folder in {out} "
+                                    "(checkpoints are saved with --save-steps N)")
+        return last
+    if not Path(value).is_dir():
+        raise FileNotFoundError(f"--resume-from-checkpoint {value}: no such folder")
+    return value
+
+
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    cfg = dataclass_from_args(TrainArgs, args)
+    cfg, rl, engine = train_configs(args)
     if not cfg.task:
         raise ValueError("--task is required")
     if not cfg.model:
         raise ValueError("--model is required")
-    rl = dataclass_from_args(RLConfig, args)
-    return train(cfg, rl)
+    return train(cfg, rl, engine)
 
 
 @contextlib.contextmanager
@@ -188,8 +277,6 @@ def _reference_from_policy(model: Any, *, enabled: bool) -> Iterator[None]:
     Without ``enabled`` (LoRA: TRL disables the adapter instead; beta 0: no reference) or if TRL
     no longer has that hook, nothing is patched.
     """
-    import copy
-
     from trl.trainer import grpo_trainer
 
     original = getattr(grpo_trainer, "create_model_from_path", None)
@@ -212,24 +299,29 @@ def _reference_from_policy(model: Any, *, enabled: bool) -> Iterator[None]:
         grpo_trainer.create_model_from_path = original
 
 
-def train(cfg: TrainArgs, rl: Any) -> int:
-    """Run ``vpo train`` from its two configs; returns 0. Prints where the model went."""
+def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
+    """Run ``vpo train`` from its configs (``engine``: TRL's run settings, default TRL's own);
+    returns 0. Prints where the model went."""
     from vpo.estimators import get_spec
     from vpo.formats import FORMAT_FILE, TaskFormat, load_format, resolve_task_params
     from vpo.models import check_model_path, load_pretrained
     from vpo.tasks import get_task
 
-    # every option is checked before any file is read, model loaded or TRL imported (seconds)
+    # every option and path is checked before TRL is imported or any data or model is read (seconds)
     weight_options = WeightOptions(num_weights=cfg.num_weights, alpha=cfg.alpha, sampler=cfg.sampler, seed=rl.seed)
     spec = get_spec(cfg.method)
     answers = resolve_answers(cfg.method, cfg.answers)
     check_model_path(cfg.model)
     if cfg.save:
         check_out_dir(cfg.out)
+    engine = copy.copy(engine) if engine is not None else TRLOptions()
+    check_engine(engine)
+    engine.resume_from_checkpoint = _resume_path(engine.resume_from_checkpoint, cfg.out)
     model_dir = Path(cfg.model) if Path(cfg.model).is_dir() else None
     # a checkpoint that records its task (the demo's) is trained on that task, in its own format
     params = resolve_task_params(parse_params(cfg.task_params), [model_dir] if model_dir else [])
     task = get_task(cfg.task, **params)
+    args = grpo_args(cfg, rl, engine, task=task.name, answers=answers)  # TRL checks its values before the model loads
     rows = build_train_rows(task, answers, data=cfg.source, n=cfg.examples, seed=cfg.data_seed,
                             goals=weight_options if spec.conditions_prompt else None)
     from datasets import Dataset
@@ -255,7 +347,8 @@ def train(cfg: TrainArgs, rl: Any) -> int:
                 row["prompt"] = task.messages(json.loads(row["example"]), answers)
         grpo_overrides["chat_template_kwargs"] = {"enable_thinking": False}
     dataset = Dataset.from_list(rows)
-    args = rl.to_grpo_config(cfg.out, task=task.name, answers=answers, **grpo_overrides)
+    if grpo_overrides:
+        args = grpo_args(cfg, rl, engine, task=task.name, answers=answers, **grpo_overrides)
 
     peft_config = None
     if cfg.lora:
@@ -270,7 +363,7 @@ def train(cfg: TrainArgs, rl: Any) -> int:
         trainer = VPOTrainer(model, task=task, answers=answers, estimator=cfg.method, estimator_options=options,
                              args=args, train_dataset=dataset, processing_class=tokenizer,
                              peft_config=peft_config)
-    trainer.train()
+    trainer.train(resume_from_checkpoint=engine.resume_from_checkpoint)
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
     summary = {"task": task.name, "method": cfg.method, "answers": answers, "steps": trainer.state.global_step,
                "first_reward": rewards[0] if rewards else None, "last_reward": rewards[-1] if rewards else None}
@@ -278,7 +371,8 @@ def train(cfg: TrainArgs, rl: Any) -> int:
         trainer.save_model(cfg.out)
         tokenizer.save_pretrained(cfg.out)
         Path(cfg.out, "vpo_train.json").write_text(json.dumps(
-            {"train": {k: v for k, v in vars(cfg).items()}, "rl": rl.as_dict(), "summary": summary},
+            {"train": {k: v for k, v in vars(cfg).items()}, "rl": rl.as_dict(), "trl": dataclasses.asdict(engine),
+             "summary": summary},
             indent=2, default=str))
         if model_dir is not None and (model_dir / FORMAT_FILE).is_file():  # keep the prompt format and task
             record = json.loads((model_dir / FORMAT_FILE).read_text())

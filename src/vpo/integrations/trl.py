@@ -1,14 +1,18 @@
-"""VPO for TRL 1.16: a reward function for the stock ``GRPOTrainer`` and a ``GRPOTrainer``
-subclass that swaps TRL's advantages for any registered estimator.
+"""VPO for TRL 1.16: reward functions for the stock ``GRPOTrainer`` (and for ``trl grpo``) and a
+``GRPOTrainer`` subclass that swaps TRL's advantages for any registered estimator.
 
 Usage::
 
     from trl import GRPOConfig, GRPOTrainer
-    from vpo.integrations.trl import VPOReward, VPOTrainer, RLConfig
+    from vpo.integrations.trl import TaskReward, VPOReward, VPOTrainer, RLConfig
     task = get_task("maze", size=5)
 
-    # A. stock trainer, VPO set score as the reward (TRL keeps its own group normalisation)
-    GRPOTrainer(model, reward_funcs=VPOReward(task, answers=3), args=cfg, train_dataset=ds)
+    # A. stock trainer: GRPO -> VPO is the reward line (TRL keeps its own group normalisation)
+    GRPOTrainer(model, reward_funcs=TaskReward(task), args=cfg, train_dataset=ds)              # GRPO
+    GRPOTrainer(model, reward_funcs=VPOReward(task, answers=3), args=cfg, train_dataset=ds)    # VPO
+
+    # A'. TRL's own CLI, on a `vpo data export TASK --format trl` folder
+    #     trl grpo --model_name_or_path M --dataset_name DIR --reward_funcs vpo.integrations.trl.vpo_reward
 
     # B. subclass: the estimator sees every rollout's (m, D) reward matrix after the gather
     VPOTrainer(model, task=task, answers=3, estimator="vpo", args=cfg, train_dataset=ds,
@@ -18,7 +22,11 @@ Usage::
                                                    # (vpo.integrations.trl_config)
 
 The dataset needs a ``prompt`` column (string or chat messages) and an ``example`` column (the
-task example as a dict or its JSON string), as written by ``vpo data --format trl``.
+task example as a dict or its JSON string), as written by ``vpo data export TASK --format trl``; an
+``answers`` column, when present, must match the reward's m. The dotted-path rewards
+``task_reward`` and ``vpo_reward`` also read ``task`` (the task's name), ``task_params`` (JSON of
+its constructor parameters; default none) and ``answers`` (m; default 1) from each row, so they
+need no Python: every column of that export is what they read.
 
 Shared weights: the K Dirichlet weights of a prompt group are
 ``vpo.weights.group_weights([prompt_key], K, D, seed=seed, step=global_step)``, the project's one
@@ -59,6 +67,7 @@ __all__ = [
     "EXPECTED_TRL_HOOKS",
     "RLConfig",
     "TASK_EPOCHS",
+    "TaskReward",
     "TaskScalarReward",
     "VPOReward",
     "VPOTrainer",
@@ -68,6 +77,8 @@ __all__ = [
     "parse_example",
     "prompt_key",
     "score_and_log",
+    "task_reward",
+    "vpo_reward",
 ]
 
 EXPECTED_TRL_HOOKS: dict[str, tuple[str, ...]] = {
@@ -164,14 +175,26 @@ def decode_examples(values: Sequence[Any]) -> list[Example]:
     return out
 
 
+_COLUMNS = {"example": "the task example as JSON", "task": "the task's name"}
+
+
 def _row_values(kwargs: Mapping[str, Any], column: str, n: int) -> list[Any]:
     values = kwargs.get(column)
     if values is None:
-        raise ValueError(f"the dataset needs an {column!r} column (the task example as JSON); "
-                         "build it with `vpo data --format trl` or vpo.integrations.trl helpers")
+        raise ValueError(f"the dataset needs a {column!r} column ({_COLUMNS.get(column, column)}); "
+                         "build it with `vpo data export TASK --format trl`")
     if len(values) != n:
         raise ValueError(f"column {column!r} has {len(values)} values for {n} completions")
     return list(values)
+
+
+def _check_answers(kwargs: Mapping[str, Any], answers: int, reward: str) -> None:
+    """The rows' ``answers`` column (when the data has one) must be the m the reward scores: a
+    prompt asking for 3 answers scored as 1 (or the reverse) would train on the wrong chains."""
+    asked = sorted({int(a) for a in kwargs.get("answers") or () if a is not None})
+    if asked and asked != [answers]:
+        raise ValueError(f"the data was built for answers={asked[0] if len(asked) == 1 else asked} (column "
+                         f"'answers'), but {reward} scores answers={answers}; give both the same m")
 
 
 def score_and_log(task: Task, texts: Sequence[str], examples: Sequence[Example], m: int,
@@ -229,6 +252,7 @@ class VPOReward:
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any],
                  completion_ids: Sequence[Any] | None = None, **kwargs: Any) -> list[float]:
         n = len(completions)
+        _check_answers(kwargs, self.answers, "VPOReward")
         examples = decode_examples(_row_values(kwargs, "example", n))
         state = kwargs.get("trainer_state")
         step = int(getattr(state, "global_step", 0) or 0)
@@ -246,11 +270,15 @@ class VPOReward:
         return [float(x) for x in set_scores(matrices, row_weights)] if matrices else []
 
 
-class TaskScalarReward:
-    """The task's fixed scalar of the best answer of each chain, as a TRL reward function.
+class TaskReward:
+    """The GRPO twin of ``VPOReward``: the task's fixed scalar of the best answer of each chain.
 
-    ``TaskScalarReward(task, answers=1)``: with m = 1 it is the GRPO reward (the answer's fixed
-    scalar); VPOTrainer logs it as ``rewards/task/mean`` and ``reward``.
+    ``TaskReward(task, answers=1)``: with m = 1 it is the GRPO reward (the answer's fixed scalar),
+    so GRPO -> VPO in the stock ``GRPOTrainer`` is ``TaskReward(task)`` -> ``VPOReward(task,
+    answers=3)`` (with data whose prompts ask for 3 answers). Reads the ``example`` column, checks
+    ``answers`` when present and logs the same chain metrics as ``VPOReward``
+    (``vpo/objective/<name>``, ``vpo/answers_parsed``, ``vpo/duplicate_rate``). ``VPOTrainer``
+    logs it as ``rewards/task/mean`` and ``reward``.
     """
 
     __name__ = "task"
@@ -265,10 +293,76 @@ class TaskScalarReward:
         """The reward of already scored chains: max over answers of the fixed scalar (0 if none)."""
         return [float(np.max(self.task.scalar(mat))) if mat.shape[0] else 0.0 for mat in matrices]
 
-    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any],
+                 completion_ids: Sequence[Any] | None = None, **kwargs: Any) -> list[float]:
+        _check_answers(kwargs, self.answers, "TaskReward")
         examples = decode_examples(_row_values(kwargs, "example", len(completions)))
-        return self.from_matrices([np.asarray(self.task.score_chain(completion_text(c), ex, self.answers))
-                                   for c, ex in zip(completions, examples, strict=True)])
+        texts = [completion_text(c) for c in completions]
+        return self.from_matrices(score_and_log(self.task, texts, examples, self.answers, kwargs.get("log_metric")))
+
+
+TaskScalarReward = TaskReward
+"""The earlier name of ``TaskReward``."""
+
+
+# ----------------------------------------------------------------------------------------------
+# A'. the same rewards by dotted path, for TRL's own CLI (``trl grpo --reward_funcs``)
+# ----------------------------------------------------------------------------------------------
+_ROW_REWARDS: dict[tuple[str, str, str, int], Any] = {}
+"""One reward object per (kind, task, task parameters, m) the rows name."""
+
+
+def _reward_for(kind: str, name: str, params: str, answers: int) -> Any:
+    from vpo.export import make_task
+
+    key = (kind, name, params, answers)
+    if key not in _ROW_REWARDS:
+        try:
+            decoded = json.loads(params)
+        except json.JSONDecodeError:
+            decoded = None
+        if not isinstance(decoded, Mapping):
+            raise ValueError(f"column 'task_params' must hold a JSON object, got {params!r}")
+        task, _ = make_task(name, decoded)
+        _ROW_REWARDS[key] = VPOReward(task, answers=answers) if kind == "vpo" else TaskReward(task, answers=answers)
+    return _ROW_REWARDS[key]
+
+
+def _row_rewards(kind: str, prompts: Sequence[Any], completions: Sequence[Any],
+                 kwargs: Mapping[str, Any]) -> list[float]:
+    """Score each row with the reward its ``task``, ``task_params`` and ``answers`` columns name
+    (rows of one setting are scored together, so a mixed dataset works too)."""
+    n = len(completions)
+    names = _row_values(kwargs, "task", n)
+    params = [p if isinstance(p, str) else json.dumps(p or {}, sort_keys=True)
+              for p in (kwargs.get("task_params") or [None] * n)]
+    answers = [1 if a is None else int(a) for a in (kwargs.get("answers") or [None] * n)]
+    groups: dict[tuple[str, str, int], list[int]] = {}
+    for i, setting in enumerate(zip(names, params, answers, strict=True)):
+        groups.setdefault((str(setting[0]), setting[1] or "{}", setting[2]), []).append(i)
+    shared = {k: kwargs[k] for k in ("trainer_state", "log_metric") if k in kwargs}
+    out = [0.0] * n
+    for (name, task_params, m), rows in groups.items():
+        reward = _reward_for(kind, name, task_params, m)
+        scores = reward([prompts[i] for i in rows], [completions[i] for i in rows],
+                        example=[kwargs["example"][i] for i in rows] if "example" in kwargs else None, **shared)
+        for i, score in zip(rows, scores, strict=True):
+            out[i] = score
+    return out
+
+
+def task_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+    """``TaskReward`` by dotted path (``trl grpo --reward_funcs vpo.integrations.trl.task_reward``):
+    the GRPO reward of each row's task (columns ``task``, ``task_params``, ``answers``, ``example``)."""
+    return _row_rewards("task", prompts, completions, kwargs)
+
+
+def vpo_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+    """``VPOReward`` by dotted path (``trl grpo --reward_funcs vpo.integrations.trl.vpo_reward``):
+    the set score of each row's m-answer chain (columns ``task``, ``task_params``, ``answers``,
+    ``example``), with ``WeightOptions``' defaults (K = 100, alpha 1, iid, seed 0; for others, pass
+    a ``VPOReward`` object from Python)."""
+    return _row_rewards("vpo", prompts, completions, kwargs)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -332,7 +426,7 @@ class VPOTrainer(GRPOTrainer):
         columns = getattr(train_dataset, "column_names", None)
         if columns is not None and "example" not in columns:
             raise ValueError(f"train_dataset needs an 'example' column (task example as JSON); it has {columns}")
-        self.vpo_reward = TaskScalarReward(task, answers)
+        self.vpo_reward = TaskReward(task, answers)
         super().__init__(model, reward_funcs=[self.vpo_reward], args=args, **kwargs)
         if self.vpo_options.get("seed") is None and "seed" in spec.options:
             self.vpo_options["seed"] = int(self.args.seed)

@@ -1,22 +1,69 @@
 """TRL presets: the paper's RL hyperparameters (docs/algorithm.md §7) as a dataclass mapped onto TRL's
-``GRPOConfig``. Light to import (torch and TRL load inside ``to_grpo_config``), so the CLI can
-build its flags from it.
+``GRPOConfig``, the TRL run settings ``vpo train`` passes through (``TRLOptions``), and the reading
+of a ``trl grpo --config`` YAML. Light to import (torch and TRL load inside the functions), so the
+CLI can build its flags from it.
 
 Usage::
 
-    from vpo.integrations.trl_config import RLConfig
+    from vpo.integrations.trl_config import RLConfig, TRLOptions
     args = RLConfig(learning_rate=1e-6).to_grpo_config("runs/out", task="maze", answers=3)
+    args = RLConfig().to_grpo_config("runs/out", **TRLOptions(report_to="tensorboard").grpo_values())
+
+GRPOConfig options whose input ``VPOTrainer`` replaces (``VPO_OWNED``: ``scale_rewards``,
+``multi_objective_aggregation``, ``reward_weights``) are refused, as flags and in a YAML, with
+what VPO does instead; TRL's loss settings (``loss_type``, ``epsilon``, ``beta``, ...) act on the
+estimator's advantages as on GRPO's, so the presets are only defaults.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
+import typing
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
-__all__ = ["RLConfig", "TASK_EPOCHS"]
+__all__ = ["GRPO_NAMES", "RLConfig", "TASK_EPOCHS", "TRLOptions", "VPO_OWNED", "check_engine", "read_grpo_yaml"]
 
 TASK_EPOCHS: dict[str, float] = {"maze": 2, "musique": 1, "eureqa": 6, "toolcall": 20}
 """Epochs per task in the paper's runs (docs/algorithm.md §7); other tasks default to 1."""
+
+VPO_OWNED: dict[str, str] = {
+    "scale_rewards": "VPOTrainer replaces TRL's advantages with the --method estimator's, which normalises each "
+                     "group itself (the authors' population std for vpo, docs/algorithm.md §8); pick the estimator "
+                     "with --method (in Python: VPOTrainer(estimator_options={'scale': 'group'|'batch'|'none'}))",
+    "multi_objective_aggregation": "VPO does not add up reward functions: the task scores every answer as a "
+                                   "D-objective vector and the --method estimator combines the vectors (vpo: "
+                                   "E_w[max_i w.r_i] over --num-weights Dirichlet weights)",
+    "reward_weights": "the task is the only reward function; its objectives are weighted by the estimator (vpo: "
+                      "Dirichlet weights, --num-weights/--alpha/--sampler; grpo: the task's fixed scalarisation)",
+}
+"""GRPOConfig options whose input VPOTrainer replaces, with what VPO does instead (refused, never ignored)."""
+
+GRPO_NAMES: dict[str, str] = {"clip_epsilon": "epsilon", "kl_beta": "beta", "force_cpu": "use_cpu"}
+"""RLConfig fields that GRPOConfig names differently (the others have TRL's names)."""
+
+_SCRIPT_KEYS: dict[str, str] = {
+    "model_name_or_path": "model", "dataset_name": "source", "use_peft": "lora", "lora_r": "lora_rank",
+    "lora_alpha": "lora_alpha", "output_dir": "out",
+}
+"""``trl grpo`` YAML keys that name a ``vpo train`` setting (the command's own field)."""
+
+_NOT_TAKEN: dict[str, str] = {
+    "reward_funcs": "vpo train's reward is the task (--task); to use VPO's rewards in `trl grpo`, pass "
+                    "--reward_funcs vpo.integrations.trl.vpo_reward",
+    "reward_model_name_or_path": "vpo train's reward is the task (--task), not a reward model",
+    "remove_unused_columns": "vpo train keeps every dataset column (the scorer reads 'example'): it is always false",
+    "eval_strategy": "vpo train has no evaluation split; evaluate its checkpoints with `vpo eval`",
+    "model_init_kwargs": "vpo train loads the model itself (--model: a folder, a cached hub id or a .gguf file), so "
+                         "TRL would ignore them",
+}
+"""YAML keys ``vpo train`` refuses for another reason than VPO_OWNED (unless they hold ``_FIXED``'s value)."""
+
+_FIXED: dict[str, Any] = {"remove_unused_columns": False, "eval_strategy": "no"}
+"""YAML values that say what ``vpo train`` does anyway (accepted, nothing to pass)."""
+
 
 @dataclass
 class RLConfig:
@@ -37,6 +84,11 @@ class RLConfig:
     per_device_train_batch_size: int = field(
         default=8, metadata={"help": "completions per device per micro-batch"})
     gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimiser step"})
+    steps_per_generation: int | None = field(
+        default=None, metadata={"help": "optimiser steps per generation batch (None: TRL's, "
+                                        "--gradient-accumulation-steps)"})
+    num_iterations: int | None = field(
+        default=None, metadata={"help": "policy updates per generation batch, TRL's mu (None: TRL's, 1)"})
     num_train_epochs: float | None = field(
         default=None, metadata={"help": "epochs (default per task: maze 2, musique 1, eureqa 6, toolcall 20, else 1)"})
     max_steps: int = field(default=-1, metadata={"help": "stop after this many steps (-1: run the epochs)"})
@@ -87,6 +139,7 @@ class RLConfig:
             temperature=self.temperature,
             per_device_train_batch_size=self.per_device_train_batch_size,
             gradient_accumulation_steps=self.gradient_accumulation_steps,
+            steps_per_generation=self.steps_per_generation,
             num_train_epochs=self.resolved_epochs(task),
             max_steps=self.max_steps,
             max_completion_length=self.resolved_completion_length(answers),
@@ -100,9 +153,163 @@ class RLConfig:
             bf16=(not cpu) and torch.cuda.is_bf16_supported(),
             gradient_checkpointing=not cpu,
         )
+        if self.num_iterations is not None:
+            values["num_iterations"] = self.num_iterations
         values.update(overrides)
         return GRPOConfig(**values)
 
     def as_dict(self) -> dict[str, Any]:
         """The fields as a plain dict (for run records)."""
         return asdict(self)
+
+
+@dataclass
+class TRLOptions:
+    """TRL run settings ``vpo train`` passes to ``GRPOConfig`` under TRL's names (logging, vLLM,
+    precision, checkpoints). Fields left at None take TRL's default (or, for ``bf16`` and
+    ``gradient_checkpointing``, RLConfig's choice: on with CUDA, off on CPU)."""
+
+    report_to: str = field(default="none", metadata={
+        "help": "where TRL logs metrics: none, tensorboard (offline: <out>/runs), wandb, trackio, ... "
+                "(comma-separated for several)"})
+    bf16: bool | None = field(default=None, metadata={
+        "help": "bfloat16 mixed precision (default: on when the GPU supports it, off on CPU)"})
+    gradient_checkpointing: bool | None = field(default=None, metadata={
+        "help": "recompute activations in the backward pass to save memory (default: on with CUDA, off on CPU)"})
+    use_vllm: bool = field(default=False, metadata={
+        "help": "generate the rollouts with vLLM (CUDA; pip install 'trl[vllm]')"})
+    vllm_mode: str | None = field(default=None, metadata={
+        "help": "colocate: vLLM runs inside the training processes; server: a separate `trl vllm-serve` "
+                "(None: TRL's, colocate)", "choices": ("colocate", "server")})
+    vllm_server_host: str | None = field(default=None, metadata={
+        "help": "server mode: host of `trl vllm-serve` (None: TRL's)"})
+    vllm_server_port: int | None = field(default=None, metadata={
+        "help": "server mode: port of `trl vllm-serve` (None: TRL's)"})
+    vllm_gpu_memory_utilization: float | None = field(default=None, metadata={
+        "help": "colocate mode: share of GPU memory vLLM may take (None: TRL's)"})
+    vllm_tensor_parallel_size: int | None = field(default=None, metadata={
+        "help": "colocate mode: GPUs per vLLM engine (None: TRL's)"})
+    save_steps: int | None = field(default=None, metadata={
+        "help": "save a checkpoint every N steps (implies --save-strategy steps)"})
+    save_total_limit: int | None = field(default=None, metadata={
+        "help": "keep at most N checkpoints in --out (None: all)"})
+    resume_from_checkpoint: str | None = field(default=None, metadata={
+        "help": "resume from a checkpoint folder, or 'latest' (the last checkpoint-N in --out)"})
+    extra: dict[str, Any] = field(default_factory=dict, init=False, metadata={
+        "help": "further GRPOConfig values (from --config) that no flag names"})
+    """GRPOConfig options without a flag, from ``--config`` (passed as they are)."""
+
+    def report_targets(self) -> list[str]:
+        """``report_to`` as TRL's list (``["none"]`` for none)."""
+        names = [name.strip() for name in str(self.report_to).split(",") if name.strip()]
+        return names or ["none"]
+
+    def grpo_values(self) -> dict[str, Any]:
+        """The GRPOConfig values these settings stand for (None fields left out, ``extra`` last)."""
+        values: dict[str, Any] = {"report_to": self.report_targets()}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.init and f.name != "report_to" and value is not None:
+                values[f.name] = value
+        values.update(self.extra)
+        return values
+
+
+def check_engine(options: TRLOptions) -> None:
+    """Fail in one line, before any model loads, when a setting needs a package that is missing:
+    vLLM for ``use_vllm`` (both modes import it) and each ``report_to`` integration."""
+    if options.use_vllm and importlib.util.find_spec("vllm") is None:
+        raise ValueError("--use-vllm: vLLM is not installed; on a CUDA machine run pip install 'trl[vllm]==1.16.*' "
+                         "(vLLM brings its own torch)")
+    targets = options.report_targets()
+    if targets in (["none"], ["all"]):
+        return
+    from transformers.integrations import integration_utils
+
+    for name in targets:
+        if name not in integration_utils.INTEGRATION_TO_CALLBACK:
+            raise ValueError(f"--report-to {name}: unknown; choose none, all or any of "
+                             f"{', '.join(integration_utils.INTEGRATION_TO_CALLBACK)}")
+        available = getattr(integration_utils, f"is_{name}_available", None)
+        if available is not None and not available():
+            raise ValueError(f"--report-to {name}: the {name} package is not installed (pip install {name})")
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init}
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """A YAML scalar as field type ``tp`` wants it: YAML reads ``1e-5`` as a string, and TRL's own
+    parser converts such strings, so numbers and booleans written as text are converted here."""
+    kinds = typing.get_args(tp) or (tp,)
+    if isinstance(value, bool) and str in kinds and bool not in kinds:
+        raise ValueError(f"{where}: expected text, got {str(value).lower()} (YAML reads a bare no/yes/off/on as a "
+                         "boolean; quote it)")
+    if value is None or not isinstance(value, str):
+        return value
+    if str in kinds:
+        return value
+    wanted = [kind for kind in (bool, int, float) if kind in kinds]
+    for kind in wanted:
+        try:
+            return {"true": True, "false": False}[value.lower()] if kind is bool else kind(value)
+        except (KeyError, ValueError):
+            continue
+    if wanted:
+        raise ValueError(f"{where}: expected {' or '.join(k.__name__ for k in wanted)}, got {value!r}")
+    return value
+
+
+def read_grpo_yaml(path: str, train_cls: type) -> dict[str, dict[str, Any]]:
+    """The values of a TRL ``GRPOConfig`` YAML (what ``trl grpo --config`` reads), by owner:
+    ``{"train": ..., "rl": ..., "trl": ..., "extra": ...}``, each ``{field: value}``.
+
+    A key goes to RLConfig when it has the field (``epsilon``, ``beta`` and ``use_cpu`` answer to
+    ``clip_epsilon``, ``kl_beta`` and ``force_cpu``: ``GRPO_NAMES``), else to TRLOptions, else to
+    ``extra`` (any other GRPOConfig option, passed as it is). ``trl grpo``'s ``model_name_or_path``,
+    ``dataset_name``, ``use_peft``, ``lora_r``, ``lora_alpha`` and ``output_dir`` go to the fields of
+    ``train_cls`` (``vpo train``'s own). ValueError, naming the key, for a key that is no GRPOConfig
+    option, a VPO_OWNED one (with what VPO does instead) or one vpo train does not take.
+    """
+    import yaml
+    from trl import GRPOConfig
+
+    where = f"--config {path}"
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"{where}: no such file")
+    try:
+        loaded = yaml.safe_load(file.read_text())
+    except yaml.YAMLError as err:
+        raise ValueError(f"{where}: not valid YAML ({str(err).splitlines()[0]})") from None
+    if loaded is None:
+        loaded = {}
+    if not isinstance(loaded, dict):
+        raise ValueError(f"{where}: expected a mapping of GRPOConfig options, got {type(loaded).__name__}")
+    types = {"train": _field_types(train_cls), "rl": _field_types(RLConfig), "trl": _field_types(TRLOptions),
+             "extra": _field_types(GRPOConfig)}
+    rl_field = {GRPO_NAMES.get(name, name): name for name in types["rl"]}
+    out: dict[str, dict[str, Any]] = {owner: {} for owner in types}
+    for key, value in loaded.items():
+        if key in VPO_OWNED:
+            raise ValueError(f"{where}: {key} is not a vpo train option: {VPO_OWNED[key]}")
+        if key in _FIXED and (value == _FIXED[key] or (_FIXED[key] == "no" and value is False)):
+            continue  # what vpo train does anyway (YAML reads a bare no as false)
+        if key in _NOT_TAKEN:
+            raise ValueError(f"{where}: {key}: {_NOT_TAKEN[key]}")
+        if key in _SCRIPT_KEYS:
+            owner, name = "train", _SCRIPT_KEYS[key]
+        elif key in rl_field:
+            owner, name = "rl", rl_field[key]
+        elif key in types["trl"]:
+            owner, name = "trl", key
+        elif key in types["extra"]:
+            owner, name = "extra", key
+        else:
+            raise ValueError(f"{where}: unknown key {key!r}: not a GRPOConfig option")
+        if key == "report_to" and isinstance(value, list):  # TRL's list form
+            value = ",".join(map(str, value))
+        out[owner][name] = _coerce(value, types[owner][name], f"{where}: {key}")
+    return out
