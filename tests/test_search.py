@@ -387,3 +387,15 @@ def test_cli_best_of_n_prints_intervals_and_takes_threads(tmp_path, saved_checkp
     assert f"best@1 {curves['best_at_k'][0]:.3f} ±{half:.3f}" in line
     assert main(["search", "best-of-n", "--model", saved_checkpoints[0], "--threads", "-1",
                  "--out", str(tmp_path)]) == 2
+
+
+def test_eval_bridge_to_openevolve_refuses_sampling_options_it_does_not_use(tmp_path):
+    from vpo.commands.eval import EvalConfig
+    from vpo.commands.search import search_from_eval_config
+
+    for options, message in (({"batch_size": 8}, "--batch-size 8: --search openevolve does not use it"),
+                             ({"seeding": "batch"}, "--seeding batch: --search openevolve does not use it"),
+                             ({"backend": "vllm"}, "--backend vllm: --search openevolve samples with transformers")):
+        cfg = EvalConfig(task="code", model=str(tmp_path), out=str(tmp_path / "o"), **options)
+        with pytest.raises(ValueError, match=message):
+            search_from_eval_config("openevolve", cfg)

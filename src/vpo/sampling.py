@@ -209,7 +209,9 @@ class ChainDraw:
         for warp in self.warpers:
             scores = warp(input_ids, scores)
         step = input_ids.shape[1] - self.prompt_length
-        cdf = torch.softmax(scores.double(), dim=-1).cumsum(dim=-1)                     # (B, V)
+        # softmax in float32 as transformers samples; the running sum in float64, so that a
+        # 150k-entry vocabulary does not shift the boundaries by float32 rounding
+        cdf = torch.softmax(scores.float(), dim=-1).cumsum(dim=-1, dtype=torch.float64)  # (B, V)
         target = (self.uniforms[:, step] * cdf[:, -1]).unsqueeze(1)                     # (B, 1)
         token = torch.searchsorted(cdf, target, right=True).clamp_(max=scores.shape[1] - 1)
         drawn = torch.full_like(scores, float("-inf"))
@@ -221,8 +223,8 @@ class ChainDraw:
 def chains_per_call(free_bytes: float, *, kv_bytes_per_token: float, tokens_per_chain: int, vocab: int,
                     cap: int = MAX_CHAINS_PER_CALL) -> int:
     """Auto batch size on a GPU: chains whose KV cache (twice over: transformers grows it by
-    concatenation) and per-step logits/CDF (28 bytes per vocabulary entry) fit in half of
-    ``free_bytes``; between 1 and ``cap``."""
+    concatenation) and per-step logits, probabilities and CDF (28 bytes per vocabulary entry)
+    fit in half of ``free_bytes``; between 1 and ``cap``."""
     per_chain = 2 * kv_bytes_per_token * tokens_per_chain + 28 * vocab
     return int(max(1, min(cap, (0.5 * free_bytes) // max(per_chain, 1))))
 

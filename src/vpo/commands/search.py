@@ -226,6 +226,9 @@ def search_from_eval_config(kind: str, cfg: Any) -> dict[str, Any]:
             raise ValueError(f"--search openevolve needs --task code, got {cfg.task!r}")
         if sampling.get("backend", "hf") != "hf":
             raise ValueError(f"--backend {sampling['backend']}: --search openevolve samples with transformers (hf)")
+        for name, default in (("batch_size", 0), ("seeding", "chain")):
+            if sampling.get(name, default) != default:
+                raise ValueError(f"--{name.replace('_', '-')} {sampling[name]}: --search openevolve does not use it")
         if threads > 0:
             import torch
 
