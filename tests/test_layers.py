@@ -61,7 +61,8 @@ def within(module: str, *prefixes: str) -> bool:
 
 CORE = ("vpo.weights", "vpo.objective", "vpo.estimators", "vpo.chains", "vpo.metrics", "vpo.goals")
 ABOVE_CORE = ("vpo.tasks", "vpo.integrations", "vpo.commands", "vpo.cli", "vpo.demo", "vpo.evaluation",
-              "vpo.search", "vpo.report", "vpo.sandbox", "vpo.models", "vpo.export", "vpo.formats")
+              "vpo.search", "vpo.report", "vpo.sandbox", "vpo.models", "vpo.export", "vpo.formats",
+              "vpo.sampling")
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if within(m, *CORE)))
@@ -78,7 +79,7 @@ def test_nothing_below_the_cli_imports_the_cli(module):
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if within(m, "vpo.integrations", "vpo.evaluation",
-                                                                         "vpo.search", "vpo.formats",
+                                                                         "vpo.search", "vpo.formats", "vpo.sampling",
                                                                          "vpo.report", "vpo.tasks")))
 def test_adapters_and_evaluation_do_not_import_the_demo(module):
     bad = sorted(t for t in targets(module) if within(t, "vpo.demo"))

@@ -107,3 +107,39 @@ def test_load_smollm2_gguf_generates():
     ids = tokenizer("The capital of France is", return_tensors="pt")
     out = model.generate(**ids, max_new_tokens=3, do_sample=False)
     assert out.shape[1] == ids["input_ids"].shape[1] + 3
+
+
+# ----- device and dtype of the one loader (issue #14.1) -----------------------------------------
+
+def test_resolve_device_and_dtype_name_the_flag():
+    from vpo.models import resolve_device, resolve_dtype
+
+    assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert resolve_device("CPU") == "cpu"
+    assert resolve_dtype("auto", "cpu") == "float32"
+    assert resolve_dtype("bfloat16", "cpu") == "bfloat16"
+    with pytest.raises(ValueError, match=r"^--device mps: expected auto, cpu, cuda or cuda:N$"):
+        resolve_device("mps")
+    with pytest.raises(ValueError, match=r"^--dtype half: expected one of auto, float32, bfloat16, float16$"):
+        resolve_dtype("half", "cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match=r"^--device cuda:1: CUDA is not available$"):
+            resolve_device("cuda:1")
+
+
+def test_load_checkpoint_puts_the_weights_in_the_dtype_on_the_device(tmp_path, tok):
+    from vpo.models import load_checkpoint
+
+    model = build_tiny_qwen2(tok, seed=1)
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    loaded, tok2 = load_checkpoint(tmp_path, dtype="bfloat16", device="cpu")
+    assert {p.dtype for p in loaded.parameters()} == {torch.bfloat16} and not loaded.training
+    assert {p.device.type for p in loaded.parameters()} == {"cpu"}
+    reference = dict(model.named_parameters())
+    for name, param in loaded.named_parameters():
+        assert torch.equal(param, reference[name].to(torch.bfloat16))
+    default, _ = load_checkpoint(tmp_path)                           # cpu, float32: as before
+    assert {p.dtype for p in default.parameters()} == {torch.float32}
+    with pytest.raises(ValueError, match="dtype"):
+        load_checkpoint(tmp_path, dtype="int8")

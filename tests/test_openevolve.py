@@ -181,6 +181,25 @@ def test_transformers_llm_loads_lazily_and_generates(tiny_checkpoint):
         oe.TransformersLLM(LLMModelConfig())
 
 
+
+def test_device_and_dtype_reach_the_policy_loader(problem, tiny_checkpoint):
+    """The seed sampler and the mutation LLM load the policy through vpo.models.load_checkpoint
+    with the device and dtype they are given (issue #14.1; --device cpu stands in for cuda)."""
+    import torch
+    from openevolve.config import LLMModelConfig
+
+    oe.clear_model_cache()
+    seeds = oe.sample_seed_programs(tiny_checkpoint, get_task("code"), [problem], chains=2, m=1, max_tokens=4,
+                                    threads=1, device="cpu", dtype="bfloat16")
+    assert len(seeds) == 1
+    ((key, (model, _)),) = oe._MODEL_CACHE.items()
+    assert key == (tiny_checkpoint, "bfloat16", "cpu") and {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    llm = oe.transformers_client(require_code_block=False, threads=1, device="cpu", dtype="bfloat16")(
+        LLMModelConfig(name=tiny_checkpoint, max_tokens=4, random_seed=1))
+    asyncio.run(llm.generate("print the sum"))
+    assert len(oe._MODEL_CACHE) == 1                                           # the same cached load
+    oe.clear_model_cache()
+
 # ----- real OpenEvolve loops --------------------------------------------------------------------
 
 def test_openevolve_loop_improves_and_survives_hostile_candidates(problem, tmp_path):

@@ -299,3 +299,103 @@ def test_eval_reports_by_level(tmp_path):
     (levels,) = metrics["by_level"].values()
     assert list(levels) == ["1", "2", "all"] and levels["all"]["num_examples"] == 4
     assert "## By difficulty" in (out / "report.md").read_text()
+
+
+# ----- batched sampling, threads and intervals (issue #16.12) -----------------------------------
+
+def _counting(model):
+    calls = []
+    generate = model.generate
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs["input_ids"].shape[0])
+        return generate(*args, **kwargs)
+
+    model.generate = counted
+    return calls
+
+
+def test_search_samples_all_examples_in_shared_calls_and_any_batch_size_gives_the_same_pools(tmp_path, maze,
+                                                                                            tiny_models):
+    from vpo.sampling import SamplingOptions
+
+    examples = maze.examples("test", 3, seed=0)
+    model, tokenizer = tiny_models[0]
+    calls = _counting(model)
+    try:
+        reports = {}
+        for batch in (4, 1, 0):
+            calls.clear()
+            reports[batch] = run_search_eval([("a", (model, tokenizer))], maze, examples, tmp_path / str(batch), n=4,
+                                             m=2, max_new_tokens=12, progress=False,
+                                             options=SamplingOptions(device="cpu", batch_size=batch))
+            assert calls == {4: [4, 2], 1: [1] * 6, 0: [6]}[batch]     # 3 examples x 2 chains, across examples
+    finally:
+        del model.generate
+    curves = [r["checkpoints"]["a"]["curves"] for r in reports.values()]
+    picks = [r["checkpoints"]["a"]["picks"] for r in reports.values()]
+    assert curves[0] == curves[1] == curves[2] and picks[0] == picks[1] == picks[2]
+
+
+def test_best_of_n_draws_the_chains_vpo_eval_draws(maze, tiny_models):
+    from vpo.evaluation import TaskFormat, sample_pools
+
+    model, tokenizer = tiny_models[1]
+    example = maze.examples("test", 1, seed=3)[0]
+    result = best_of_n(model, tokenizer, maze, example, n=6, m=3, max_new_tokens=20, seed=4)
+    pools = sample_pools(model, tokenizer, maze, [example], m=3, pool=6, max_new_tokens=20, seed=4, progress=False,
+                         fmt=TaskFormat(maze, chat=False, tokenizer=tokenizer))
+    assert result.chains == pools.texts[0]                  # chain c of example 0 is seeded (4, 0, c) in both
+    np.testing.assert_array_equal(result.vectors, pools.vectors[0])
+
+
+def test_search_curves_carry_95_percent_intervals_over_examples(maze):
+    from vpo import metrics as M
+
+    pools = [POOL, POOL[::-1], np.zeros_like(POOL)]
+    curves = search_curves(pools, maze)
+    for name in ("best_at_k", "pass_at_k", "coverage_at_k"):
+        per_example = np.asarray(curves["per_example"][name])
+        for j in range(per_example.shape[1]):
+            _, low, high = M.mean_ci(per_example[:, j])
+            assert curves["ci"][name]["low"][j] == pytest.approx(low)
+            assert curves["ci"][name]["high"][j] == pytest.approx(high)
+    single = search_curves([POOL], maze)
+    assert set(single["ci"]["best_at_k"]["low"]) == {None}                  # one example: no interval
+
+
+def test_cli_best_of_n_prints_intervals_and_takes_threads(tmp_path, saved_checkpoints, capsys):
+    import torch
+
+    from vpo.cli import main
+    from vpo.commands.search import curve_line
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert main(["search", "best-of-n", "--task", "maze", "--task-params", "size=5", "--model",
+                     saved_checkpoints[0], "--labels", "A", "--examples", "3", "--pool", "4", "--answers", "2",
+                     "--max-new-tokens", "12", "--threads", "1", "--out", str(tmp_path)]) == 0
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    curves = json.loads((tmp_path / "search.json").read_text())["checkpoints"]["A"]["curves"]
+    line = curve_line("A", curves)
+    assert line in out and line.count("±") == 4
+    half = (curves["ci"]["best_at_k"]["high"][0] - curves["ci"]["best_at_k"]["low"][0]) / 2
+    assert f"best@1 {curves['best_at_k'][0]:.3f} ±{half:.3f}" in line
+    assert main(["search", "best-of-n", "--model", saved_checkpoints[0], "--threads", "-1",
+                 "--out", str(tmp_path)]) == 2
+
+
+def test_eval_bridge_to_openevolve_refuses_sampling_options_it_does_not_use(tmp_path):
+    from vpo.commands.eval import EvalConfig
+    from vpo.commands.search import search_from_eval_config
+
+    for options, message in (({"batch_size": 8}, "--batch-size 8: --search openevolve does not use it"),
+                             ({"seeding": "batch"}, "--seeding batch: --search openevolve does not use it"),
+                             ({"backend": "vllm"}, "--backend vllm: --search openevolve samples with transformers")):
+        cfg = EvalConfig(task="code", model=str(tmp_path), out=str(tmp_path / "o"), **options)
+        with pytest.raises(ValueError, match=message):
+            search_from_eval_config("openevolve", cfg)

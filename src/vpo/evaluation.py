@@ -3,7 +3,7 @@
 Usage::
 
     from vpo.evaluation import TaskFormat, sample_pools, pool_metrics, summarize
-    pools = sample_pools(model, tokenizer, task, examples, m=3, pool=30, temperature=0.7)
+    pools = sample_pools(model, tokenizer, task, examples, m=3, pool=30, temperature=0.7)   # vpo.sampling
     per_example = pool_metrics(pools.vectors, task, eval_weights=weights)   # dict of arrays
     entry = summarize([per_example], label="VPO", m=3)      # one method, one or more seeds
 
@@ -47,6 +47,7 @@ import numpy as np
 
 from vpo import metrics as M
 from vpo.formats import FORMAT_FILE, PromptFormat, TaskFormat, load_format  # noqa: F401  (re-exported)
+from vpo.sampling import Generation, HFSampler, Sampler
 from vpo.tasks.base import Example, Task
 
 SCALAR_METRICS = ("diversity", "completion_rate", "pareto_fraction")
@@ -107,21 +108,47 @@ def score_generation(task: Task, fmt: PromptFormat, text: str, example: Example,
     return rows
 
 
+def pool_prompts(fmt: PromptFormat, examples: Sequence[Example], m: int, chains: int) -> list[list[str]]:
+    """G lists of ``chains`` prompts: ``fmt.prompt(example, m)`` for every chain, or
+    ``fmt.chain_prompt(example, m, chain)`` when the format prompts each chain on its own (the
+    demo's goal-conditioned policy gets a different stated goal per chain)."""
+    chain_prompt = getattr(fmt, "chain_prompt", None)
+    return [[chain_prompt(example, m, c) for c in range(chains)] if chain_prompt is not None
+            else [fmt.prompt(example, m)] * chains for example in examples]
+
+
+def sample_chains(model: Any, tokenizer: Any, examples: Sequence[Example], *, m: int, chains: int,
+                  fmt: PromptFormat, temperature: float = 0.7, top_p: float = 1.0, max_new_tokens: int = 64,
+                  batch_size: int = 0, seeding: str = "chain", seed: int = 0, sampler: Sampler | None = None,
+                  progress: bool = True, desc: str = "sampling") -> list[list[Generation]]:
+    """G lists of ``chains`` generations of the m-answer prompts of ``examples`` (``pool_prompts``).
+
+    The sampler is ``sampler`` when given (then ``model`` and ``tokenizer`` must be None and
+    ``batch_size``/``seeding`` are the sampler's own), else ``vpo.sampling.HFSampler`` over
+    ``model`` and ``tokenizer`` with ``batch_size`` (0: auto) and ``seeding``.
+    """
+    if sampler is None:
+        sampler = HFSampler(model, tokenizer, batch_size=batch_size, seeding=seeding)
+    elif model is not None or tokenizer is not None:
+        raise ValueError("give either sampler= or a model and tokenizer, not both")
+    return sampler.generate(pool_prompts(fmt, examples, m, chains), temperature=temperature, top_p=top_p,
+                            max_new_tokens=max_new_tokens, seed=seed, progress=progress, desc=desc)
+
+
 def sample_pools(model: Any, tokenizer: Any, task: Task, examples: Sequence[Example], *, m: int = 1,
                  pool: int = 30, temperature: float = 0.7, top_p: float = 1.0,
-                 max_new_tokens: int = 64, batch_size: int = 256, fmt: PromptFormat | None = None,
-                 seed: int = 0, progress: bool = True, desc: str = "sampling") -> Pools:
+                 max_new_tokens: int = 64, batch_size: int = 0, fmt: PromptFormat | None = None,
+                 seed: int = 0, seeding: str = "chain", sampler: Sampler | None = None,
+                 progress: bool = True, desc: str = "sampling") -> Pools:
     """Generate ``pool // m`` chains per example and score every answer: a ``Pools``.
 
-    Sampling: ``model.generate`` in batches of ``batch_size`` chains, left-padded prompts,
-    ``do_sample=True`` with ``temperature`` and ``top_p`` (top-k off), seeded by ``seed``. A
-    format with ``chain_prompt(example, m, chain)`` prompts each chain on its own (the demo's
-    goal-conditioned policy gets a different stated goal per chain). Raises ValueError unless
-    ``m`` divides ``pool``.
+    Sampling (``sample_chains``): left-padded batches of ``batch_size`` chains per
+    ``model.generate`` call (0: auto, ``vpo.sampling.HFSampler``), temperature and top-p
+    (top-k off), seeded by ``seed``: with ``seeding="chain"`` every chain has its own stream, so
+    the pool does not depend on ``batch_size``; ``"batch"`` replays the stream of vpo before
+    issue #14. ``sampler`` (e.g. ``vpo.integrations.vllm.VLLMSampler``) replaces the model and
+    tokenizer. Raises ValueError unless ``m`` divides ``pool``.
     """
-    import torch
-    from tqdm.auto import tqdm
-
     if m < 1 or pool < 1 or pool % m:
         raise ValueError(f"pool ({pool}) must be a positive multiple of m ({m})")
     if not examples:
@@ -132,51 +159,17 @@ def sample_pools(model: Any, tokenizer: Any, task: Task, examples: Sequence[Exam
                          f"({sorted(dims)}); use `vpo eval --search best-of-n` (vpo.search), "
                          "which handles ragged pools")
     fmt = fmt or TaskFormat(task)
-    chains = pool // m
-    chain_prompt = getattr(fmt, "chain_prompt", None)
-    prompts = [[chain_prompt(example, m, c) for c in range(chains)] if chain_prompt is not None
-               else [fmt.prompt(example, m)] * chains for example in examples]
-    jobs = [(i, c) for i in range(len(examples)) for c in range(chains)]
-    texts: list[list[str]] = [[""] * chains for _ in examples]
-    eos_id = tokenizer.eos_token_id
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_id
-    lengths, hit_limit = [], []
-    was_training = model.training
-    model.eval()
-    torch.manual_seed(seed)
-    device = next(model.parameters()).device
-    old_side = getattr(tokenizer, "padding_side", "left")
-    tokenizer.padding_side = "left"
-    try:
-        bar = tqdm(total=len(jobs), desc=desc, unit="chain", disable=not progress, leave=False)
-        for start in range(0, len(jobs), batch_size):
-            batch = jobs[start:start + batch_size]
-            enc = tokenizer([prompts[i][c] for i, c in batch], return_tensors="pt", padding=True)
-            enc = {k: v.to(device) for k, v in enc.items() if k in ("input_ids", "attention_mask")}
-            with torch.no_grad():
-                out = model.generate(**enc, do_sample=True, temperature=temperature, top_p=top_p, top_k=0,
-                                     max_new_tokens=max_new_tokens, eos_token_id=eos_id, pad_token_id=pad_id)
-            gen = out[:, enc["input_ids"].shape[1]:].tolist()
-            for (i, c), ids in zip(batch, gen, strict=True):
-                if eos_id in ids:
-                    ids = ids[:ids.index(eos_id)]
-                    hit_limit.append(False)
-                else:
-                    hit_limit.append(True)
-                ids = [t for t in ids if t != pad_id]
-                lengths.append(len(ids))
-                texts[i][c] = tokenizer.decode(ids, skip_special_tokens=True)
-            bar.update(len(batch))
-        bar.close()
-    finally:
-        tokenizer.padding_side = old_side
-        model.train(was_training)
+    rows = sample_chains(model, tokenizer, examples, m=m, chains=pool // m, fmt=fmt, temperature=temperature,
+                         top_p=top_p, max_new_tokens=max_new_tokens, batch_size=batch_size, seeding=seeding,
+                         seed=seed, sampler=sampler, progress=progress, desc=desc)
     vectors = np.zeros((len(examples), pool, dims.pop()), dtype=np.float64)
-    for i, example in enumerate(examples):
-        for c, text in enumerate(texts[i]):
-            vectors[i, c * m:(c + 1) * m] = score_generation(task, fmt, text, example, m)
-    return Pools(vectors=vectors, m=m, texts=texts, completion_tokens=float(np.mean(lengths)),
-                 truncated=float(np.mean(hit_limit)))
+    for i, (example, row) in enumerate(zip(examples, rows, strict=True)):
+        for c, generation in enumerate(row):
+            vectors[i, c * m:(c + 1) * m] = score_generation(task, fmt, generation.text, example, m)
+    chains = [generation for row in rows for generation in row]
+    return Pools(vectors=vectors, m=m, texts=[[generation.text for generation in row] for row in rows],
+                 completion_tokens=float(np.mean([g.tokens for g in chains])),
+                 truncated=float(np.mean([g.truncated for g in chains])))
 
 
 # ----- metrics ------------------------------------------------------------------------------
@@ -319,13 +312,13 @@ def sanitize(obj: Any) -> Any:
 def evaluate_checkpoint(model: Any, tokenizer: Any, task: Task, examples: Sequence[Example], *,
                         m: int, pool: int, label: str, eval_weights: np.ndarray,
                         fmt: PromptFormat | None = None, temperature: float = 0.7, top_p: float = 1.0,
-                        max_new_tokens: int = 64, batch_size: int = 256, seed: int = 0,
-                        progress: bool = True,
+                        max_new_tokens: int = 64, batch_size: int = 0, seed: int = 0, seeding: str = "chain",
+                        sampler: Sampler | None = None, progress: bool = True,
                         on_pools: Callable[[Pools], None] | None = None) -> tuple[Pools, dict[str, np.ndarray]]:
     """Sample a checkpoint's pools and compute its per-example metrics (one call for ``vpo eval``)."""
     pools = sample_pools(model, tokenizer, task, examples, m=m, pool=pool, temperature=temperature, top_p=top_p,
-                         max_new_tokens=max_new_tokens, batch_size=batch_size, fmt=fmt, seed=seed,
-                         progress=progress, desc=f"eval {label}")
+                         max_new_tokens=max_new_tokens, batch_size=batch_size, fmt=fmt, seed=seed, seeding=seeding,
+                         sampler=sampler, progress=progress, desc=f"eval {label}")
     if on_pools is not None:
         on_pools(pools)
     return pools, pool_metrics(pools.vectors, task, eval_weights=eval_weights)

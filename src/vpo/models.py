@@ -46,6 +46,11 @@ __all__ = [
     "load_gguf_model",
     "load_pretrained",
     "load_tokenizer",
+    "load_checkpoint",
+    "checkpoint_tokenizer",
+    "DTYPES",
+    "resolve_device",
+    "resolve_dtype",
 ]
 
 PAD_TOKEN = "<pad>"
@@ -297,9 +302,64 @@ def check_model_path(model: str | Path, flag: str = "--model") -> None:
                                 "cache (the hub is not downloaded from here)")
 
 
-def load_checkpoint(path: str | Path, *, dtype: str = "float32") -> tuple[Any, Any]:
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+"""Weight dtypes of ``--dtype``; ``auto`` is bfloat16 on a GPU that has it (else float16), float32 on CPU."""
+
+
+def resolve_device(device: str, flag: str = "--device") -> str:
+    """``device`` as torch names it: ``auto`` is ``cuda`` when CUDA is available, else ``cpu``.
+
+    Raises ValueError naming ``flag`` for a device other than auto, cpu, cuda or cuda:N, and for
+    a CUDA device this machine does not have (``--device cuda: CUDA is not available``).
+    """
+    import torch
+
+    text = str(device).strip().lower()
+    if text == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if text == "cpu":
+        return "cpu"
+    kind, _, index = text.partition(":")
+    if kind != "cuda" or (index and not index.isdigit()):
+        raise ValueError(f"{flag} {device}: expected auto, cpu, cuda or cuda:N")
+    if not torch.cuda.is_available():
+        raise ValueError(f"{flag} {device}: CUDA is not available")
+    if index and int(index) >= torch.cuda.device_count():
+        raise ValueError(f"{flag} {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return text
+
+
+def resolve_dtype(dtype: str, device: str, flag: str = "--dtype") -> str:
+    """The weight dtype name for ``device`` (already resolved): ``auto`` is bfloat16 on a GPU
+    that supports it, float16 on one that does not, float32 on CPU. Raises ValueError naming
+    ``flag`` for a dtype outside ``DTYPES`` and for bfloat16 on a GPU without it."""
+    import torch
+
+    if dtype not in DTYPES:
+        raise ValueError(f"{flag} {dtype}: expected one of {', '.join(DTYPES)}")
+    on_gpu = str(device).startswith("cuda")
+    bf16 = on_gpu and torch.cuda.is_bf16_supported()
+    if dtype == "auto":
+        return ("bfloat16" if bf16 else "float16") if on_gpu else "float32"
+    if dtype == "bfloat16" and on_gpu and not bf16:
+        raise ValueError(f"{flag} bfloat16: this GPU does not support bfloat16; use --dtype float16")
+    return dtype
+
+
+def checkpoint_tokenizer(path: str | Path) -> Any:
+    """The tokenizer ``load_checkpoint`` pairs with a checkpoint folder: ``load_tokenizer``, with
+    EOS as the pad token when it has none (sampling pads on the left and masks the padding, so
+    no new embedding row is needed)."""
+    tokenizer = load_tokenizer(path)
+    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_checkpoint(path: str | Path, *, dtype: str = "float32", device: str = "cpu") -> tuple[Any, Any]:
     """``(model, tokenizer)`` of a checkpoint to sample from: the one loader of ``vpo eval``,
-    ``vpo search`` and the OpenEvolve adapter.
+    ``vpo search`` and the OpenEvolve adapter. The model is in eval mode, its weights in
+    ``dtype`` on ``device`` (``auto`` for either: ``resolve_device`` / ``resolve_dtype``).
 
     * a ``.gguf`` file: ``load_pretrained`` (de-quantised, EOS/pad fixed up);
     * a LoRA adapter folder (``adapter_config.json``, what ``vpo train --lora`` saves): the base
@@ -312,22 +372,27 @@ def load_checkpoint(path: str | Path, *, dtype: str = "float32") -> tuple[Any, A
 
     A path that does not exist raises FileNotFoundError at once (no hub retries).
     """
+    path = Path(path)
+    device = resolve_device(device, flag="device")
+    dtype = resolve_dtype(dtype, device, flag="dtype")
+    if path.suffix == ".gguf" and path.is_file():
+        model, tokenizer = load_pretrained(path, dtype=dtype)
+    elif not path.is_dir():
+        raise FileNotFoundError(f"no checkpoint folder or .gguf file {path}")
+    else:
+        model, tokenizer = _load_folder(path, dtype)
+    return model.to(device).eval(), tokenizer
+
+
+def _load_folder(path: Path, dtype: str) -> tuple[Any, Any]:
+    """``load_checkpoint`` for a folder: a full checkpoint, or a LoRA adapter merged into its base."""
     import json
 
     import torch
     from transformers import AutoModelForCausalLM
 
-    path = Path(path)
-    if path.suffix == ".gguf" and path.is_file():
-        return load_pretrained(path, dtype=dtype)
-    if not path.is_dir():
-        raise FileNotFoundError(f"no checkpoint folder or .gguf file {path}")
-    torch_dtype = getattr(torch, dtype, None)
-    if not isinstance(torch_dtype, torch.dtype):
-        raise ValueError(f"unknown dtype {dtype!r}")
-    tokenizer = load_tokenizer(path)
-    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
-        tokenizer.pad_token = tokenizer.eos_token  # sampling pads on the left and masks it: no new row
+    torch_dtype = getattr(torch, dtype)
+    tokenizer = checkpoint_tokenizer(path)
     adapter_config = path / "adapter_config.json"
     if not adapter_config.is_file():
         return AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype), tokenizer

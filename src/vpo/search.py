@@ -175,37 +175,59 @@ class SearchResult:
 
 def best_of_n(model: Any, tokenizer: Any, task: Task, example: Example, *, n: int = 30, m: int = 1,
               select: Selector = "scalar", temperature: float = 0.7, top_p: float = 1.0,
-              max_new_tokens: int = 256, batch_size: int = 32, fmt: Any = None, chat: bool | None = None,
-              seed: int = 0, progress: bool = False) -> SearchResult:
+              max_new_tokens: int = 256, batch_size: int = 0, fmt: Any = None, chat: bool | None = None,
+              seed: int = 0, seeding: str = "chain", sampler: Any = None, progress: bool = False) -> SearchResult:
     """Sample ``n`` answers (``n // m`` chains of ``m``) from a causal LM for ``example``,
     score every answer's reward vector and return the best one under ``select``.
 
-    ``model``/``tokenizer``: any transformers causal LM and its tokenizer. ``fmt``: a prompt
-    format (``vpo.evaluation.PromptFormat``); default the task's own prompts, wrapped in the
+    ``model``/``tokenizer``: any transformers causal LM and its tokenizer (or None and a
+    ``sampler``, e.g. ``vpo.integrations.vllm.VLLMSampler``). ``fmt``: a prompt format
+    (``vpo.evaluation.PromptFormat``); default the task's own prompts, wrapped in the
     tokenizer's chat template when it has one (``chat=None``) or when ``chat=True``.
-    Sampling is ``vpo.evaluation.sample_pools`` (temperature, top-p, seed); each answer is
-    scored on its own with ``task.score`` (a missing answer is the zero vector).
-    Raises ValueError unless ``m`` divides ``n``.
+    Sampling is ``vpo.evaluation.sample_chains`` (temperature, top-p, ``batch_size`` chains per
+    call, ``seed`` and ``seeding``: see ``vpo.sampling``); each answer is scored on its own with
+    ``task.score`` (a missing answer is the zero vector). Raises ValueError unless ``m`` divides ``n``.
     """
-    from vpo.evaluation import TaskFormat, sample_pools
+    from vpo.evaluation import sample_chains
 
+    _check_n_m(n, m)
+    fmt = _task_format(task, fmt, tokenizer if sampler is None else getattr(sampler, "tokenizer", None), chat)
+    (row,) = sample_chains(model, tokenizer, [example], m=m, chains=n // m, fmt=fmt, temperature=temperature,
+                           top_p=top_p, max_new_tokens=max_new_tokens, batch_size=batch_size, seeding=seeding,
+                           seed=seed, sampler=sampler, progress=progress, desc="best-of-n")
+    return scored_result(task, fmt, example, [generation.text for generation in row], m, select)
+
+
+def _check_n_m(n: Any, m: Any) -> None:
     if isinstance(n, bool) or not isinstance(n, int) or isinstance(m, bool) or not isinstance(m, int) \
             or n < 1 or m < 1 or n % m:
         raise ValueError(f"n ({n!r}) must be a positive multiple of m ({m!r})")
-    if fmt is None:
-        use_chat = bool(getattr(tokenizer, "chat_template", None)) if chat is None else chat
-        fmt = TaskFormat(task, chat=use_chat, tokenizer=tokenizer)
-    pools = sample_pools(model, tokenizer, task, [example], m=m, pool=n, temperature=temperature, top_p=top_p,
-                         max_new_tokens=max_new_tokens, batch_size=batch_size, fmt=fmt, seed=seed,
-                         progress=progress, desc="best-of-n")
-    chains = list(pools.texts[0])
+
+
+def _task_format(task: Task, fmt: Any, tokenizer: Any, chat: bool | None) -> Any:
+    """``fmt``, or the task's own prompts (in the chat template when ``chat`` or, with ``chat=None``,
+    when the tokenizer has one)."""
+    if fmt is not None:
+        return fmt
+    from vpo.evaluation import TaskFormat
+
+    use_chat = bool(getattr(tokenizer, "chat_template", None)) if chat is None else chat
+    return TaskFormat(task, chat=use_chat, tokenizer=tokenizer)
+
+
+def scored_result(task: Task, fmt: Any, example: Example, chains: Sequence[str], m: int,
+                  select: Selector = "scalar") -> SearchResult:
+    """The ``SearchResult`` of an example's generated ``chains``: every answer parsed by ``fmt``
+    and scored on its own (``vpo.evaluation.score_generation``), the best under ``select``."""
+    from vpo.evaluation import score_generation
+
     answers: list[str] = []
     for text in chains:
         parsed = list(fmt.answers(text, example, m))[:m]
         answers.extend(parsed + [""] * (m - len(parsed)))
-    vectors = np.asarray(pools.vectors[0], dtype=np.float64)
+    vectors = np.concatenate([score_generation(task, fmt, text, example, m) for text in chains])
     index, scores = select_best(vectors, select, task=task, answers=answers)
-    return SearchResult(best_index=index, answers=answers, vectors=vectors, scores=scores, chains=chains, m=m)
+    return SearchResult(best_index=index, answers=answers, vectors=vectors, scores=scores, chains=list(chains), m=m)
 
 
 # ----- curves -------------------------------------------------------------------------------
@@ -230,7 +252,9 @@ def pool_curves(vectors: Any, task: Task, ks: Sequence[int] | None = None) -> di
 
 def search_curves(pools: Sequence[Any], task: Task, ks: Sequence[int] | None = None) -> dict[str, Any]:
     """Mean curves over examples: {"ks": [...], "best_at_k": [...], "pass_at_k": [...],
-    "coverage_at_k": [...], "per_example": {name: N lists}, "num_examples": N, "pool": P}.
+    "coverage_at_k": [...], "per_example": {name: N lists}, "ci": {name: {"low": [...],
+    "high": [...]}}, "num_examples": N, "pool": P}; ``ci`` is the 95% Student-t interval over
+    examples at each k (``vpo.metrics.mean_ci``; None with one example).
 
     ``pools``: one (P, D_i) array per example; every pool must hold the same P answers (D may
     differ). Returns plain lists (JSON-ready).
@@ -244,18 +268,26 @@ def search_curves(pools: Sequence[Any], task: Task, ks: Sequence[int] | None = N
     pool = sizes.pop()
     ks_list = list(range(1, pool + 1)) if ks is None else [int(k) for k in ks]
     per = [pool_curves(a, task, ks_list) for a in arrays]
-    out: dict[str, Any] = {"ks": ks_list, "num_examples": len(arrays), "pool": pool, "per_example": {}}
+    out: dict[str, Any] = {"ks": ks_list, "num_examples": len(arrays), "pool": pool, "per_example": {}, "ci": {}}
     for name in CURVE_NAMES:
         stack = np.stack([p[name] for p in per])                        # (N, L)
         out[name] = stack.mean(axis=0).tolist()
         out["per_example"][name] = stack.tolist()
+        bounds = [M.mean_ci(stack[:, j])[1:] for j in range(stack.shape[1])]
+        out["ci"][name] = {"low": [_finite_or_none(low) for low, _ in bounds],
+                           "high": [_finite_or_none(high) for _, high in bounds]}
     return out
+
+
+def _finite_or_none(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
 
 
 def plot_search_curves(curves: Mapping[str, Mapping[str, Any]], path: str | Path, *,
                        names: Sequence[str] = CURVE_NAMES, title: str | None = None) -> Path:
     """One PNG with a panel per curve (best@k, pass@k, coverage@k against k) and one line per
-    checkpoint. ``curves``: {label: output of ``search_curves``}. Needs matplotlib."""
+    checkpoint, with its 95% band over examples when ``ci`` has one. ``curves``: {label: output
+    of ``search_curves``}. Needs matplotlib."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -271,7 +303,10 @@ def plot_search_curves(curves: Mapping[str, Mapping[str, Any]], path: str | Path
     fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.6), squeeze=False)
     for ax, name in zip(axes[0], names, strict=True):
         for label, entry in curves.items():
-            ax.plot(entry["ks"], entry[name], marker="o", markersize=3, label=str(label))
+            line, = ax.plot(entry["ks"], entry[name], marker="o", markersize=3, label=str(label))
+            band = (entry.get("ci") or {}).get(name)
+            if band and all(x is not None for x in (*band["low"], *band["high"])):
+                ax.fill_between(entry["ks"], band["low"], band["high"], color=line.get_color(), alpha=0.15)
         ax.set_xlabel("k (answers)")
         ax.set_title(CURVE_TITLES[name])
         ax.set_ylim(-0.02, 1.02)
@@ -332,19 +367,31 @@ def plot_gap_by_level(gap: Mapping[str, Any], path: str | Path, *, title: str = 
 def run_search_eval(checkpoints: Sequence[tuple[str, Any]], task: Task, examples: Sequence[Example],
                     out_dir: str | Path, *, n: int = 30, m: int | Sequence[int] = 1, select: Selector = "scalar",
                     temperature: float = 0.7, top_p: float = 1.0, max_new_tokens: int = 256,
-                    batch_size: int = 32, chat: bool | None = None, seed: int = 0,
+                    chat: bool | None = None, seed: int = 0, options: Any = None,
                     loader: Callable[[Any], tuple[Any, Any]] | None = None,
                     progress: bool = True) -> dict[str, Any]:
     """Best-of-n for several checkpoints on the same examples; writes
     ``out_dir/search_curves.png`` and ``out_dir/search.json``; returns the JSON dict.
 
     ``checkpoints``: (label, model) pairs where model is a path (a folder, or a ``.gguf``
-    file; loaded with ``loader``, default ``vpo.models.load_checkpoint``) or an already
-    loaded ``(model, tokenizer)`` pair. ``m``: answers per chain, one for all or one per checkpoint
-    (every pool holds n answers). A folder is prompted in the format it was trained on
-    (``vpo.evaluation.load_format``: e.g. the demo's compact maze format). The JSON holds per label the curves and, per example,
-    the selected answer's index, score and reward vector.
+    file) or an already loaded ``(model, tokenizer)`` pair. ``options``: a
+    ``vpo.sampling.SamplingOptions`` (default: auto device and dtype, hf backend, auto batch
+    size, chain seeding); a path is opened with ``vpo.sampling.open_sampler`` under it, or with
+    ``loader`` (path -> (model, tokenizer)) when given. ``m``: answers per chain, one for all or
+    one per checkpoint (every pool holds n answers). A folder is prompted in the format it was
+    trained on (``vpo.evaluation.load_format``: e.g. the demo's compact maze format).
+
+    Sampling: with ``seeding="chain"`` every example's chains are sampled in the same batched
+    calls (``options.batch_size`` chains each), chain c of example i seeded by (seed, i, c), as
+    ``vpo eval`` does; ``seeding="batch"`` replays the stream of vpo before issue #14 (one call
+    per example, seeded ``seed + i``). The JSON holds per label the curves with their 95%
+    intervals over examples and, per example, the selected answer's index, score and reward vector.
     """
+    import gc
+
+    from vpo.evaluation import load_format, sample_chains
+    from vpo.sampling import HFSampler, SamplingOptions, open_sampler
+
     if not checkpoints:
         raise ValueError("run_search_eval needs at least one checkpoint")
     if not examples:
@@ -355,14 +402,16 @@ def run_search_eval(checkpoints: Sequence[tuple[str, Any]], task: Task, examples
     per_checkpoint_m = [int(m)] * len(checkpoints) if isinstance(m, int | np.integer) else [int(x) for x in m]
     if len(per_checkpoint_m) != len(checkpoints):
         raise ValueError(f"m: one value or one per checkpoint ({len(checkpoints)}), got {list(m)}")
+    for m_label in per_checkpoint_m:
+        _check_n_m(n, m_label)
+    options = (options or SamplingOptions()).check([s for _, s in checkpoints if not isinstance(s, tuple)])
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    if loader is None:
-        from vpo.models import load_checkpoint as loader
     shown_m = per_checkpoint_m[0] if len(set(per_checkpoint_m)) == 1 else dict(zip(labels, per_checkpoint_m))
     report: dict[str, Any] = {"task": task.name, "n": n, "m": shown_m, "temperature": temperature, "top_p": top_p,
                               "select": select if isinstance(select, str) else (
                                   "callable" if callable(select) else np.asarray(select).tolist()),
+                              "seed": seed, "seeding": options.seeding, "backend": options.backend,
                               "examples": [str(ex.get("id", i)) for i, ex in enumerate(examples)],
                               "checkpoints": {}}
     curves: dict[str, dict[str, Any]] = {}
@@ -370,17 +419,27 @@ def run_search_eval(checkpoints: Sequence[tuple[str, Any]], task: Task, examples
     levels = [task.difficulty(ex) for ex in examples]
     has_levels = any(level is not None for level in levels)
     for (label, source), m_label in zip(checkpoints, per_checkpoint_m, strict=True):
-        model, tokenizer = source if isinstance(source, tuple) else loader(source)
+        if isinstance(source, tuple) or loader is not None:
+            model, tokenizer = source if isinstance(source, tuple) else loader(source)
+            sampler = HFSampler(model, tokenizer, batch_size=options.batch_size, seeding=options.seeding)
+        else:
+            sampler, tokenizer = open_sampler(source, options)
         fmt = None
         if not isinstance(source, tuple) and Path(source).is_dir():
-            from vpo.evaluation import load_format
-
             fmt = load_format(source, task, tokenizer=tokenizer, chat=chat)   # e.g. the demo's compact maze
+        fmt = _task_format(task, fmt, tokenizer, chat)
+        settings = dict(m=m_label, chains=n // m_label, fmt=fmt, temperature=temperature, top_p=top_p,
+                        max_new_tokens=max_new_tokens, sampler=sampler, progress=progress, desc=f"best-of-n {label}")
+        if options.seeding == "batch":     # the old stream: one call per example, seeded seed + i
+            rows = [sample_chains(None, None, [example], seed=seed + i, **settings)[0]
+                    for i, example in enumerate(examples)]
+        else:
+            rows = sample_chains(None, None, examples, seed=seed, **settings)
+        del sampler
+        gc.collect()
         picks, pools = [], []
-        for i, example in enumerate(examples):
-            result = best_of_n(model, tokenizer, task, example, n=n, m=m_label, select=select,
-                               temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
-                               batch_size=batch_size, fmt=fmt, chat=chat, seed=seed + i, progress=progress)
+        for i, (example, row) in enumerate(zip(examples, rows, strict=True)):
+            result = scored_result(task, fmt, example, [generation.text for generation in row], m_label, select)
             pools.append(result.vectors)
             picks.append({"example": report["examples"][i], "best_index": result.best_index,
                           "best_score": result.best_score, "best_vector": result.best_vector.tolist(),

@@ -4,11 +4,17 @@ Usage::
 
     vpo eval --task maze --task-params size=5 --model runs/demo/checkpoints/vpo-s0 --answers 3
     vpo eval --task maze --model PATH --pool 30 --examples 100 --out runs/eval-vpo
+    vpo eval --task math --model PATH --pool 30 --examples 300 --max-new-tokens 2048 --backend vllm
 
 A checkpoint written by ``vpo demo`` carries ``vpo_format.json`` and is prompted in its compact
 format; any other checkpoint gets the task's own prompts (wrapped in the tokenizer's chat
 template when it has one, unless --no-chat). Writes report.md, report.html, metrics.json,
 plots/ and the pool (pool.npz + pool.npz.jsonl with the raw generations) under --out.
+
+Sampling (``vpo.sampling``): on --device (auto: cuda when available) in --dtype (auto: bfloat16
+on a GPU, float32 on CPU), --batch-size chains per generate() call (0: auto), every chain seeded
+on its own (--seeding chain), so the pool does not depend on the batch size. --backend vllm
+samples with vLLM on a GPU (pip install 'vpo[vllm]').
 """
 
 from __future__ import annotations
@@ -19,11 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from vpo.config import add_dataclass_args, check_out_dir, dataclass_from_args, parse_params
+from vpo.sampling import SamplingOptions
 
 
 @dataclass
-class EvalConfig:
-    """Options of ``vpo eval``."""
+class EvalConfig(SamplingOptions):
+    """Options of ``vpo eval`` (the sampling ones, --device to --threads, from ``SamplingOptions``)."""
 
     task: str = field(default="maze", metadata={"help": "task name (see vpo.tasks.list_tasks)"})
     task_params: str = field(default="", metadata={
@@ -42,14 +49,12 @@ class EvalConfig:
     max_new_tokens: int = field(default=0, metadata={
         "help": "generation budget per chain (0: the prompt format's own: 256 x m for the task's prompts, the "
                 "step budget for the demo's compact maze format)"})
-    batch_size: int = field(default=256, metadata={"help": "chains per generate() call"})
     eval_weights: int = field(default=64, metadata={"help": "fixed Dirichlet(1) weights per example"})
     seed: int = field(default=0, metadata={"help": "sampling seed and evaluation-weight seed"})
     chat: bool | None = field(default=None, metadata={
         "help": "wrap prompts in the tokenizer's chat template (default: when it has one)"})
     label: str = field(default="", metadata={"help": "name of the checkpoint in the report (default: folder name)"})
     out: str = field(default="runs/eval", metadata={"help": "report folder"})
-    threads: int = field(default=0, metadata={"help": "torch CPU threads (0: torch default)"})
     progress: bool = field(default=True, metadata={"help": "progress bars"})
     search: str = field(default="", metadata={
         "help": "test-time search instead of the pool report: best-of-n (curves for one or more "
@@ -66,13 +71,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def load_eval_model(path: str | Path) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` of a checkpoint for ``vpo eval``: ``vpo.models.load_checkpoint``."""
-    from vpo.models import load_checkpoint
-
-    return load_checkpoint(path)
-
-
 def run_eval(cfg: EvalConfig) -> dict:
     """Evaluate ``cfg.model``; returns {"report": paths, "metrics": dict}."""
     import os
@@ -81,13 +79,11 @@ def run_eval(cfg: EvalConfig) -> dict:
     check_out_dir(cfg.out)
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import torch
-
-    from vpo.evaluation import (example_weights, load_format, pool_metrics, sample_pools,
-                                summarize)
+    from vpo.evaluation import example_weights, load_format, pool_metrics, sample_pools, summarize
     from vpo.formats import resolve_task_params
-    from vpo.search import levels_of_pools
     from vpo.report import write_report
+    from vpo.sampling import check_sampling, open_sampler
+    from vpo.search import levels_of_pools
     from vpo.tasks import get_task
 
     if not cfg.model:
@@ -96,8 +92,8 @@ def run_eval(cfg: EvalConfig) -> dict:
     gguf = model_dir.suffix == ".gguf" and model_dir.is_file()
     if not model_dir.is_dir() and not gguf:
         raise FileNotFoundError(f"no checkpoint folder or .gguf file {model_dir}")
-    if cfg.threads > 0:
-        torch.set_num_threads(cfg.threads)
+    check_flags(cfg)
+    options = cfg.check([model_dir])              # --backend/--device/--dtype fail here, before any load
     if not cfg.progress:
         import transformers
 
@@ -108,14 +104,15 @@ def run_eval(cfg: EvalConfig) -> dict:
     if not examples:
         raise ValueError(f"task {cfg.task!r} gave no examples for split {cfg.split!r}")
     start = time.time()
-    model, tokenizer = load_eval_model(model_dir)
+    sampler, tokenizer = open_sampler(model_dir, options)
     fmt = load_format(None if gguf else model_dir, task, tokenizer=tokenizer, chat=cfg.chat)
     max_new = cfg.max_new_tokens
     if max_new <= 0:
         max_new = fmt.completion_budget(examples, cfg.answers)
-    pools = sample_pools(model, tokenizer, task, examples, m=cfg.answers, pool=cfg.pool,
-                         temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=max_new,
-                         batch_size=cfg.batch_size, fmt=fmt, seed=cfg.seed, progress=cfg.progress)
+    check_sampling(cfg.temperature, cfg.top_p, max_new)
+    pools = sample_pools(None, None, task, examples, m=cfg.answers, pool=cfg.pool, temperature=cfg.temperature,
+                         top_p=cfg.top_p, max_new_tokens=max_new, fmt=fmt, seed=cfg.seed, sampler=sampler,
+                         progress=cfg.progress)
     out = Path(cfg.out)
     pools.save(out / "pool.npz")
     dims = {task.num_objectives(e) for e in examples}
@@ -141,6 +138,8 @@ def run_eval(cfg: EvalConfig) -> dict:
         "by_level": ({label: levels_of_pools(task, list(pools.vectors), levels)}
                      if any(level is not None for level in levels) else None),
         "timings": {"sampling and scoring": time.time() - start},
+        "sampling": {"backend": options.backend, "device": options.device, "dtype": options.dtype,
+                     "seeding": options.seeding, "batch_size": options.batch_size or "auto"},
         "config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
         "notes": [f"{pools.truncated:.0%} of the chains hit the generation budget ({max_new} tokens) without EOS."],
     }
@@ -151,6 +150,16 @@ def run_eval(cfg: EvalConfig) -> dict:
             "examples": [str(examples[i].get("id", i)) for i in shown],
             "vectors": {label: [pools.vectors[i].tolist() for i in shown]}}
     return {"report": write_report(metrics, out), "metrics": metrics}
+
+
+def check_flags(cfg: Any) -> None:
+    """One-line errors for sampling values no sampler takes (--temperature, --top-p, --pool/--answers)."""
+    if not cfg.temperature > 0:
+        raise ValueError(f"--temperature {cfg.temperature}: must be > 0 (sampling)")
+    if not 0 < cfg.top_p <= 1:
+        raise ValueError(f"--top-p {cfg.top_p}: must be in (0, 1]")
+    if cfg.answers < 1 or cfg.pool < 1 or cfg.pool % cfg.answers:
+        raise ValueError(f"--pool {cfg.pool}: must be a positive multiple of --answers {cfg.answers} (equal pools)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -4,12 +4,15 @@ Usage::
 
     vpo search best-of-n --task maze --model runs/grpo,runs/vpo --labels GRPO,VPO --pool 30 --answers 3
     vpo search best-of-n --task maze --model runs/vpo --select 0.1,0.6,0.2,0.1 --examples 50
+    vpo search best-of-n --task math --model runs/grpo,runs/vpo --pool 30 --max-new-tokens 2048 --backend vllm
     vpo search openevolve --task code --source problems.jsonl --model runs/vpo --iterations 200
     vpo search openevolve --task code --source fixtures --model smollm2 --iterations 10 --threads 1
 
 ``best-of-n`` samples ``--pool`` answers (pool // m chains of m = ``--answers``) per example from each checkpoint, picks
 the best under ``--select`` and writes ``search_curves.png`` (best@k, pass@k, coverage@k
-against k, one line per checkpoint) and ``search.json`` to ``--out``.
+against k, one line per checkpoint, with 95% bands over examples) and ``search.json`` to ``--out``;
+it samples as ``vpo eval`` does (``vpo.sampling``: --device, --dtype, --batch-size chains per call
+across all examples, --seeding, --backend hf|vllm, --threads).
 
 ``openevolve`` seeds OpenEvolve with each policy's own programs (``--chains`` x ``--answers``
 answers per problem, all kept), evolves every problem for ``--iterations`` with the policy as
@@ -27,11 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from vpo.config import add_dataclass_args, check_out_dir, dataclass_from_args, parse_params
+from vpo.sampling import DeviceOptions, SamplingOptions
 
 
 @dataclass
-class BestOfNConfig:
-    """Options of ``vpo search best-of-n``."""
+class BestOfNConfig(SamplingOptions):
+    """Options of ``vpo search best-of-n`` (the sampling ones, --device to --threads, from ``SamplingOptions``)."""
 
     task: str = field(default="maze", metadata={"help": "task name (vpo.tasks)"})
     task_params: str = field(default="", metadata={"help": "task parameters, e.g. 'size=5,reward_mode=linear'"})
@@ -49,14 +53,14 @@ class BestOfNConfig:
     temperature: float = field(default=0.7, metadata={"help": "sampling temperature"})
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling"})
     max_new_tokens: int = field(default=256, metadata={"help": "tokens per chain"})
-    batch_size: int = field(default=32, metadata={"help": "chains per generate() call"})
     seed: int = field(default=0, metadata={"help": "seed of the examples and of sampling"})
     out: str = field(default="runs/search", metadata={"help": "output folder"})
 
 
 @dataclass
-class OpenEvolveConfig:
-    """Options of ``vpo search openevolve``."""
+class OpenEvolveConfig(DeviceOptions):
+    """Options of ``vpo search openevolve`` (--device and --dtype from ``DeviceOptions``: where every
+    worker loads the policy)."""
 
     task: str = field(default="code", metadata={"help": "task (only code problems are supported)",
                                                 "choices": ["code"]})
@@ -127,19 +131,40 @@ def run_best_of_n(cfg: BestOfNConfig) -> dict[str, Any]:
     if cfg.pool < 1 or bad:
         raise ValueError(f"--pool ({cfg.pool}) must be a positive multiple of every --answers value (equal pools)")
     parse_select(cfg.select)  # a malformed --select fails before any model loads
+    if not cfg.temperature > 0:
+        raise ValueError(f"--temperature {cfg.temperature}: must be > 0 (sampling)")
+    if not 0 < cfg.top_p <= 1:
+        raise ValueError(f"--top-p {cfg.top_p}: must be in (0, 1]")
+    if cfg.max_new_tokens < 1:
+        raise ValueError(f"--max-new-tokens {cfg.max_new_tokens}: must be >= 1")
     checkpoints = [(label, _resolve_model(model)) for label, model in zip(labels, cfg.model, strict=True)]
+    options = cfg.check([path for _, path in checkpoints])   # --backend/--device/--dtype, before any load
     params = resolve_task_params(parse_params(cfg.task_params), [path for _, path in checkpoints])
     task = get_task(cfg.task, **params)
     examples = task.examples(cfg.split, cfg.examples, seed=cfg.seed, source=cfg.source)
     report = run_search_eval(checkpoints, task, examples, cfg.out, n=cfg.pool, m=answers, select=parse_select(cfg.select),
                              temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
-                             batch_size=cfg.batch_size, seed=cfg.seed)
+                             seed=cfg.seed, options=options)
     for label, entry in report["checkpoints"].items():
-        curves = entry["curves"]
-        print(f"{label}: best@1 {curves['best_at_k'][0]:.3f}  best@{cfg.pool} {curves['best_at_k'][-1]:.3f}  "
-              f"pass@{cfg.pool} {curves['pass_at_k'][-1]:.3f}  coverage@{cfg.pool} {curves['coverage_at_k'][-1]:.3f}")
+        print(curve_line(label, entry["curves"]))
     print(f"wrote {Path(cfg.out) / 'search.json'} and {Path(cfg.out) / report['plot']}")
     return report
+
+
+def curve_line(label: str, curves: dict[str, Any]) -> str:
+    """``label: best@1 0.412 ±0.051  best@P ...  pass@P ...  coverage@P ...``: the curves at k = 1
+    and k = P with the half-widths of their 95% intervals over examples (none with one example)."""
+    pool = curves["ks"][-1]
+    cells = []
+    for name, short, index in (("best_at_k", "best@1", 0), ("best_at_k", f"best@{pool}", -1),
+                               ("pass_at_k", f"pass@{pool}", -1), ("coverage_at_k", f"coverage@{pool}", -1)):
+        text = f"{short} {curves[name][index]:.3f}"
+        band = curves.get("ci", {}).get(name)
+        low, high = (band["low"][index], band["high"][index]) if band else (None, None)
+        if low is not None and high is not None:
+            text += f" ±{(high - low) / 2:.3f}"
+        cells.append(text)
+    return f"{label}: " + "  ".join(cells)
 
 
 def run_openevolve(cfg: OpenEvolveConfig) -> dict[str, Any]:
@@ -149,6 +174,7 @@ def run_openevolve(cfg: OpenEvolveConfig) -> dict[str, Any]:
 
     check_out_dir(cfg.out)
     labels = _labels(cfg.model, cfg.labels)
+    where = cfg.check_device()             # --device/--dtype fail here, before any load
     limits = Limits(timeout=cfg.test_timeout)
     task = get_task("code", max_tests=cfg.max_tests, limits=limits)
     problems = task.examples("test", source=cfg.source)
@@ -164,7 +190,8 @@ def run_openevolve(cfg: OpenEvolveConfig) -> dict[str, Any]:
     report = search_problems(problems, models=models, iterations=cfg.iterations, output_dir=cfg.out,
                              chains=cfg.chains, m=cfg.answers, workers=cfg.workers, num_islands=cfg.islands,
                              seed=cfg.seed, limits=limits, temperature=cfg.temperature, top_p=cfg.top_p,
-                             max_tokens=cfg.max_tokens, threads=cfg.threads or None, diff_based=cfg.diff)
+                             max_tokens=cfg.max_tokens, threads=cfg.threads or None, diff_based=cfg.diff,
+                             device=where.device, dtype=where.dtype)
     for label, entry in report["labels"].items():
         solved = entry["solved_by_iteration"]
         print(f"{label}: solved {solved[0]} of {len(problems)} by the seeds, {solved[-1]} after "
@@ -186,25 +213,32 @@ def search_from_eval_config(kind: str, cfg: Any) -> dict[str, Any]:
     models = [m.strip() for m in str(cfg.model).split(",") if m.strip()]
     labels = [x.strip() for x in str(getattr(cfg, "label", "") or "").split(",") if x.strip()]
     threads = int(getattr(cfg, "threads", 0) or 0)
-    if threads > 0:
-        import torch
-
-        torch.set_num_threads(threads)
+    sampling = {name: getattr(cfg, name) for name in SamplingOptions.__dataclass_fields__ if hasattr(cfg, name)}
     if kind == "best-of-n":
         return run_best_of_n(BestOfNConfig(
             task=cfg.task, task_params=getattr(cfg, "task_params", ""), model=models, labels=labels,
             source=cfg.source or None, split=cfg.split, examples=cfg.examples, pool=cfg.pool, answers=[cfg.answers],
             temperature=cfg.temperature, top_p=cfg.top_p,
             max_new_tokens=cfg.max_new_tokens if cfg.max_new_tokens > 0 else 256 * cfg.answers,
-            batch_size=cfg.batch_size, seed=cfg.seed, out=cfg.out))
+            seed=cfg.seed, out=cfg.out, **sampling))
     if kind == "openevolve":
         if cfg.task != "code":
             raise ValueError(f"--search openevolve needs --task code, got {cfg.task!r}")
+        if sampling.get("backend", "hf") != "hf":
+            raise ValueError(f"--backend {sampling['backend']}: --search openevolve samples with transformers (hf)")
+        for name, default in (("batch_size", 0), ("seeding", "chain")):
+            if sampling.get(name, default) != default:
+                raise ValueError(f"--{name.replace('_', '-')} {sampling[name]}: --search openevolve does not use it")
+        if threads > 0:
+            import torch
+
+            torch.set_num_threads(threads)
         return run_openevolve(OpenEvolveConfig(
             source=cfg.source or "fixtures", limit=cfg.examples, model=models, labels=labels,
             iterations=int(getattr(cfg, "iterations", 200)), chains=max(1, cfg.pool // cfg.answers), answers=cfg.answers,
             threads=threads, temperature=cfg.temperature, top_p=cfg.top_p,
-            max_tokens=cfg.max_new_tokens if cfg.max_new_tokens > 0 else 512, seed=cfg.seed, out=cfg.out))
+            max_tokens=cfg.max_new_tokens if cfg.max_new_tokens > 0 else 512, seed=cfg.seed, out=cfg.out,
+            device=sampling.get("device", "auto"), dtype=sampling.get("dtype", "auto")))
     raise ValueError(f"--search must be best-of-n or openevolve, got {kind!r}")
 
 

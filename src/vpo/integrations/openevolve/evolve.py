@@ -275,15 +275,17 @@ def evolve(problem: Mapping[str, Any], seeds: Sequence[str], *, client: Callable
 
 def sample_seed_programs(model_path: str, task: Any, examples: Sequence[Mapping[str, Any]], *, chains: int = 10,
                          m: int = 3, temperature: float = 0.7, top_p: float = 1.0, max_tokens: int = 512,
-                         seed: int = 0, chat: bool | None = None, threads: int | None = None) -> list[list[str]]:
+                         seed: int = 0, chat: bool | None = None, threads: int | None = None,
+                         device: str = "cpu", dtype: str = "float32") -> list[list[str]]:
     """The policy's own programs for each example: ``chains`` generations of the m-answer
     prompt (``m=1``: the single-answer prompt), every answer kept (``seed_programs_from_text``).
-    Loads ``model_path`` in this process (cached; ``clear_model_cache`` frees it)."""
+    Loads ``model_path`` in this process on ``device`` in ``dtype`` (cached; ``clear_model_cache``
+    frees it)."""
     from openevolve.config import LLMModelConfig
 
     cfg = LLMModelConfig(name=str(model_path), temperature=temperature, top_p=top_p, max_tokens=max_tokens,
                          random_seed=seed)
-    llm = TransformersLLM(cfg, chat=chat, threads=threads, require_code_block=False)
+    llm = TransformersLLM(cfg, chat=chat, threads=threads, require_code_block=False, device=device, dtype=dtype)
     out = []
     for i, example in enumerate(examples):
         prompt = llm.render(None, [{"role": "user", "content": task.prompt(dict(example), m)}])

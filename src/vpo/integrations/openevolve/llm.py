@@ -64,10 +64,7 @@ def _load_cached(path: str, dtype: str, device: str) -> tuple[Any, Any]:
 
         if not Path(path).exists():
             raise FileNotFoundError(f"model not found: {path} (a model folder or a .gguf file)")
-        model, tokenizer = load_checkpoint(path, dtype=dtype)
-        model.to(device)
-        model.eval()
-        _MODEL_CACHE[key] = (model, tokenizer)
+        _MODEL_CACHE[key] = load_checkpoint(path, dtype=dtype, device=device)
     return _MODEL_CACHE[key]
 
 
@@ -78,8 +75,9 @@ class TransformersLLM(LLMInterface):
     ``.gguf``), ``temperature``/``top_p``/``max_tokens``/``random_seed`` control sampling
     (``max_tokens`` new tokens, default 512). The model loads on the first generation and is
     shared by every instance of the process. ``chat``: use the tokenizer's chat template
-    (None: when it has one); ``threads``: torch intra-op threads for this process (None:
-    leave torch's setting); ``max_context``: prompt + completion budget in tokens (the prompt
+    (None: when it has one); ``device``/``dtype``: where and how the weights load
+    (``vpo.models.load_checkpoint``; "auto" for either); ``threads``: torch intra-op threads for
+    this process (None: leave torch's setting); ``max_context``: prompt + completion budget in tokens (the prompt
     is left-truncated to fit; None: the model's ``max_position_embeddings``).
     """
 

@@ -42,7 +42,8 @@ def search_problems(problems: Sequence[Mapping[str, Any]], *, models: Sequence[t
                     output_dir: str | Path, chains: int = 10, m: int = 3, workers: int = 1, num_islands: int = 2,
                     seed: int = 0, limits: Any = None, temperature: float = 0.7, top_p: float = 1.0,
                     max_tokens: int = 512, seed_max_tokens: int | None = None, threads: int | None = None,
-                    diff_based: bool = False, seeds: Mapping[str, Sequence[Sequence[str]]] | None = None,
+                    diff_based: bool = False, device: str = "cpu", dtype: str = "float32",
+                    seeds: Mapping[str, Sequence[Sequence[str]]] | None = None,
                     client: Callable[[Any], Any] | None = None, start_method: str = "spawn",
                     progress: Callable[[str], None] | None = print) -> dict[str, Any]:
     """OpenEvolve over a problem set for one or more policies; writes
@@ -54,7 +55,8 @@ def search_problems(problems: Sequence[Mapping[str, Any]], *, models: Sequence[t
     them (one list of programs per problem); then each problem is evolved with the policy as
     the mutation LLM (``client`` overrides that, e.g. a ``scripted_client`` in tests).
     ``threads``: torch threads per worker (default: cores // workers; on a machine shared
-    with other jobs 1 is often much faster, since idle torch threads spin).
+    with other jobs 1 is often much faster, since idle torch threads spin). ``device``/``dtype``:
+    where every process loads the policy (``vpo.models.load_checkpoint``; "auto" for either).
     A ``.gguf`` policy is saved once as a transformers folder under ``output_dir/_models``
     (about 4 bytes per parameter), which the workers load instead of de-quantising the GGUF.
     """
@@ -89,14 +91,14 @@ def search_problems(problems: Sequence[Mapping[str, Any]], *, models: Sequence[t
             seed_lists = sample_seed_programs(str(model_path), task, examples, chains=chains, m=m,
                                               temperature=temperature, top_p=top_p,
                                               max_tokens=seed_max_tokens or max_tokens, seed=seed,
-                                              threads=threads)
+                                              threads=threads, device=device, dtype=dtype)
             worker_model = _cache_gguf(str(model_path), out / "_models")
             clear_model_cache()
         else:
             if len(given) != len(examples):
                 raise ValueError(f"seeds[{label!r}] has {len(given)} lists for {len(examples)} problems")
             seed_lists = [list(s) for s in given]
-        mutation_client = client or transformers_client(threads=threads)
+        mutation_client = client or transformers_client(threads=threads, device=device, dtype=dtype)
         results: dict[str, Any] = {}
         for pid, example, programs in zip(ids, examples, seed_lists, strict=True):
             say(f"[{label}] problem {pid}: {len(programs)} seed programs, {iterations} iterations")

@@ -1,0 +1,346 @@
+"""Chains from a causal LM, many per call on one device: the sampler behind ``vpo eval``,
+``vpo search best-of-n`` and the demo's evaluation.
+
+Usage::
+
+    from vpo.sampling import SamplingOptions, open_sampler
+    options = SamplingOptions(device="auto", dtype="auto", batch_size=0).check(models=["runs/vpo"])
+    sampler, tokenizer = open_sampler("runs/vpo", options)     # after the checks: nothing loads before
+    rows = sampler.generate([[prompt_0] * 10, [prompt_1] * 10], temperature=0.7, top_p=1.0,
+                            max_new_tokens=64, seed=0)           # G lists of C Generation
+
+``prompts`` are G lists (one per example) of C strings (one per chain), already formatted
+(chat template and all); the tokenizer encodes them with its own special tokens, as the
+checkpoint was trained. A chain ends at EOS or after ``max_new_tokens``.
+
+Seeding (``seeding``):
+
+* ``"chain"`` (default): chain c of example g has its own stream of uniforms u, from numpy's
+  PCG64 seeded by (seed, g, c); at step t it takes the token whose cumulative probability
+  (after temperature and top-p, exactly as transformers applies them) first exceeds u[t].
+  A chain's tokens therefore do not depend on the batch size, on which chains share a call,
+  or on the device's random generator (only float rounding of the logits, which can differ
+  between batch shapes and devices, can move a draw that sits on a boundary).
+* ``"batch"``: one ``torch.manual_seed(seed)`` per call, then ``generate(do_sample=True)``: the
+  stream of ``vpo eval`` before issue #14, which depends on the batch size; kept to reproduce
+  reports made with it.
+
+Backends: ``hf`` (transformers ``generate``, the default and the reference) and ``vllm``
+(``vpo.integrations.vllm``, on a GPU; ``pip install 'vpo[vllm]'``).
+
+Shapes: G examples, C chains per example, B chains per generate call, T new tokens, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from vpo.models import DTYPES
+
+BACKENDS = ("hf", "vllm")
+SEEDINGS = ("chain", "batch")
+CPU_CHAINS_PER_CALL = 256
+"""Auto batch size on CPU (what ``vpo eval`` always used: larger calls gain little there)."""
+MAX_CHAINS_PER_CALL = 1024
+"""Largest auto batch size on a GPU."""
+VLLM_INSTALL = "pip install 'vpo[vllm]'"
+
+
+# ----- options ----------------------------------------------------------------------------
+
+@dataclass
+class DeviceOptions:
+    """Where a checkpoint is loaded (``vpo search openevolve``; the base of ``SamplingOptions``)."""
+
+    device: str = field(default="auto", metadata={
+        "help": "where the model runs: auto (cuda when available, else cpu), cpu, cuda or cuda:N"})
+    dtype: str = field(default="auto", metadata={
+        "help": "weight dtype: auto (bfloat16 on a GPU, float32 on CPU), float32, bfloat16 or float16",
+        "choices": list(DTYPES)})
+
+    def check_device(self) -> DeviceOptions:
+        """A copy with ``device`` and ``dtype`` resolved (``auto`` replaced); ValueError naming
+        ``--device`` / ``--dtype`` when this machine cannot honour them. Loads nothing."""
+        from vpo.models import resolve_device, resolve_dtype
+
+        device = resolve_device(self.device)
+        return replace(self, device=device, dtype=resolve_dtype(self.dtype, device))
+
+
+@dataclass
+class SamplingOptions(DeviceOptions):
+    """How ``vpo eval`` and ``vpo search best-of-n`` sample (one definition for both)."""
+
+    backend: str = field(default="hf", metadata={
+        "help": f"sampler: hf (transformers generate) or vllm (GPU; {VLLM_INSTALL})", "choices": list(BACKENDS)})
+    batch_size: int = field(default=0, metadata={
+        "help": f"chains per generate() call (0: auto, {CPU_CHAINS_PER_CALL} on CPU, as many as fit in the GPU's "
+                f"free memory on a GPU, at most {MAX_CHAINS_PER_CALL})"})
+    seeding: str = field(default="chain", metadata={
+        "help": "chain: every chain has its own seeded stream, so pools do not depend on --batch-size; "
+                "batch: one seed per generate() call, the stream of vpo eval before issue #14 (reproduces old "
+                "reports; hf only)", "choices": list(SEEDINGS)})
+    threads: int = field(default=0, metadata={"help": "torch CPU threads (0: torch default)"})
+
+    def check(self, models: Sequence[str | Path] = ()) -> SamplingOptions:
+        """A copy with device and dtype resolved; one-line ValueError naming the flag for any
+        option this machine or the checkpoints ``models`` cannot honour. Loads nothing, so a
+        bad option fails before any model does."""
+        if self.backend not in BACKENDS:
+            raise ValueError(f"--backend {self.backend}: expected one of {', '.join(BACKENDS)}")
+        if self.seeding not in SEEDINGS:
+            raise ValueError(f"--seeding {self.seeding}: expected one of {', '.join(SEEDINGS)}")
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 0:
+            raise ValueError(f"--batch-size {self.batch_size}: must be a positive number of chains, or 0 (auto)")
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 0:
+            raise ValueError(f"--threads {self.threads}: must be >= 0 (0: torch default)")
+        if self.backend == "vllm":
+            check_vllm(models, device=self.device, seeding=self.seeding)
+        resolved = self.check_device()
+        if self.backend == "vllm" and not resolved.device.startswith("cuda"):
+            raise ValueError(f"--backend vllm: needs a GPU (--device cuda), got --device {self.device}"
+                             + (" and CUDA is not available" if self.device == "auto" else ""))
+        return resolved
+
+
+def check_vllm(models: Sequence[str | Path], *, device: str = "auto", seeding: str = "chain") -> None:
+    """Fail at once (before anything loads) when ``--backend vllm`` cannot run: vLLM not
+    installed (the message holds the install line), then ``check_vllm_inputs``."""
+    if importlib.util.find_spec("vllm") is None:
+        raise ValueError(f"--backend vllm: vLLM is not installed; {VLLM_INSTALL}")
+    check_vllm_inputs(models, device=device, seeding=seeding)
+
+
+def check_vllm_inputs(models: Sequence[str | Path], *, device: str = "auto", seeding: str = "chain") -> None:
+    """ValueError naming the flag for what the vLLM backend does not take: ``--seeding batch``,
+    ``--device cpu``, a ``.gguf`` file or a LoRA adapter folder as ``--model``."""
+    if seeding != "chain":
+        raise ValueError(f"--seeding {seeding}: only --backend hf replays the old batch stream; vLLM seeds each request")
+    if str(device).strip().lower() == "cpu":
+        raise ValueError("--backend vllm: needs a GPU (--device cuda), got --device cpu")
+    for model in models:
+        path = Path(model)
+        if path.suffix == ".gguf":
+            raise ValueError(f"--backend vllm: {path} is a .gguf file; give a checkpoint folder or use --backend hf")
+        if (path / "adapter_config.json").is_file():
+            raise ValueError(f"--backend vllm: {path} is a LoRA adapter folder; use --backend hf (it merges the "
+                             "adapter into its base)")
+
+
+# ----- the sampler interface ----------------------------------------------------------------
+
+@dataclass
+class Generation:
+    """One chain: its text (decoded without special tokens), its new tokens up to EOS, and
+    whether it hit ``max_new_tokens`` without EOS."""
+
+    text: str
+    tokens: int
+    truncated: bool
+
+
+class Sampler(Protocol):
+    """What ``vpo.evaluation.sample_pools`` needs from a backend."""
+
+    def generate(self, prompts: Sequence[Sequence[str]], *, temperature: float, top_p: float,
+                 max_new_tokens: int, seed: int, progress: bool = False,
+                 desc: str = "sampling") -> list[list[Generation]]:
+        """G lists of C generations, one per prompt (``prompts``: G lists of C strings)."""
+        ...
+
+
+def check_sampling(temperature: float, top_p: float, max_new_tokens: int) -> None:
+    """ValueError unless temperature > 0, 0 < top_p <= 1 and max_new_tokens >= 1."""
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0 (sampling), got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+
+
+def finish_chain(ids: Sequence[int], eos_id: int | None, pad_id: int | None) -> tuple[list[int], bool]:
+    """(new tokens up to EOS without padding, truncated): the one reading of a generated row,
+    for every backend. ``truncated`` is True when no EOS was generated."""
+    ids = list(ids)
+    truncated = eos_id not in ids
+    if not truncated:
+        ids = ids[:ids.index(eos_id)]
+    return [t for t in ids if t != pad_id], truncated
+
+
+def chain_seed(seed: int, *key: int) -> np.random.SeedSequence:
+    """The seed sequence of (seed, example, chain) or (seed, example): seeds may be any int."""
+    return np.random.SeedSequence([int(seed) % 2**64, *(int(k) for k in key)])
+
+
+def chain_uniforms(seed: int, keys: Sequence[tuple[int, int]], steps: int) -> np.ndarray:
+    """(B, T) uniforms in [0, 1): row b is the stream of chain ``keys[b]`` = (example, chain).
+    A chain's first t uniforms are the same for any ``steps`` >= t."""
+    return np.stack([np.random.Generator(np.random.PCG64(chain_seed(seed, g, c))).random(steps) for g, c in keys])
+
+
+class ChainDraw:
+    """Logits processor that samples each row from its own uniforms (``seeding="chain"``).
+
+    Run inside ``generate(do_sample=False)``: it applies temperature and top-p (transformers'
+    own warpers, as ``do_sample=True`` would), draws row b's token by inverse CDF with
+    ``uniforms[b, t]`` (t = tokens generated so far), and returns scores that are -inf except
+    at the drawn token, which greedy decoding then takes.
+    """
+
+    def __init__(self, uniforms: Any, prompt_length: int, *, temperature: float, top_p: float) -> None:
+        from transformers import TemperatureLogitsWarper, TopPLogitsWarper
+
+        self.uniforms = uniforms                  # (B, T) float64 tensor on the model's device
+        self.prompt_length = prompt_length
+        self.warpers = ([TemperatureLogitsWarper(temperature)] if temperature != 1.0 else []) + (
+            [TopPLogitsWarper(top_p)] if top_p < 1.0 else [])
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        for warp in self.warpers:
+            scores = warp(input_ids, scores)
+        step = input_ids.shape[1] - self.prompt_length
+        # softmax in float32 as transformers samples; the running sum in float64, so that a
+        # 150k-entry vocabulary does not shift the boundaries by float32 rounding
+        cdf = torch.softmax(scores.float(), dim=-1).cumsum(dim=-1, dtype=torch.float64)  # (B, V)
+        target = (self.uniforms[:, step] * cdf[:, -1]).unsqueeze(1)                     # (B, 1)
+        token = torch.searchsorted(cdf, target, right=True).clamp_(max=scores.shape[1] - 1)
+        drawn = torch.full_like(scores, float("-inf"))
+        return drawn.scatter_(1, token, 0.0)
+
+
+# ----- transformers -------------------------------------------------------------------------
+
+def chains_per_call(free_bytes: float, *, kv_bytes_per_token: float, tokens_per_chain: int, vocab: int,
+                    cap: int = MAX_CHAINS_PER_CALL) -> int:
+    """Auto batch size on a GPU: chains whose KV cache (twice over: transformers grows it by
+    concatenation) and per-step logits, probabilities and CDF (28 bytes per vocabulary entry)
+    fit in half of ``free_bytes``; between 1 and ``cap``."""
+    per_chain = 2 * kv_bytes_per_token * tokens_per_chain + 28 * vocab
+    return int(max(1, min(cap, (0.5 * free_bytes) // max(per_chain, 1))))
+
+
+def kv_bytes_per_token(model: Any) -> int:
+    """KV-cache bytes one token of one chain takes: 2 x layers x KV heads x head size x dtype size."""
+    config = getattr(model, "config", None)
+    config = getattr(config, "get_text_config", lambda: config)()
+    layers = int(getattr(config, "num_hidden_layers", 0) or 0)
+    heads = int(getattr(config, "num_attention_heads", 0) or 0)
+    kv_heads = int(getattr(config, "num_key_value_heads", 0) or heads)
+    head_dim = int(getattr(config, "head_dim", 0) or (int(getattr(config, "hidden_size", 0) or 0) // max(heads, 1)))
+    itemsize = next(model.parameters()).element_size()
+    return 2 * layers * kv_heads * head_dim * itemsize
+
+
+class HFSampler:
+    """``Sampler`` over a transformers causal LM: left-padded batches of ``batch_size`` chains
+    per ``generate`` call on the model's device (``batch_size=0``: ``CPU_CHAINS_PER_CALL`` on
+    CPU, ``chains_per_call`` of the free GPU memory on a GPU); ``seeding`` as in the module doc."""
+
+    def __init__(self, model: Any, tokenizer: Any, *, batch_size: int = 0, seeding: str = "chain") -> None:
+        if seeding not in SEEDINGS:
+            raise ValueError(f"seeding must be one of {', '.join(SEEDINGS)}, got {seeding!r}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 0:
+            raise ValueError(f"batch_size must be a positive number of chains or 0 (auto), got {batch_size!r}")
+        self.model, self.tokenizer = model, tokenizer
+        self.batch_size, self.seeding = batch_size, seeding
+
+    @property
+    def device(self) -> Any:
+        return next(self.model.parameters()).device
+
+    def chains_per_call(self, prompts: Sequence[Sequence[str]], max_new_tokens: int) -> int:
+        """The batch size a call on ``prompts`` uses: ``batch_size``, or the auto one for this device."""
+        if self.batch_size:
+            return self.batch_size
+        device = self.device
+        if device.type != "cuda":
+            return CPU_CHAINS_PER_CALL
+        import torch
+
+        longest = max((len(self.tokenizer(p)["input_ids"]) for row in prompts for p in set(row)), default=0)
+        free, _ = torch.cuda.mem_get_info(device)
+        return chains_per_call(free, kv_bytes_per_token=kv_bytes_per_token(self.model),
+                               tokens_per_chain=longest + max_new_tokens, vocab=len(self.tokenizer))
+
+    def generate(self, prompts: Sequence[Sequence[str]], *, temperature: float, top_p: float,
+                 max_new_tokens: int, seed: int, progress: bool = False,
+                 desc: str = "sampling") -> list[list[Generation]]:
+        import torch
+        from tqdm.auto import tqdm
+        from transformers import LogitsProcessorList
+
+        check_sampling(temperature, top_p, max_new_tokens)
+        model, tokenizer = self.model, self.tokenizer
+        jobs = [(g, c) for g, row in enumerate(prompts) for c in range(len(row))]
+        out: list[list[Any]] = [[None] * len(row) for row in prompts]
+        eos_id = tokenizer.eos_token_id
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_id
+        device = self.device
+        batch_size = self.batch_size or self.chains_per_call(prompts, max_new_tokens)
+        was_training = model.training
+        model.eval()
+        if self.seeding == "batch":
+            torch.manual_seed(seed)
+        old_side = getattr(tokenizer, "padding_side", "left")
+        tokenizer.padding_side = "left"
+        try:
+            bar = tqdm(total=len(jobs), desc=desc, unit="chain", disable=not progress, leave=False)
+            for start in range(0, len(jobs), batch_size):
+                batch = jobs[start:start + batch_size]
+                enc = tokenizer([prompts[g][c] for g, c in batch], return_tensors="pt", padding=True)
+                enc = {k: v.to(device) for k, v in enc.items() if k in ("input_ids", "attention_mask")}
+                kwargs: dict[str, Any] = dict(max_new_tokens=max_new_tokens, eos_token_id=eos_id, pad_token_id=pad_id)
+                if self.seeding == "batch":
+                    kwargs.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
+                else:
+                    uniforms = torch.from_numpy(chain_uniforms(seed, batch, max_new_tokens)).to(device)
+                    draw = ChainDraw(uniforms, enc["input_ids"].shape[1], temperature=temperature, top_p=top_p)
+                    kwargs.update(do_sample=False, logits_processor=LogitsProcessorList([draw]))
+                with torch.no_grad():
+                    ids = model.generate(**enc, **kwargs)
+                for (g, c), row in zip(batch, ids[:, enc["input_ids"].shape[1]:].tolist(), strict=True):
+                    new, truncated = finish_chain(row, eos_id, pad_id)
+                    out[g][c] = Generation(tokenizer.decode(new, skip_special_tokens=True), len(new), truncated)
+                bar.update(len(batch))
+            bar.close()
+        finally:
+            tokenizer.padding_side = old_side
+            model.train(was_training)
+        return out
+
+
+# ----- opening a checkpoint -----------------------------------------------------------------
+
+def open_sampler(model: str | Path, options: SamplingOptions) -> tuple[Sampler, Any]:
+    """``(sampler, tokenizer)`` of a checkpoint for checked ``options`` (``SamplingOptions.check``):
+    ``hf`` loads it with ``vpo.models.load_checkpoint`` on the device in the dtype; ``vllm``
+    starts a ``vllm.LLM`` on the folder. ``options.threads`` sets torch's CPU threads."""
+    if options.threads > 0:
+        import torch
+
+        torch.set_num_threads(options.threads)
+    if options.backend == "vllm":
+        from vpo.integrations.vllm import VLLMSampler
+        from vpo.models import checkpoint_tokenizer
+
+        tokenizer = checkpoint_tokenizer(model)
+        return VLLMSampler(model, tokenizer, dtype=options.dtype), tokenizer
+    from vpo.models import load_checkpoint
+
+    loaded, tokenizer = load_checkpoint(model, dtype=options.dtype, device=options.device)
+    return HFSampler(loaded, tokenizer, batch_size=options.batch_size, seeding=options.seeding), tokenizer
+
+
+__all__ = ["BACKENDS", "SEEDINGS", "ChainDraw", "DeviceOptions", "Generation", "HFSampler", "Sampler",
+           "SamplingOptions", "chain_seed", "chain_uniforms", "chains_per_call", "check_sampling", "check_vllm",
+           "check_vllm_inputs", "finish_chain", "kv_bytes_per_token", "open_sampler"]
