@@ -204,9 +204,15 @@ def test_quick_demo_report(quick_run, numbers_in):
     out, result, _seconds = quick_run
     for name in ("report.md", "report.html", "metrics.json"):
         assert (out / name).is_file()
-    for name in ("best_at_k.png", "training.png", "objective_space.png"):
+    for name in ("best_at_k.png", "training.png", "objective_space.png", "story_best_at_k.png",
+                 "story_diversity.png", "story_objective_space.png"):
         assert (out / "plots" / name).read_bytes()[:4] == b"\x89PNG"
     metrics = json.loads((out / "metrics.json").read_text())
+    # issue #13.4: the three headline figures come first in the HTML, before any section
+    page = (out / "report.html").read_text()
+    figures = [page.index(f"plots/story_{n}.png") for n in ("best_at_k", "diversity", "objective_space")]
+    assert figures == sorted(figures) and figures[-1] < page.index("<h2>")
+    assert "random walks" in metrics["intro"] and "never shown a good route" in metrics["intro"]
     assert set(metrics["methods"]) == {"warmup_m1", "warmup_m3", "grpo", "vpo", "multi_rlvr", "max_at_k"}
     for key, entry in metrics["methods"].items():
         assert len(entry["best_at_k"]["mean"]) == 30

@@ -197,10 +197,12 @@ def _eval(model, out, *extra):
     return entry, texts
 
 
-def test_vpo_eval_with_seeding_batch_reproduces_the_numbers_before_issue_14(checkpoints, tmp_path):
+@pytest.mark.parametrize("seeding", [["--seeding", "batch"], []], ids=["batch", "default"])
+def test_vpo_eval_with_seeding_batch_reproduces_the_numbers_before_issue_14(checkpoints, tmp_path, seeding):
+    # the default (--seeding auto) is the old stream for --backend hf on CPU
     for extra, texts, numbers in ((["--answers", "1"], OLD_EVAL_M1_TEXTS, OLD_EVAL_M1),
                                   (["--answers", "2", "--batch-size", "4"], OLD_EVAL_M2_B4_TEXTS, OLD_EVAL_M2_B4)):
-        entry, got = _eval(checkpoints[0], tmp_path / extra[1], *REFERENCE, "--seeding", "batch", *extra)
+        entry, got = _eval(checkpoints[0], tmp_path / extra[1], *REFERENCE, *seeding, *extra)
         assert got == texts
         for key, value in numbers.items():
             assert entry[key]["mean"] == pytest.approx(value, abs=1e-12), key
@@ -222,7 +224,8 @@ def test_vpo_search_with_seeding_batch_reproduces_the_numbers_before_issue_14(ch
 
 def test_vpo_eval_pools_do_not_depend_on_the_batch_size(checkpoints, tmp_path):
     (entry_1, texts_1), (entry_8, texts_8) = (
-        _eval(checkpoints[0], tmp_path / f"b{bs}", "--answers", "2", "--batch-size", str(bs)) for bs in (1, 8))
+        _eval(checkpoints[0], tmp_path / f"b{bs}", "--answers", "2", "--batch-size", str(bs), "--seeding", "chain")
+        for bs in (1, 8))
     assert texts_1 == texts_8 and entry_1["best_at_k"] == entry_8["best_at_k"]
     assert np.load(tmp_path / "b1" / "pool.npz")["vectors"].tolist() == \
         np.load(tmp_path / "b8" / "pool.npz")["vectors"].tolist()

@@ -328,7 +328,7 @@ def test_search_samples_all_examples_in_shared_calls_and_any_batch_size_gives_th
             calls.clear()
             reports[batch] = run_search_eval([("a", (model, tokenizer))], maze, examples, tmp_path / str(batch), n=4,
                                              m=2, max_new_tokens=12, progress=False,
-                                             options=SamplingOptions(device="cpu", batch_size=batch))
+                                             options=SamplingOptions(device="cpu", batch_size=batch, seeding="chain"))
             assert calls == {4: [4, 2], 1: [1] * 6, 0: [6]}[batch]     # 3 examples x 2 chains, across examples
     finally:
         del model.generate

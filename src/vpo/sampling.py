@@ -13,9 +13,11 @@ Usage::
 (chat template and all); the tokenizer encodes them with its own special tokens, as the
 checkpoint was trained. A chain ends at EOS or after ``max_new_tokens``.
 
-Seeding (``seeding``):
+Seeding (``seeding``; the commands' ``--seeding auto`` picks ``"batch"`` for the hf backend on
+CPU, so CPU reports reproduce those made before issue #14, and ``"chain"`` on a GPU and with
+vLLM, where the automatic batch size depends on the free memory):
 
-* ``"chain"`` (default): chain c of example g has its own stream of uniforms u, from numpy's
+* ``"chain"`` (the library default): chain c of example g has its own stream of uniforms u, from numpy's
   PCG64 seeded by (seed, g, c); at step t it takes the token whose cumulative probability
   (after temperature and top-p, exactly as transformers applies them) first exceeds u[t].
   A chain's tokens therefore do not depend on the batch size, on which chains share a call,
@@ -45,6 +47,7 @@ from vpo.models import DTYPES
 
 BACKENDS = ("hf", "vllm")
 SEEDINGS = ("chain", "batch")
+"""What a sampler does; the options also take ``auto`` (see the module doc)."""
 CPU_CHAINS_PER_CALL = 256
 """Auto batch size on CPU (what ``vpo eval`` always used: larger calls gain little there)."""
 MAX_CHAINS_PER_CALL = 1024
@@ -82,10 +85,11 @@ class SamplingOptions(DeviceOptions):
     batch_size: int = field(default=0, metadata={
         "help": f"chains per generate() call (0: auto, {CPU_CHAINS_PER_CALL} on CPU, as many as fit in the GPU's "
                 f"free memory on a GPU, at most {MAX_CHAINS_PER_CALL})"})
-    seeding: str = field(default="chain", metadata={
+    seeding: str = field(default="auto", metadata={
         "help": "chain: every chain has its own seeded stream, so pools do not depend on --batch-size; "
                 "batch: one seed per generate() call, the stream of vpo eval before issue #14 (reproduces old "
-                "reports; hf only)", "choices": list(SEEDINGS)})
+                "reports; hf only); auto: batch for --backend hf on CPU, chain on a GPU and with vLLM",
+        "choices": ["auto", *SEEDINGS]})
     threads: int = field(default=0, metadata={"help": "torch CPU threads (0: torch default)"})
 
     def check(self, models: Sequence[str | Path] = ()) -> SamplingOptions:
@@ -94,15 +98,18 @@ class SamplingOptions(DeviceOptions):
         bad option fails before any model does."""
         if self.backend not in BACKENDS:
             raise ValueError(f"--backend {self.backend}: expected one of {', '.join(BACKENDS)}")
-        if self.seeding not in SEEDINGS:
-            raise ValueError(f"--seeding {self.seeding}: expected one of {', '.join(SEEDINGS)}")
+        if self.seeding not in ("auto", *SEEDINGS):
+            raise ValueError(f"--seeding {self.seeding}: expected one of auto, {', '.join(SEEDINGS)}")
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 0:
             raise ValueError(f"--batch-size {self.batch_size}: must be a positive number of chains, or 0 (auto)")
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 0:
             raise ValueError(f"--threads {self.threads}: must be >= 0 (0: torch default)")
         if self.backend == "vllm":
-            check_vllm(models, device=self.device, seeding=self.seeding)
+            check_vllm(models, device=self.device, seeding="chain" if self.seeding == "auto" else self.seeding)
         resolved = self.check_device()
+        if resolved.seeding == "auto":
+            cpu_hf = resolved.backend == "hf" and resolved.device == "cpu"
+            resolved = replace(resolved, seeding="batch" if cpu_hf else "chain")
         if self.backend == "vllm" and not resolved.device.startswith("cuda"):
             raise ValueError(f"--backend vllm: needs a GPU (--device cuda), got --device {self.device}"
                              + (" and CUDA is not available" if self.device == "auto" else ""))

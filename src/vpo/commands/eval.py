@@ -12,8 +12,9 @@ template when it has one, unless --no-chat). Writes report.md, report.html, metr
 plots/ and the pool (pool.npz + pool.npz.jsonl with the raw generations) under --out.
 
 Sampling (``vpo.sampling``): on --device (auto: cuda when available) in --dtype (auto: bfloat16
-on a GPU, float32 on CPU), --batch-size chains per generate() call (0: auto), every chain seeded
-on its own (--seeding chain), so the pool does not depend on the batch size. --backend vllm
+on a GPU, float32 on CPU), --batch-size chains per generate() call (0: auto). --seeding auto replays the old stream (one
+seed per call) for the hf backend on CPU and seeds every chain on its own on a GPU, so GPU pools
+do not depend on the batch size (--seeding chain does that on CPU too). --backend vllm
 samples with vLLM on a GPU (pip install 'vpo[vllm]').
 """
 

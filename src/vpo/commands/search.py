@@ -226,7 +226,7 @@ def search_from_eval_config(kind: str, cfg: Any) -> dict[str, Any]:
             raise ValueError(f"--search openevolve needs --task code, got {cfg.task!r}")
         if sampling.get("backend", "hf") != "hf":
             raise ValueError(f"--backend {sampling['backend']}: --search openevolve samples with transformers (hf)")
-        for name, default in (("batch_size", 0), ("seeding", "chain")):
+        for name, default in (("batch_size", 0), ("seeding", "auto")):
             if sampling.get(name, default) != default:
                 raise ValueError(f"--{name.replace('_', '-')} {sampling[name]}: --search openevolve does not use it")
         if threads > 0:

@@ -38,7 +38,7 @@ def _best_at_k(metrics: Mapping[str, Any], path: Path) -> None:
 
     paper = metrics.get("paper_best_at_30") or {}
     pool = int(metrics["eval"]["pool"])
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.6))
     for ax, (key, title) in zip(axes, (("best_at_k", "best@k, fixed scalar (the paper's metric)"),
                                        ("pref_best_at_k", "preference-weighted best@k")), strict=True):
         for name, entry in metrics["methods"].items():
@@ -48,14 +48,14 @@ def _best_at_k(metrics: Mapping[str, Any], path: Path) -> None:
         for ref in metrics.get("references") or []:
             if ref.get(key) is not None:
                 ax.axhline(ref[key], color="grey", linestyle="--", linewidth=1.2,
-                           label="oracle ceiling: " + ref.get("label", "reference"))
+                           label="oracle ceiling (3 oracle routes)")
         if key == "best_at_k":
             for name, value in paper.items():
                 if name in metrics["methods"]:
                     ax.plot([pool], [value], marker="*", markersize=13, linestyle="none",
                             color=_style(name)["color"], markeredgecolor="k",
-                            label=f"paper, {metrics['methods'][name].get('label', name).split(' (')[0]} "
-                                  f"(9x9, Qwen3-4B): {value:.3f}")
+                            label=f"paper: {metrics['methods'][name].get('label', name).split(' (')[0]} "
+                                  f"{value:.3f}")
         ax.set_xscale("log")
         ax.set_xlabel("k (answers)")
         ax.set_title(title, fontsize=10)
@@ -66,8 +66,9 @@ def _best_at_k(metrics: Mapping[str, Any], path: Path) -> None:
             if lab not in labels:
                 handles.append(h)
                 labels.append(lab)
-    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(0.80, 0.5), fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0, 0.80, 1))
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(0.79, 0.5), fontsize=8, frameon=False,
+               title="paper: best@30, 9x9 maze, Qwen3-4B" if paper else None, title_fontsize=7)
+    fig.tight_layout(rect=(0, 0, 0.78, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -107,7 +108,7 @@ def _objective_space(metrics: Mapping[str, Any], path: Path) -> None:
     objectives = list(metrics["task"]["objectives"])
     xi, yi, ci = (objectives.index(space[a]) for a in ("x", "y", "color"))
     keys = list(space["vectors"])
-    fig, axes = plt.subplots(1, len(keys), figsize=(2.6 * len(keys) + 1.2, 3.1), squeeze=False)
+    fig, axes = plt.subplots(1, len(keys), figsize=(2.9 * len(keys) + 1.2, 3.1), squeeze=False)
     oracle = space.get("oracle") or []
     sc = None
     for ax, key in zip(axes[0], keys, strict=True):
@@ -119,8 +120,8 @@ def _objective_space(metrics: Mapping[str, Any], path: Path) -> None:
         if oracle:
             o = np.asarray(oracle, dtype=float)
             ax.scatter(o[:, xi], o[:, yi], marker="*", s=110, facecolors="none", edgecolors="red", linewidths=1.0)
-        ax.set_title(f"{metrics['methods'][key].get('label', key)}\n{int((~zero).sum())} distinct reward vectors, "
-                     f"{int(counts[zero].sum())} misses", fontsize=8)
+        ax.set_title(f"{metrics['methods'][key].get('label', key)}\n{int((~zero).sum())} distinct, "
+                     f"{int(counts[zero].sum())}/{int(counts.sum())} miss the exit", fontsize=8)
         ax.set_xlim(-0.08, 1.08)
         ax.set_ylim(-0.08, 1.08)
         ax.set_xlabel(space["x"], fontsize=8)
@@ -128,8 +129,8 @@ def _objective_space(metrics: Mapping[str, Any], path: Path) -> None:
     axes[0][0].set_ylabel(space["y"], fontsize=8)
     if sc is not None:
         fig.colorbar(sc, ax=axes[0].tolist(), label=space["color"], fraction=0.02, pad=0.01)
-    fig.suptitle(f"{space['examples'][0]}: the 30 answers of each pool (marker size = repeats; red stars = the "
-                 "three oracle routes; misses = routes that never reach the exit)", fontsize=9)
+    fig.suptitle(f"{space['examples'][0]} of the held-out set: each pool's answers (size = repeats, colour = "
+                 f"{space['color']}; red stars: the three oracle routes)", fontsize=9, y=1.06)
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
