@@ -182,3 +182,34 @@ def test_the_trl_choices_are_the_installed_libraries():
     help_text = next(f for f in dataclasses.fields(GRPOConfig) if f.name == "loss_type").metadata["help"]
     listed = re.search(r"Supported values are (.*?)\. ", help_text).group(1)
     assert set(LOSS_TYPES) == set(re.findall(r"'(\w+)'", listed))
+
+
+def _subparsers(parser, prefix=()):
+    """(command words, parser) of every (sub)command under ``parser``."""
+    import argparse
+
+    yield prefix, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _subparsers(sub, (*prefix, name))
+
+
+# numeric options whose valid values the task decides (checked by building it, named by the flag)
+TASK_CHECKED = {("data", "export", "--size"), ("data", "preview", "--size")}
+
+
+def test_every_numeric_option_has_a_range():
+    # the audit of #16.7 kept honest: a new int/float flag needs its range in the field metadata
+    from vpo.cli import build_parser
+
+    unchecked = []
+    for words, parser in _subparsers(build_parser()):
+        for action in parser._actions:
+            listed = isinstance(action.default, list) and action.default  # comma-separated numbers (--answers 1,3)
+            if action.type not in (int, float) and not (listed and all(isinstance(v, int | float) for v in listed)):
+                continue
+            key = (*words, action.option_strings[0])
+            if "; >" not in (action.help or "") and "; <" not in (action.help or "") and key not in TASK_CHECKED:
+                unchecked.append(" ".join(key))
+    assert unchecked == []
