@@ -194,9 +194,17 @@ def quick_run(tmp_path_factory):
     pytest.importorskip("matplotlib")
     from vpo.demo.run import run_demo
 
+    import contextlib
+    import io
+
     out = tmp_path_factory.mktemp("demo-quick")
     start = time.time()
-    result = run_demo(DemoConfig(quick=True, out=str(out), progress=False))
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        result = run_demo(DemoConfig(quick=True, out=str(out), progress=False))
+    # what this process showed on the terminal (the RL workers print from their own processes)
+    out.with_name(out.name + "-terminal.json").write_text(json.dumps({"stdout": stdout.getvalue(),
+                                                                      "stderr": stderr.getvalue()}))
     return out, result, time.time() - start
 
 
@@ -230,6 +238,18 @@ def test_quick_demo_report(quick_run, numbers_in):
     assert md.split("\n\n")[1].startswith("This is a --quick smoke run")
 
 
+def test_no_progress_hides_the_bars_not_the_stage_log(quick_run):
+    # issue #16.13: --no-progress (progress=False) used to silence the stage lines too
+    out, _, _ = quick_run
+    terminal = json.loads(out.with_name(out.name + "-terminal.json").read_text())
+    lines = terminal["stdout"].splitlines()
+    for stage in ("warm-up: SFT on", "warm-up: done", "RL: vpo seed 0 done", "eval: warmup-m1", "report: "):
+        assert any(stage in line for line in lines), stage
+    log = (out / "logs" / "demo.log").read_text()
+    assert all(line in log for line in lines if line.startswith("["))  # the terminal shows the log's lines
+    assert "%|" not in terminal["stderr"] + terminal["stdout"] and "it/s]" not in terminal["stderr"]
+
+
 def test_quick_demo_resumes_without_retraining(quick_run):
     from vpo.demo.run import run_demo
 
@@ -255,6 +275,40 @@ def test_eval_command_on_demo_checkpoint(quick_run, tmp_path):
     assert len(entry["best_at_k"]["mean"]) == 6 and entry["m"] == 3
     assert result["report"]["md"].is_file()
     assert metrics["task"]["params"] == {"size": 5, "reward_mode": "linear"}
+
+
+def test_train_then_eval_on_a_demo_checkpoint(quick_run, tmp_path, capsys):
+    """Issue #16.2: `vpo train` from a demo checkpoint trains in its compact format with a
+    non-zero reward, keeps vpo_format.json, and `vpo eval` of the result reads that format and
+    scores too."""
+    import transformers
+
+    from vpo.cli import main
+
+    out, _, _ = quick_run
+    trained = tmp_path / "trained"
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_warning()  # transformers shows the training bar from WARNING on
+    try:
+        # the GRPO checkpoint: the --quick run's best scorer (its m=3 VPO chains mostly hit the token limit)
+        assert main(["train", "--task", "maze", "--model", str(out / "checkpoints" / "grpo-s0"), "--method", "grpo",
+                     "--examples", "8", "--out", str(trained), "--max-steps", "2", "--num-generations", "8",
+                     "--per-device-train-batch-size", "32", "--learning-rate", "1e-5", "--kl-beta", "0",
+                     "--force-cpu"]) == 0
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+    captured = capsys.readouterr()
+    summary = json.loads([line for line in captured.out.splitlines() if line.startswith("{")][-1])
+    # measured: 0.016 and 0.027 (mean task scalar of the 32 rollouts of each step)
+    assert summary["steps"] == 2 and summary["first_reward"] + summary["last_reward"] > 0
+    assert "train grpo: " in captured.err  # the bar names its stage (#16.13)
+    record = json.loads((trained / "vpo_format.json").read_text())
+    assert record["format"] == "maze-compact" and record["task_params"] == {"size": 5, "reward_mode": "linear"}
+    assert main(["eval", "--model", str(trained), "--pool", "12", "--examples", "6", "--no-progress",
+                 "--out", str(tmp_path / "eval")]) == 0
+    metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    (entry,) = metrics["methods"].values()
+    assert entry["best_at_k"]["mean"][-1] > 0 and "maze-compact" in metrics["intro"]
 
 
 def test_headroom_script_search_contains_the_oracle_routes(task):

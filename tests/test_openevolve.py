@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -84,15 +86,30 @@ def test_unparseable_and_empty_candidates_cost_no_sandbox(problem, monkeypatch):
     assert evaluate_code("   ", problem).metrics["combined_score"] == 0.0
 
 
+def _load_evaluator(path):
+    """The evaluator file's namespace, loaded as OpenEvolve loads it (importlib, from the file)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("evaluation_module", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return vars(module)
+
+
 def test_evaluator_file_roundtrip(problem, tmp_path, monkeypatch):
     path = write_evaluator(problem, tmp_path / "p", limits=FAST)
     saved = json.loads((tmp_path / "p" / "problem.json").read_text())
     assert saved["limits"]["timeout"] == 0.5 and path.name == "evaluator.py"
     program = tmp_path / "cand.py"
     program.write_text(GOOD)
-    namespace: dict = {}
-    exec(compile(path.read_text(), str(path), "exec"), namespace)    # what OpenEvolve does
+    namespace = _load_evaluator(path)
     assert namespace["evaluate"](str(program)).metrics["combined_score"] == 1.0
+    # the file names its problem relative to itself (#16.11): the folder can move
+    assert str(tmp_path) not in path.read_text()
+    moved = shutil.copytree(tmp_path / "p", tmp_path / "moved")
+    (tmp_path / "p" / "problem.json").unlink()
+    assert _load_evaluator(moved / "evaluator.py")["evaluate"](str(program)).metrics["combined_score"] == 1.0
+    (tmp_path / "p" / "problem.json").write_text(json.dumps(saved))
     assert evaluate_path(program, tmp_path / "p" / "problem.json").metrics["solved"] == 1.0
     monkeypatch.setenv("VPO_OPENEVOLVE_PROBLEM", str(tmp_path / "p" / "problem.json"))
     assert evaluate(str(program)).metrics["combined_score"] == 1.0
@@ -224,12 +241,19 @@ def test_openevolve_loop_improves_and_survives_hostile_candidates(problem, tmp_p
     assert saved["first_solved"] == len(responses) and saved["failed_mutations"] == 1
 
 
-def test_search_problems_writes_what_was_solved_when(problem, tmp_path):
+def test_search_problems_writes_what_was_solved_when(problem, tmp_path, capsys):
     other = dict(problem, id="fx_sum_copy")
     report = oe.search_problems([problem, other], models=[("scripted", "none")], iterations=2,
                                 output_dir=tmp_path, limits=FAST, start_method="fork", progress=None,
                                 seeds={"scripted": [[GOOD], [WRONG]]},
                                 client=oe.scripted_client([fence(PARTIAL), fence(GOOD)]))
+    # issue #16.11: a labelled bar over problems x iterations; no absolute path in what it wrote
+    err = capsys.readouterr().err
+    assert "openevolve scripted: 100%" in err and "4/4" in err
+    written = [tmp_path / "openevolve_search.json"] + sorted(tmp_path.glob("scripted/*/*.json")) + sorted(
+        tmp_path.glob("scripted/*/evaluator.py"))
+    assert len(written) == 7 and not any(str(tmp_path) in path.read_text() for path in written)
+    assert report["labels"]["scripted"]["problems"]["fx_sum_copy"]["output_dir"] == "scripted/fx_sum_copy"
     entry = report["labels"]["scripted"]
     assert entry["problems"]["fx_sum"]["first_solved"] == 0                  # a seed solves it
     assert entry["problems"]["fx_sum_copy"]["first_solved"] == 2            # iteration 2 solves it
@@ -240,6 +264,32 @@ def test_search_problems_writes_what_was_solved_when(problem, tmp_path):
     with pytest.raises(ValueError, match="lists for"):
         oe.search_problems([problem], models=[("s", "none")], iterations=1, output_dir=tmp_path,
                            seeds={"s": []}, client=oe.scripted_client(["x"]), progress=None)
+
+
+def test_a_gguf_policy_is_converted_for_the_workers_and_removed_after(problem, tiny_checkpoint, tmp_path,
+                                                                       monkeypatch):
+    # issue #16.11: the transformers copy of a .gguf policy (0.5 GB for SmolLM2) used to stay in --out
+    from vpo.integrations.openevolve import problems as oe_problems
+
+    tiny = oe_problems._load_cached(tiny_checkpoint, "float32", "cpu")
+    loads = []
+    monkeypatch.setattr(oe_problems, "_load_cached", lambda path, dtype, device: loads.append(path) or tiny)
+    (tmp_path / "tmp").mkdir()
+    with oe_problems.worker_model("policy.gguf", tmp_path / "tmp") as folder:
+        assert Path(folder).parent == tmp_path / "tmp" and (Path(folder) / "config.json").is_file()
+        assert loads == ["policy.gguf"]
+    assert not Path(folder).exists()
+    with oe_problems.worker_model(tiny_checkpoint) as same:  # a folder is used as it is
+        assert same == tiny_checkpoint and loads == ["policy.gguf"]
+    seen = []
+    monkeypatch.setattr(oe_problems, "evolve", lambda *a, model_name, **k: seen.append(model_name) or oe.evolve(
+        *a, model_name=model_name, **k))
+    out = tmp_path / "out"
+    report = oe.search_problems([problem], models=[("g", "policy.gguf")], iterations=1, output_dir=out, limits=FAST,
+                                start_method="fork", progress=None, progress_bar=False, seeds={"g": [[GOOD]]},
+                                client=oe.scripted_client([fence(GOOD)]))
+    assert report["labels"]["g"]["model"] == "policy.gguf" and not seen[0].endswith(".gguf")
+    assert not Path(seen[0]).exists() and not list(out.rglob("config.json")) and not list(out.rglob("*.safetensors"))
 
 
 @pytest.mark.slow
@@ -287,7 +337,12 @@ def test_cli_openevolve_with_a_tiny_policy(tiny_checkpoint, tmp_path, capsys):
     report = json.loads((tmp_path / "openevolve_search.json").read_text())
     entry = report["labels"]["tiny"]["problems"]["fx_minmax"]
     assert entry["iterations"] == 1 and entry["first_solved"] is None
-    assert "tiny: solved 0 of 1" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "tiny: solved 0 of 1" in captured.out
     assert (tmp_path / "solved_vs_iteration.png").exists()
+    # issue #16.11: stage lines and a labelled bar; the results name their folders relative to --out
+    assert "[tiny] sampling 2 x 1 seed programs" in captured.out and "[tiny] problem fx_minmax:" in captured.out
+    assert "openevolve tiny: 100%" in captured.err
+    assert entry["output_dir"] == "tiny/fx_minmax" and str(tmp_path) not in json.dumps(report)
     assert main(["search", "openevolve", "--problems", "fixtures", "--ids", "nope", "--model", tiny_checkpoint,
                  "--out", str(tmp_path)]) == 2

@@ -80,3 +80,43 @@ def test_smooth_and_window():
     assert smooth([1.0, 2.0, 3.0, 4.0], 2) == [1.0, 1.5, 2.5, 3.5]
     assert smooth([5.0, 7.0], 1) == [5.0, 7.0]
     assert training_window(8) == 1 and training_window(60) == 6
+
+
+def test_configuration_renders_as_code(tmp_path):
+    # issue #16.13: a fenced block in Markdown, <pre> in HTML (it was one ```...``` paragraph)
+    metrics = _metrics()
+    metrics["config"] = {"seed": 0, "out": "runs/<demo>", "rl_lr": 0.0003}
+    paths = write_report(metrics, tmp_path, plots=False)
+    md = paths["md"].read_text()
+    block = md.split("## Configuration\n\n")[1]
+    assert block.startswith("```json\n{\n") and "\n```\n" in block
+    assert json.loads(block.split("```json\n")[1].split("\n```")[0]) == metrics["config"]
+    page = paths["html"].read_text()
+    pre = page.split("<h2>Configuration</h2>")[1]
+    assert pre.lstrip().startswith("<pre><code>{") and "&lt;demo&gt;" in pre and "```" not in page
+
+
+def test_training_plot_fits_the_html_page_with_a_legend(tmp_path):
+    # issue #16.13: four panels in one row were 2420 px wide, shrunk to unreadable type in the
+    # ~1100 px HTML column; now two per row, with one legend for every panel
+    pytest.importorskip("matplotlib")
+    import struct
+
+    from vpo.report import training_figure
+
+    metrics = _metrics()
+    steps = list(range(1, 41))
+    series = {"mean": [0.5] * 40, "low": [0.4] * 40, "high": [0.6] * 40}
+    metrics["training"] = {key: {"label": label, "steps": steps, "seconds": 1.0,
+                                 "series": {name: series for name in ("diversity", "answer scalar",
+                                                                      "completion rate", "truncated rollouts")}}
+                           for key, label in (("grpo", "GRPO"), ("vpo", "VPO"))}
+    write_report(metrics, tmp_path)
+    width, height = struct.unpack(">II", (tmp_path / "plots" / "training.png").read_bytes()[16:24])
+    assert width <= 1200 and height >= 0.5 * width  # a 2 x 2 grid shown near full size
+    fig = training_figure(metrics["training"])
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["GRPO", "VPO"]
+    assert sum(ax.get_visible() for ax in fig.axes) == 4
+    page = (tmp_path / "report.html").read_text()
+    assert "<a href='plots/training.png'><img src='plots/training.png'" in page

@@ -408,6 +408,26 @@ def test_trl_grpo_command_with_dotted_path_rewards(tmp_path):
     _check_trl_grpo_run(tmp_path / "out")
 
 
+def test_stage_progress_labels_the_bar_and_can_keep_logs_off_the_terminal(capsys):
+    # issue #16.13: every progress bar names its stage
+    from transformers import TrainerControl, TrainerState
+
+    from vpo.integrations.trl import StageProgress
+
+    for logs in (False, True):
+        bar, state, control = StageProgress("warm-up", logs=logs), TrainerState(max_steps=3), TrainerControl()
+        bar.on_train_begin(None, state, control)
+        state.global_step = 2
+        bar.on_step_end(None, state, control)
+        bar.on_log(None, state, control, logs={"loss": 0.125})
+        assert bar.training_bar.desc.startswith("warm-up") and bar.training_bar.n == 2
+        bar.on_train_end(None, state, control)
+        captured = capsys.readouterr()
+        err = captured.err
+        assert "warm-up: " in err and "2/3" in err and ("0.125" in captured.out + err) == logs
+        assert all(frame.startswith("warm-up: ") for frame in err.replace("\n", "\r").split("\r") if "%|" in frame)
+
+
 _TORCHRUN_SCRIPT = textwrap.dedent("""
     import json, sys
     import numpy as np, torch

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import typing
 
 # Order is the order shown in --help. A module missing here is simply not offered.
 COMMAND_MODULES = (
@@ -25,8 +26,16 @@ COMMAND_MODULES = (
 )
 
 
+class OneLineErrors(argparse.ArgumentParser):
+    """argparse whose usage errors are one line (the usage block of a subcommand runs to dozens
+    of lines and buries the message); its subcommand parsers inherit the class."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrors(
         prog="vpo",
         description="Vector Policy Optimization: vector rewards, multi-answer chains, set objectives.",
     )

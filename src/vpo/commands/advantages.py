@@ -18,7 +18,8 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from vpo.config import add_dataclass_args, dataclass_from_args
+from vpo.config import add_dataclass_args, check_fields, dataclass_from_args, field_like
+from vpo.estimators.options import WeightOptions
 
 
 def _estimator_names() -> list[str]:
@@ -31,18 +32,19 @@ def _estimator_names() -> list[str]:
 class AdvantagesConfig:
     """Options of ``vpo advantages``."""
 
-    groups: int = field(default=2, metadata={"help": "number of prompt groups G"})
-    rollouts: int = field(default=4, metadata={"help": "rollouts per group"})
-    answers: int = field(default=3, metadata={"help": "answers per rollout m (single-answer estimators need 1)"})
-    objectives: int = field(default=4, metadata={"help": "objectives D per answer"})
+    groups: int = field(default=2, metadata={"help": "number of prompt groups G", "min": 1})
+    rollouts: int = field(default=4, metadata={"help": "rollouts per group", "min": 1})
+    answers: int = field(default=3, metadata={"help": "answers per rollout m (single-answer estimators need 1)",
+                                              "min": 1})
+    objectives: int = field(default=4, metadata={"help": "objectives D per answer", "min": 1})
     method: str = field(default="vpo", metadata={"help": "advantage estimator", "choices": _estimator_names,
                                                  "aliases": ("--estimator",)})
-    num_weights: int = field(default=100, metadata={"help": "weights K per group (vpo)"})
-    alpha: float = field(default=1.0, metadata={"help": "Dirichlet concentration (vpo, random_weight)"})
-    sampler: str = field(default="iid", metadata={"help": "simplex sampler (vpo, random_weight)",
-                                                  "choices": ["iid", "sobol"]})
-    seed: int = field(default=0, metadata={"help": "seed of the batch and of the weights"})
-    zero_fraction: float = field(default=0.2, metadata={"help": "probability that an answer is a zero row"})
+    num_weights: int = field_like(WeightOptions, "num_weights", help="weights K per group (vpo)")
+    alpha: float = field_like(WeightOptions, "alpha", help="Dirichlet concentration (vpo, random_weight)")
+    sampler: str = field_like(WeightOptions, "sampler", help="simplex sampler (vpo, random_weight)")
+    seed: int = field(default=0, metadata={"help": "seed of the batch and of the weights", "min": 0})
+    zero_fraction: float = field(default=0.2, metadata={"help": "probability that an answer is a zero row",
+                                                        "min": 0.0, "max": 1.0})
 
 
 # Options of the config that some estimators take, and their defaults (to detect explicit use).
@@ -52,11 +54,7 @@ _SAMPLING_OPTIONS = ("num_weights", "alpha", "sampler")
 def random_batch(cfg: AdvantagesConfig) -> tuple[list[np.ndarray], list[str]]:
     """A reproducible synthetic batch: B = groups * rollouts matrices (answers, objectives)
     on a quarter grid, and the group label of each rollout ("p0", "p1", ...)."""
-    for name in ("groups", "rollouts", "answers", "objectives"):
-        if getattr(cfg, name) < 1:
-            raise ValueError(f"--{name} must be >= 1, got {getattr(cfg, name)}")
-    if not 0.0 <= cfg.zero_fraction <= 1.0:
-        raise ValueError(f"--zero-fraction must be in [0, 1], got {cfg.zero_fraction}")
+    check_fields(cfg)
     from vpo.weights import keyed_rng
 
     rng = keyed_rng(cfg.seed, "vpo advantages: synthetic batch")

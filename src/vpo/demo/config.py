@@ -10,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from vpo.config import check_fields, field_like
 from vpo.estimators.options import WeightOptions
 
 METHODS = {
@@ -37,54 +38,62 @@ class DemoConfig:
     methods: str = field(default="all", metadata={
         "help": "RL methods, comma-separated from grpo, vpo, multi_rlvr, max_at_k, goal_conditioned; 'all' (the "
                 "default) = the paper's four (all but goal_conditioned)"})
-    seeds: int = field(default=3, metadata={"help": "training seeds per method (CIs over seeds need >= 2)"})
-    seed: int = field(default=0, metadata={"help": "base seed: model init, data, and the first training seed"})
+    seeds: int = field(default=3, metadata={"help": "training seeds per method (CIs over seeds need >= 2)", "min": 1})
+    seed: int = field(default=0, metadata={
+        "help": "base seed: model init, data, and the first training seed", "min": 0})
     # task
-    size: int = field(default=5, metadata={"help": "maze side (odd, >= 5)"})
+    size: int = field(default=5, metadata={"help": "maze side (odd, >= 5)", "min": 5})
     reward_mode: str = field(default="linear", metadata={
         "help": "maze reward: linear (paper notes) or convex_bonus (authors' generator)",
         "choices": ["linear", "convex_bonus"]})
-    answers: int = field(default=3, metadata={"help": "answers per chain m of the multi-answer methods"})
+    answers: int = field(default=3, metadata={
+        "help": "answers per chain m of the multi-answer methods", "min": 2, "max": 9})
     # model
-    hidden: int = field(default=96, metadata={"help": "tiny Llama hidden size"})
-    layers: int = field(default=3, metadata={"help": "tiny Llama layers"})
-    heads: int = field(default=4, metadata={"help": "tiny Llama attention heads"})
-    mlp: int = field(default=288, metadata={"help": "tiny Llama MLP width"})
+    hidden: int = field(default=96, metadata={"help": "tiny Llama hidden size", "min": 1})
+    layers: int = field(default=3, metadata={"help": "tiny Llama layers", "min": 1})
+    heads: int = field(default=4, metadata={"help": "tiny Llama attention heads", "min": 1})
+    mlp: int = field(default=288, metadata={"help": "tiny Llama MLP width", "min": 1})
     # warm-up (TRL SFTTrainer)
     warmup_data: str = field(default="random_walk", metadata={
         "help": "what the warm-up imitates: random_walk (walks that reach the exit, blind to items and lava: a base "
                 "that was never shown good routes) or oracle (the three oracle routes, close to the ceiling)",
         "choices": ["random_walk", "oracle"]})
-    warmup_examples: int = field(default=32000, metadata={"help": "warm-up examples (one maze each, fresh mazes)"})
+    warmup_examples: int = field(default=32000, metadata={
+        "help": "warm-up examples (one maze each, fresh mazes)", "min": 1})
     warmup_single_fraction: float = field(default=0.5, metadata={
-        "help": "share of warm-up examples in the single-route format (rest: m-route chains of the oracle routes)"})
-    warmup_lr: float = field(default=3e-3, metadata={"help": "warm-up learning rate (cosine schedule)"})
-    warmup_batch: int = field(default=64, metadata={"help": "warm-up batch size"})
+        "help": "share of warm-up examples in the single-route format (rest: m-route chains)",
+        "min": 0.0, "max": 1.0})
+    warmup_lr: float = field(default=3e-3, metadata={"help": "warm-up learning rate (cosine schedule)", "above": 0.0})
+    warmup_batch: int = field(default=64, metadata={"help": "warm-up batch size", "min": 1})
     # RL (VPOTrainer = TRL GRPOTrainer subclass)
-    rl_steps: int = field(default=120, metadata={"help": "RL steps per method and seed"})
-    rl_prompts: int = field(default=16, metadata={"help": "mazes per RL step"})
-    rl_generations: int = field(default=8, metadata={"help": "rollouts per maze (group size G)"})
-    rl_lr: float = field(default=3e-4, metadata={"help": "RL learning rate (constant)"})
-    rl_temperature: float = field(default=1.0, metadata={"help": "rollout sampling temperature"})
-    rl_beta: float = field(default=0.0, metadata={"help": "KL coefficient (0: no reference model, as on CPU)"})
+    rl_steps: int = field(default=120, metadata={"help": "RL steps per method and seed", "min": 1})
+    rl_prompts: int = field(default=16, metadata={"help": "mazes per RL step", "min": 1})
+    rl_generations: int = field(default=8, metadata={"help": "rollouts per maze (group size G)", "min": 2})
+    rl_lr: float = field(default=3e-4, metadata={"help": "RL learning rate (constant)", "above": 0.0})
+    rl_temperature: float = field(default=1.0, metadata={"help": "rollout sampling temperature", "above": 0.0})
+    rl_beta: float = field(default=0.0, metadata={
+        "help": "KL coefficient (0: no reference model, as on CPU)", "min": 0.0})
     rl_truncated: str = field(default="zero", metadata={
         "help": "rollouts that hit the token limit without EOS: zero (scored as a format failure, the all-zero "
                 "matrix), mask (left out of the loss, TRL's mask_truncated_completions) or keep (scored as parsed)",
         "choices": ["zero", "mask", "keep"]})
-    num_weights: int = field(default=WeightOptions.num_weights, metadata={"help": "VPO Dirichlet weights K per group"})
-    alpha: float = field(default=WeightOptions.alpha, metadata={"help": "VPO Dirichlet concentration"})
-    save_steps: int = field(default=10, metadata={"help": "checkpoint every N steps (resume after interruption)"})
+    num_weights: int = field_like(WeightOptions, "num_weights", help="VPO Dirichlet weights K per group")
+    alpha: float = field_like(WeightOptions, "alpha", help="VPO Dirichlet concentration")
+    save_steps: int = field(default=10, metadata={
+        "help": "checkpoint every N steps (resume after interruption)", "min": 1})
     # evaluation
-    eval_examples: int = field(default=60, metadata={"help": "held-out test mazes"})
-    pool: int = field(default=30, metadata={"help": "answers per maze and method (chains x m)"})
-    eval_temperature: float = field(default=0.7, metadata={"help": "evaluation sampling temperature"})
-    eval_weights: int = field(default=64, metadata={"help": "fixed Dirichlet(1) weights per maze (preference metrics)"})
-    eval_batch: int = field(default=600, metadata={"help": "chains per generate() call in evaluation"})
+    eval_examples: int = field(default=60, metadata={"help": "held-out test mazes", "min": 2})
+    pool: int = field(default=30, metadata={"help": "answers per maze and method (chains x m)", "min": 1})
+    eval_temperature: float = field(default=0.7, metadata={"help": "evaluation sampling temperature", "above": 0.0})
+    eval_weights: int = field(default=64, metadata={
+        "help": "fixed Dirichlet(1) weights per maze (preference metrics)", "min": 1})
+    eval_batch: int = field(default=600, metadata={"help": "chains per generate() call in evaluation", "min": 1})
     workers: int = field(default=2, metadata={
         "help": "parallel worker processes for RL runs and evaluation pools (one torch thread each unless --threads "
-                "says otherwise; the warm-up, which runs alone, uses workers x threads)"})
+                "says otherwise; the warm-up, which runs alone, uses workers x threads)", "min": 1})
     threads: int = field(default=1, metadata={
-        "help": "torch CPU threads (0: torch default); 1 is fastest for this tiny model, and far faster on a shared machine"})
+        "help": "torch CPU threads (0: torch default); 1 is fastest for this tiny model, and far faster on a shared "
+                "machine", "min": 0})
     force: bool = field(default=False, metadata={
         "help": "start over when --out holds a run with a different configuration"})
     progress: bool = field(default=True, metadata={"help": "progress bars"})
@@ -94,7 +103,8 @@ class DemoConfig:
             m.strip() for m in self.methods.split(",") if m.strip()]
         unknown = [m for m in names if m not in METHODS]
         if unknown or not names:
-            raise ValueError(f"unknown method(s) {unknown or self.methods!r}; choose from {', '.join(METHODS)} or all")
+            raise ValueError(f"--methods: unknown method(s) {unknown or self.methods!r}; choose from "
+                             f"{', '.join(METHODS)} or all")
         return list(dict.fromkeys(names))
 
     def method_answers(self, method: str) -> int:
@@ -104,18 +114,24 @@ class DemoConfig:
         return [self.seed + i for i in range(self.seeds)]
 
     def validate(self) -> DemoConfig:
+        """This config if every option is usable, else ValueError naming the flag (before any work):
+        the ranges in the field metadata (``vpo.config.check_fields``), then the rules that tie
+        options together."""
+        from vpo.tasks.maze.generator import config_for_size
+
+        check_fields(self)
         self.method_list()
-        checks = [(self.seeds >= 1, "seeds must be >= 1"), (self.answers >= 2, "answers must be >= 2"),
-                  (self.answers <= 9, "answers must be <= 9"), (self.rl_generations >= 2, "rl_generations must be >= 2"),
-                  (self.rl_steps >= 1, "rl_steps must be >= 1"), (self.eval_examples >= 2, "eval_examples must be >= 2"),
-                  (0.0 <= self.warmup_single_fraction <= 1.0, "warmup_single_fraction must be in [0, 1]"),
-                  (self.warmup_examples >= self.warmup_batch, "warmup_examples must be >= warmup_batch")]
-        for ok, why in checks:
-            if not ok:
-                raise ValueError(why)
+        if self.warmup_examples < self.warmup_batch:
+            raise ValueError(f"--warmup-examples ({self.warmup_examples}) must be >= --warmup-batch "
+                             f"({self.warmup_batch})")
         if self.pool % self.answers:
-            raise ValueError(f"pool ({self.pool}) must be a multiple of answers ({self.answers}) for equal pools")
-        WeightOptions(num_weights=self.num_weights, alpha=self.alpha)  # --num-weights 0 / --alpha 0 raise
+            raise ValueError(f"--pool ({self.pool}) must be a multiple of --answers ({self.answers}) for equal pools")
+        if self.hidden % self.heads:
+            raise ValueError(f"--hidden ({self.hidden}) must be a multiple of --heads ({self.heads})")
+        try:
+            config_for_size(self.size)  # the maze's own rule on sizes
+        except ValueError as err:
+            raise ValueError(f"--size: {err}") from None
         return self
 
     def resolved(self) -> DemoConfig:

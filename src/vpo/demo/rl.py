@@ -155,7 +155,7 @@ def run_rl(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, method: str, seed
     trainer = _trainer_class()(model, task=task, answers=m, estimator=estimator, estimator_options=options,
                                args=args, train_dataset=dataset, processing_class=tokenizer, fmt=fmt,
                                truncated=cfg.rl_truncated)
-    quiet_trainer(trainer, cfg.progress)
+    quiet_trainer(trainer, cfg.progress, f"RL {METHODS[method][0]} seed {seed}")
     last = get_last_checkpoint(str(trainer_dir)) if trainer_dir.is_dir() else None
     if last:
         log(f"{method} seed {seed}: resuming from {last}")

@@ -35,9 +35,11 @@ from vpo.demo.results import build_metrics, oracle_reference
 
 
 class _Log:
-    def __init__(self, path: Path, progress: bool) -> None:
+    """The stage log: each line to ``logs/demo.log`` and to the terminal (``--no-progress`` hides
+    the progress bars, never these lines)."""
+
+    def __init__(self, path: Path) -> None:
         self.path = path
-        self.progress = progress
         self.start = time.time()
         path.parent.mkdir(parents=True, exist_ok=True)
 
@@ -45,8 +47,7 @@ class _Log:
         line = f"[{time.strftime('%H:%M:%S')} +{time.time() - self.start:6.1f}s] {message}"
         with open(self.path, "a") as fh:
             fh.write(line + "\n")
-        if self.progress:
-            print(line, flush=True)
+        print(line, flush=True)
 
 
 def _prepare_out(cfg: DemoConfig, out: Path) -> None:
@@ -114,14 +115,16 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
 
 def _run_demo(cfg: DemoConfig, out: Path) -> dict[str, Any]:
     _prepare_out(cfg, out)
-    log = _Log(out / "logs" / "demo.log", cfg.progress)
+    log = _Log(out / "logs" / "demo.log")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import torch
 
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
-    from vpo.demo.warmup import run_warmup
+    from vpo.demo.warmup import quiet_libraries, run_warmup
+
+    quiet_libraries(cfg.progress)  # also when a resumed run goes straight to evaluation
     from vpo.tasks import get_task
 
     load_start = os.getloadavg()[0]

@@ -58,18 +58,12 @@ def warmup_records(task: Any, fmt: CompactMazeFormat, n: int, *, m: int, single_
     return records
 
 
-def quiet_trainer(trainer: Any, progress: bool) -> None:
-    """Keep a trainer's progress bar (when ``progress``) but not its per-step log printing."""
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+def quiet_trainer(trainer: Any, progress: bool, desc: str) -> None:
+    """A trainer's progress bar labelled with its stage ``desc`` (when ``progress``), without its
+    per-step log printing (the logs stay in ``state.log_history``; the demo log says what ran)."""
+    from vpo.integrations.trl import label_progress
 
-    class StepBar(ProgressCallback):
-        def on_log(self, args, state, control, logs=None, **kwargs):  # logs go to log_history only
-            return None
-
-    trainer.remove_callback(PrinterCallback)
-    trainer.remove_callback(ProgressCallback)
-    if progress:
-        trainer.add_callback(StepBar())
+    label_progress(trainer, desc, show=progress, logs=False)
 
 
 def quiet_libraries(progress: bool) -> None:
@@ -132,7 +126,7 @@ def run_warmup(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, out_dir: Path
     )
     quiet_libraries(cfg.progress)
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
-    quiet_trainer(trainer, cfg.progress)
+    quiet_trainer(trainer, cfg.progress, "warm-up")
     last = get_last_checkpoint(str(trainer_dir)) if trainer_dir.is_dir() else None
     if last:
         log(f"warm-up: resuming from {last}")

@@ -69,9 +69,9 @@ class WeightOptions:
     """How the K weight vectors of a group are drawn (docs/algorithm.md §1). Invalid values raise at
     construction: an explicit ``num_weights=0`` or ``alpha=0`` is an error, never a default."""
 
-    num_weights: int = field(default=100, metadata={"help": "Dirichlet weights K per group"})
+    num_weights: int = field(default=100, metadata={"help": "Dirichlet weights K per group", "min": 1})
     """K, the number of weight vectors per group (the authors use 100)."""
-    alpha: float = field(default=1.0, metadata={"help": "Dirichlet concentration alpha (> 0)"})
+    alpha: float = field(default=1.0, metadata={"help": "Dirichlet concentration alpha", "above": 0.0})
     """Concentration of Dir(alpha 1_D); 1.0 is uniform on the simplex."""
     sampler: str = field(default="iid", metadata={"help": "simplex sampler", "choices": SAMPLERS})
     """``iid`` Dirichlet draws (the paper's runs) or ``sobol`` quasi-Monte-Carlo (lower noise)."""

@@ -56,9 +56,11 @@ EVALUATOR_FILE_NAME = "evaluator.py"
 
 _EVALUATOR_TEMPLATE = '''"""OpenEvolve evaluator for problem {problem_id} (written by vpo; edit the problem JSON, not this)."""
 
+import os
+
 from vpo.integrations.openevolve_evaluator import evaluate_path
 
-PROBLEM = {problem_path!r}
+PROBLEM = os.path.join(os.path.dirname(os.path.abspath(__file__)), {problem_name!r})
 
 
 def evaluate(program_path):
@@ -165,8 +167,9 @@ def evaluate(program_path: str) -> Any:
 
 def write_evaluator(problem: Mapping[str, Any], directory: str | Path, *, limits: Any = None) -> Path:
     """Write ``directory/problem.json`` (the problem, with ``limits`` when given, a
-    ``vpo.sandbox.Limits``) and ``directory/evaluator.py`` bound to it; returns the
-    evaluator file's path (absolute, as OpenEvolve's workers need)."""
+    ``vpo.sandbox.Limits``) and ``directory/evaluator.py`` bound to it (by a path relative to
+    itself, so the folder can move); returns the evaluator file's path (absolute, as
+    OpenEvolve's workers need)."""
     from dataclasses import asdict
 
     directory = Path(directory).resolve()
@@ -179,5 +182,5 @@ def write_evaluator(problem: Mapping[str, Any], directory: str | Path, *, limits
     problem_path.write_text(json.dumps(data, indent=1), encoding="utf-8")
     evaluator_path = directory / EVALUATOR_FILE_NAME
     evaluator_path.write_text(_EVALUATOR_TEMPLATE.format(problem_id=str(data.get("id", "?")).replace('"', "'"),
-                                                         problem_path=str(problem_path)), encoding="utf-8")
+                                                         problem_name=PROBLEM_FILE_NAME), encoding="utf-8")
     return evaluator_path

@@ -57,6 +57,7 @@ from typing import Any
 import numpy as np
 import torch
 from accelerate.utils import gather_object
+from transformers.trainer_callback import PrinterCallback, ProgressCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from vpo.estimators import WeightOptions, get_spec
@@ -66,6 +67,7 @@ from vpo.tasks.base import Example, Task
 __all__ = [
     "EXPECTED_TRL_HOOKS",
     "RLConfig",
+    "StageProgress",
     "TASK_EPOCHS",
     "TaskReward",
     "TaskScalarReward",
@@ -74,6 +76,7 @@ __all__ = [
     "check_trl_hooks",
     "completion_text",
     "group_weights",
+    "label_progress",
     "parse_example",
     "prompt_key",
     "score_and_log",
@@ -529,3 +532,32 @@ def _goal(example: Example) -> np.ndarray | None:
     from vpo.goals import goal_of
 
     return goal_of(example)
+
+
+class StageProgress(ProgressCallback):
+    """transformers' training progress bar, labelled with its stage (tqdm ``desc``: ``warm-up: 40%|...``);
+    ``logs=False`` keeps the per-step log dicts off the terminal (they stay in ``state.log_history``)."""
+
+    def __init__(self, desc: str, *, logs: bool = True) -> None:
+        super().__init__()
+        self.desc, self.logs = desc, logs
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        from tqdm.auto import tqdm
+
+        if state.is_world_process_zero:  # as ProgressCallback's, with the label from the first frame
+            self.training_bar = tqdm(total=state.max_steps, dynamic_ncols=True, desc=self.desc)
+        self.current_step = 0
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+        if self.logs:
+            super().on_log(args, state, control, logs=logs, **kwargs)
+
+
+def label_progress(trainer: Any, desc: str, *, show: bool = True, logs: bool = True) -> None:
+    """Give a transformers ``Trainer`` (TRL's included) a progress bar labelled ``desc``, or none
+    (``show=False``; the terminal then gets no per-step lines either, only what the caller logs)."""
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    if show:
+        trainer.add_callback(StageProgress(desc, logs=logs))

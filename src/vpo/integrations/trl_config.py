@@ -24,7 +24,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["GRPO_NAMES", "RLConfig", "TASK_EPOCHS", "TRLOptions", "VPO_OWNED", "check_engine", "read_grpo_yaml"]
+__all__ = ["GRPO_NAMES", "LOSS_TYPES", "LR_SCHEDULERS", "RLConfig", "TASK_EPOCHS", "TRLOptions", "VPO_OWNED",
+           "check_engine", "read_grpo_yaml"]
 
 TASK_EPOCHS: dict[str, float] = {"maze": 2, "musique": 1, "eureqa": 6, "toolcall": 20}
 """Epochs per task in the paper's runs (docs/algorithm.md §7); other tasks default to 1."""
@@ -64,6 +65,14 @@ _NOT_TAKEN: dict[str, str] = {
 _FIXED: dict[str, Any] = {"remove_unused_columns": False, "eval_strategy": "no"}
 """YAML values that say what ``vpo train`` does anyway (accepted, nothing to pass)."""
 
+LR_SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
+                 "inverse_sqrt", "reduce_lr_on_plateau", "cosine_with_min_lr", "cosine_warmup_with_min_lr",
+                 "warmup_stable_decay", "greedy")
+"""``transformers.SchedulerType`` values (transformers 5.x), so a typo fails before the model loads."""
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+"""TRL 1.16's ``GRPOConfig.loss_type`` values (tests/test_cli_train.py compares both lists with the
+installed libraries)."""
+
 
 @dataclass
 class RLConfig:
@@ -72,34 +81,44 @@ class RLConfig:
     of answers. Importing this module stays cheap: torch and TRL load inside the method.
     """
 
-    learning_rate: float = field(default=1e-6, metadata={"help": "AdamW learning rate"})
-    lr_scheduler_type: str = field(default="constant", metadata={"help": "learning-rate schedule"})
-    adam_beta1: float = field(default=0.9, metadata={"help": "AdamW beta1"})
-    adam_beta2: float = field(default=0.999, metadata={"help": "AdamW beta2"})
-    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay"})
-    clip_epsilon: float = field(default=0.2, metadata={"help": "PPO clip range epsilon"})
-    kl_beta: float = field(default=1e-3, metadata={"help": "KL penalty coefficient (0: no reference model)"})
-    num_generations: int = field(default=8, metadata={"help": "rollouts per prompt N (G groups of N make a batch)"})
-    temperature: float = field(default=1.0, metadata={"help": "sampling temperature of the rollouts"})
+    learning_rate: float = field(default=1e-6, metadata={"help": "AdamW learning rate", "above": 0.0})
+    lr_scheduler_type: str = field(default="constant", metadata={"help": "learning-rate schedule",
+                                                                 "choices": LR_SCHEDULERS})
+    adam_beta1: float = field(default=0.9, metadata={"help": "AdamW beta1", "min": 0.0, "below": 1.0})
+    adam_beta2: float = field(default=0.999, metadata={"help": "AdamW beta2", "min": 0.0, "below": 1.0})
+    weight_decay: float = field(default=0.01, metadata={"help": "AdamW weight decay", "min": 0.0})
+    clip_epsilon: float = field(default=0.2, metadata={"help": "PPO clip range epsilon", "above": 0.0})
+    kl_beta: float = field(default=1e-3, metadata={"help": "KL penalty coefficient (0: no reference model)",
+                                                   "min": 0.0})
+    num_generations: int = field(default=8, metadata={
+        "help": "rollouts per prompt N (G groups of N make a batch)", "min": 2})
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature of the rollouts",
+                                                      "above": 0.0})
     per_device_train_batch_size: int = field(
-        default=8, metadata={"help": "completions per device per micro-batch"})
-    gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimiser step"})
+        default=8, metadata={"help": "completions per device per micro-batch", "min": 1})
+    gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimiser step",
+                                                                  "min": 1})
     steps_per_generation: int | None = field(
         default=None, metadata={"help": "optimiser steps per generation batch (None: TRL's, "
-                                        "--gradient-accumulation-steps)"})
+                                        "--gradient-accumulation-steps)", "min": 1})
     num_iterations: int | None = field(
-        default=None, metadata={"help": "policy updates per generation batch, TRL's mu (None: TRL's, 1)"})
+        default=None, metadata={"help": "policy updates per generation batch, TRL's mu (None: TRL's, 1)", "min": 1})
     num_train_epochs: float | None = field(
-        default=None, metadata={"help": "epochs (default per task: maze 2, musique 1, eureqa 6, toolcall 20, else 1)"})
-    max_steps: int = field(default=-1, metadata={"help": "stop after this many steps (-1: run the epochs)"})
+        default=None, metadata={"help": "epochs (default per task: maze 2, musique 1, eureqa 6, toolcall 20, else 1)",
+                                "above": 0.0})
+    max_steps: int = field(default=-1, metadata={"help": "stop after this many steps (-1: run the epochs)",
+                                                 "min": 1, "also": (-1,)})
     max_completion_length: int | None = field(
-        default=None, metadata={"help": "max new tokens per rollout (default 256; x the factor below when m > 1)"})
+        default=None, metadata={"help": "max new tokens per rollout (default 256; x the factor below when m > 1)",
+                                "min": 1})
     multi_answer_length_factor: float = field(
-        default=2.0, metadata={"help": "completion-budget multiplier for m > 1 when max_completion_length is unset"})
-    loss_type: str = field(default="dapo", metadata={"help": "TRL loss aggregation (dapo: token-mean)"})
-    seed: int = field(default=0, metadata={"help": "seed of training and of the shared VPO weights"})
-    logging_steps: int = field(default=1, metadata={"help": "log every N steps"})
-    save_strategy: str = field(default="no", metadata={"help": "checkpoints: no | steps | epoch"})
+        default=2.0, metadata={"help": "completion-budget multiplier for m > 1 when max_completion_length is unset",
+                               "above": 0.0})
+    loss_type: str = field(default="dapo", metadata={"help": "TRL loss aggregation (dapo: token-mean)",
+                                                     "choices": LOSS_TYPES})
+    seed: int = field(default=0, metadata={"help": "seed of training and of the shared VPO weights", "min": 0})
+    logging_steps: int = field(default=1, metadata={"help": "log every N steps", "min": 1})
+    save_strategy: str = field(default="no", metadata={"help": "checkpoints", "choices": ("no", "steps", "epoch")})
     force_cpu: bool = field(default=False, metadata={"help": "train on CPU even when CUDA is available"})
 
     def resolved_epochs(self, task: str | None) -> float:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import signal
 import time
 import uuid
@@ -124,12 +125,17 @@ class EvolveResult:
             best[t] = max(best[t], best[t - 1])
         return best
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, relative_to: str | Path | None = None) -> dict[str, Any]:
+        """The result as JSON-ready data; ``output_dir`` relative to ``relative_to`` when given (a
+        results file then holds no absolute path and survives moving the folder)."""
+        folder = self.output_dir
+        if relative_to is not None:
+            folder = Path(os.path.relpath(self.output_dir, Path(relative_to).resolve())).as_posix()
         return {"problem_id": self.problem_id, "iterations": self.iterations, "first_solved": self.first_solved,
                 "best_score": self.best_score, "best_code": self.best_code, "num_seeds": self.num_seeds,
                 "evaluations": self.evaluations, "failed_mutations": self.failed_mutations,
                 "seconds": self.seconds, "best_by_iteration": self.best_by_iteration(), "history": self.history,
-                "output_dir": self.output_dir}
+                "output_dir": folder}
 
 
 def _program_key(code: str) -> Any:
@@ -161,9 +167,11 @@ def seed_programs_from_text(texts: Sequence[str], m: int) -> list[str]:
     return programs
 
 
-def _record_adds(database: Any, history: list[dict[str, Any]], offset: int) -> None:
+def _record_adds(database: Any, history: list[dict[str, Any]], offset: int,
+                 on_iteration: Callable[[int], None] | None = None) -> None:
     """Record every program OpenEvolve's database admits, with its iteration (wraps this
-    database instance's ``add``; migrant copies are skipped)."""
+    database instance's ``add``; migrant copies are skipped); ``on_iteration(t)`` is told the
+    iteration of each mutation's program (a progress bar)."""
     original = database.add
 
     def add(program: Any, iteration: int | None = None, target_island: int | None = None) -> Any:
@@ -181,6 +189,8 @@ def _record_adds(database: Any, history: list[dict[str, Any]], offset: int) -> N
                 "id": program.id,
                 "admitted": admitted is not None,
             })
+            if on_iteration is not None and not seed:
+                on_iteration(history[-1]["iteration"])
         return admitted
 
     database.add = add
@@ -206,7 +216,7 @@ def evolve(problem: Mapping[str, Any], seeds: Sequence[str], *, client: Callable
            iterations: int, output_dir: str | Path, workers: int = 1, num_islands: int = 2, seed: int = 0,
            limits: Any = None, diff_based: bool = False, temperature: float = 0.7, top_p: float = 1.0,
            max_tokens: int = 512, start_method: str = "spawn", system_template: str = DEFAULT_SYSTEM_TEMPLATE,
-           log_level: str = "WARNING") -> EvolveResult:
+           log_level: str = "WARNING", on_iteration: Callable[[int], None] | None = None) -> EvolveResult:
     """Run OpenEvolve on one code problem (a ``code`` task example) from ``seeds``.
 
     ``seeds``: candidate programs (deduplicated by AST here; none: the problem's starter code
@@ -216,7 +226,8 @@ def evolve(problem: Mapping[str, Any], seeds: Sequence[str], *, client: Callable
     task's). Writes the evaluator, the problem and OpenEvolve's output under ``output_dir``.
     Must run on the main thread, outside an event loop (OpenEvolve installs signal handlers
     and calls ``asyncio.run``); the previous SIGINT/SIGTERM handlers and root-logger handlers
-    are restored afterwards.
+    are restored afterwards. ``on_iteration(t)``: called with the iteration of each mutation that
+    OpenEvolve admits (failed mutations are not reported).
     """
     from openevolve.controller import OpenEvolve
 
@@ -249,7 +260,7 @@ def evolve(problem: Mapping[str, Any], seeds: Sequence[str], *, client: Callable
     started = time.monotonic()
     try:
         controller = OpenEvolve(str(initial_path), str(evaluator_file), config, output_dir=str(out / "openevolve"))
-        _record_adds(controller.database, history, offset=1 if programs else 0)
+        _record_adds(controller.database, history, offset=1 if programs else 0, on_iteration=on_iteration)
         asyncio.run(_seed_and_run(controller, programs, iterations, num_islands))
         best = controller.database.get(controller.database.best_program_id) if \
             controller.database.best_program_id else controller.database.get_best_program()
@@ -265,7 +276,7 @@ def evolve(problem: Mapping[str, Any], seeds: Sequence[str], *, client: Callable
     result = EvolveResult(problem_id=str(example.get("id", "?")), iterations=iterations, history=history,
                           best_score=best_score, best_code=best.code if best is not None else "",
                           seconds=time.monotonic() - started, output_dir=str(out), num_seeds=len(programs))
-    (out / "result.json").write_text(json.dumps(result.to_dict(), indent=1))
+    (out / "result.json").write_text(json.dumps(result.to_dict(relative_to=out), indent=1))
     return result
 
 

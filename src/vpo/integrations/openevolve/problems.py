@@ -9,33 +9,40 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
+import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from vpo.integrations.openevolve.evolve import evolve, sample_seed_programs
 from vpo.integrations.openevolve.llm import _load_cached, clear_model_cache, transformers_client
+from vpo.models import resolve_model
 
 logger = logging.getLogger(__name__)
 
 # ----- a problem set --------------------------------------------------------------------------
 
-def _cache_gguf(model_path: str, directory: Path) -> str:
-    """A ``.gguf`` checkpoint saved once as a transformers folder (workers then load
-    safetensors instead of de-quantising the GGUF file again per problem and worker)."""
+@contextlib.contextmanager
+def worker_model(model_path: str, directory: str | Path | None = None) -> Iterator[str]:
+    """What OpenEvolve's workers load for ``model_path``, for the duration of the block: a
+    ``.gguf`` checkpoint saved as a transformers folder in a temporary folder (under
+    ``directory``, default the system's), so each worker reads safetensors instead of
+    de-quantising the GGUF again, and removed afterwards (SmolLM2-135M in float32 is about
+    0.5 GB); any other checkpoint as it is."""
     if not str(model_path).endswith(".gguf"):
-        return str(model_path)
-    target = directory / (Path(model_path).stem + "-hf")
-    if not (target / "config.json").is_file():
+        yield str(model_path)
+        return
+    with tempfile.TemporaryDirectory(prefix="vpo-openevolve-model-", dir=directory) as folder:
         model, tokenizer = _load_cached(str(model_path), "float32", "cpu")
-        model.save_pretrained(target)
-        tokenizer.save_pretrained(target)
-    return str(target)
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        yield folder
 
 
 def search_problems(problems: Sequence[Mapping[str, Any]], *, models: Sequence[tuple[str, Any]], iterations: int,
@@ -45,21 +52,26 @@ def search_problems(problems: Sequence[Mapping[str, Any]], *, models: Sequence[t
                     diff_based: bool = False, device: str = "cpu", dtype: str = "float32",
                     seeds: Mapping[str, Sequence[Sequence[str]]] | None = None,
                     client: Callable[[Any], Any] | None = None, start_method: str = "spawn",
-                    progress: Callable[[str], None] | None = print) -> dict[str, Any]:
+                    progress: Callable[[str], None] | None = print, progress_bar: bool = True) -> dict[str, Any]:
     """OpenEvolve over a problem set for one or more policies; writes
     ``output_dir/openevolve_search.json`` (what was solved when) and
     ``output_dir/solved_vs_iteration.png``; returns the JSON dict.
 
-    ``models``: (label, checkpoint path) pairs. Per label, the seeds of every problem are the
-    policy's own programs (``chains`` x ``m`` answers, all kept) unless ``seeds[label]`` gives
-    them (one list of programs per problem); then each problem is evolved with the policy as
-    the mutation LLM (``client`` overrides that, e.g. a ``scripted_client`` in tests).
-    ``threads``: torch threads per worker (default: cores // workers; on a machine shared
+    ``models``: (label, checkpoint) pairs; a checkpoint is a folder, a ``.gguf`` file or
+    ``smollm2`` (``vpo.models.resolve_model``), recorded in the JSON as given. Per label, the seeds of every
+    problem are the policy's own programs (``chains`` x ``m`` answers, all kept) unless
+    ``seeds[label]`` gives them (one list of programs per problem); then each problem is evolved
+    with the policy as the mutation LLM (``client`` overrides that, e.g. a ``scripted_client`` in
+    tests). ``threads``: torch threads per worker (default: cores // workers; on a machine shared
     with other jobs 1 is often much faster, since idle torch threads spin). ``device``/``dtype``:
-    where every process loads the policy (``vpo.models.load_checkpoint``; "auto" for either).
-    A ``.gguf`` policy is saved once as a transformers folder under ``output_dir/_models``
-    (about 4 bytes per parameter), which the workers load instead of de-quantising the GGUF.
+    where every process loads the policy (``vpo.models.load_checkpoint``; "auto" for either). A ``.gguf`` policy is
+    saved as a transformers folder in a temporary folder for the workers while its problems run,
+    then removed (``worker_model``). ``progress``: where the stage lines go (None: nowhere);
+    ``progress_bar``: a bar per policy over its problems x iterations, labelled ``openevolve
+    LABEL``. Paths in the JSON are relative to ``output_dir``.
     """
+    from tqdm.auto import tqdm
+
     from vpo.sandbox import Limits
     from vpo.tasks import get_task
 
@@ -79,42 +91,58 @@ def search_problems(problems: Sequence[Mapping[str, Any]], *, models: Sequence[t
     out = Path(output_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     threads = threads or max(1, (os.cpu_count() or 1) // workers)
-    say = progress or (lambda _msg: None)
+
+    def say(message: str) -> None:
+        if progress is print and progress_bar:
+            tqdm.write(message)  # printed above the bar, which then redraws
+        elif progress is not None:
+            progress(message)
+
     report: dict[str, Any] = {"iterations": iterations, "chains": chains, "m": m, "workers": workers,
                               "num_islands": num_islands, "problems": ids, "labels": {}}
-    for label, model_path in models:
+    for label, model in models:
         started = time.monotonic()
         given = (seeds or {}).get(label)
-        worker_model = str(model_path)
+        path = resolve_model(model)
         if given is None:
-            say(f"[{label}] sampling {chains} x {m} seed programs per problem from {model_path}")
-            seed_lists = sample_seed_programs(str(model_path), task, examples, chains=chains, m=m,
+            say(f"[{label}] sampling {chains} x {m} seed programs per problem from {model}")
+            seed_lists = sample_seed_programs(path, task, examples, chains=chains, m=m,
                                               temperature=temperature, top_p=top_p,
                                               max_tokens=seed_max_tokens or max_tokens, seed=seed,
                                               threads=threads, device=device, dtype=dtype)
-            worker_model = _cache_gguf(str(model_path), out / "_models")
-            clear_model_cache()
         else:
             if len(given) != len(examples):
                 raise ValueError(f"seeds[{label!r}] has {len(given)} lists for {len(examples)} problems")
             seed_lists = [list(s) for s in given]
         mutation_client = client or transformers_client(threads=threads, device=device, dtype=dtype)
         results: dict[str, Any] = {}
-        for pid, example, programs in zip(ids, examples, seed_lists, strict=True):
-            say(f"[{label}] problem {pid}: {len(programs)} seed programs, {iterations} iterations")
-            res = evolve(example, programs, client=mutation_client, model_name=worker_model, iterations=iterations,
-                         output_dir=out / _safe_name(label) / _safe_name(pid), workers=workers,
-                         num_islands=num_islands, seed=seed, limits=limits, diff_based=diff_based,
-                         temperature=temperature, top_p=top_p, max_tokens=max_tokens, start_method=start_method)
-            say(f"[{label}] problem {pid}: best {res.best_score:.3f}, solved at "
-                f"{res.first_solved if res.first_solved is not None else 'never'}, "
-                f"{res.evaluations} evaluations, {res.failed_mutations} failed mutations, {res.seconds:.0f}s")
-            results[pid] = res.to_dict()
+        bar = tqdm(total=len(examples) * iterations, desc=f"openevolve {label}", unit="it", disable=not progress_bar)
+
+        def advance(to: int) -> None:
+            if to > bar.n:
+                bar.update(to - bar.n)
+
+        with worker_model(path) as loaded:  # a .gguf policy: converted once, removed after its problems
+            clear_model_cache()  # the workers load their own copy
+            for k, (pid, example, programs) in enumerate(zip(ids, examples, seed_lists, strict=True)):
+                say(f"[{label}] problem {pid}: {len(programs)} seed programs, {iterations} iterations")
+                done = k * iterations
+                res = evolve(example, programs, client=mutation_client, model_name=loaded, iterations=iterations,
+                             output_dir=out / _safe_name(label) / _safe_name(pid), workers=workers,
+                             num_islands=num_islands, seed=seed, limits=limits, diff_based=diff_based,
+                             temperature=temperature, top_p=top_p, max_tokens=max_tokens, start_method=start_method,
+                             on_iteration=lambda t, done=done: advance(done + min(t, iterations)))
+                advance(done + iterations)
+                say(f"[{label}] problem {pid}: best {res.best_score:.3f}, solved at "
+                    f"{res.first_solved if res.first_solved is not None else 'never'}, "
+                    f"{res.evaluations} evaluations, {res.failed_mutations} failed mutations, {res.seconds:.0f}s")
+                results[pid] = res.to_dict(relative_to=out)
+        bar.close()
         solved_by = [sum(1 for r in results.values() if r["first_solved"] is not None and r["first_solved"] <= t)
                      for t in range(iterations + 1)]
         mean_best = [sum(r["best_by_iteration"][t] for r in results.values()) / len(results)
                      for t in range(iterations + 1)]
-        report["labels"][label] = {"model": str(model_path), "problems": results, "solved_by_iteration": solved_by,
+        report["labels"][label] = {"model": str(model), "problems": results, "solved_by_iteration": solved_by,
                                    "mean_best_by_iteration": mean_best, "seconds": time.monotonic() - started}
     plot = plot_solved(report, out / "solved_vs_iteration.png")
     report["plot"] = plot.name if plot is not None else None
