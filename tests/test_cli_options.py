@@ -48,7 +48,7 @@ BAD = [
     (["eval", "--model", "{model}", "--temperature", "0"], "--temperature"),
     (["eval", "--model", "{model}", "--top-p", "1.5"], "--top-p"),
     (["eval", "--model", "{model}", "--examples", "0"], "--examples"),
-    (["eval", "--model", "{model}", "--batch-size", "0"], "--batch-size"),
+    (["eval", "--model", "{model}", "--batch-size", "-1"], "--batch-size"),
     (["eval", "--model", "{model}", "--max-new-tokens", "-1"], "--max-new-tokens"),
     (["eval", "--model", "{model}", "--search", "openevolve", "--task", "code", "--iterations", "0"],
      "--iterations"),

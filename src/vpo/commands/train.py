@@ -324,6 +324,7 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     if cfg.save:
         check_out_dir(cfg.out)
     engine = copy.copy(engine) if engine is not None else TRLOptions()
+    check_fields(engine)
     check_engine(engine)
     engine.resume_from_checkpoint = _resume_path(engine.resume_from_checkpoint, cfg.out)
     model_dir = Path(cfg.model) if Path(cfg.model).is_dir() else None

@@ -203,15 +203,15 @@ class TRLOptions:
     vllm_server_host: str | None = field(default=None, metadata={
         "help": "server mode: host of `trl vllm-serve` (None: TRL's)"})
     vllm_server_port: int | None = field(default=None, metadata={
-        "help": "server mode: port of `trl vllm-serve` (None: TRL's)"})
+        "help": "server mode: port of `trl vllm-serve` (None: TRL's)", "min": 1, "max": 65535})
     vllm_gpu_memory_utilization: float | None = field(default=None, metadata={
-        "help": "colocate mode: share of GPU memory vLLM may take (None: TRL's)"})
+        "help": "colocate mode: share of GPU memory vLLM may take (None: TRL's)", "above": 0.0, "max": 1.0})
     vllm_tensor_parallel_size: int | None = field(default=None, metadata={
-        "help": "colocate mode: GPUs per vLLM engine (None: TRL's)"})
+        "help": "colocate mode: GPUs per vLLM engine (None: TRL's)", "min": 1})
     save_steps: int | None = field(default=None, metadata={
-        "help": "save a checkpoint every N steps (implies --save-strategy steps)"})
+        "help": "save a checkpoint every N steps (implies --save-strategy steps)", "min": 1})
     save_total_limit: int | None = field(default=None, metadata={
-        "help": "keep at most N checkpoints in --out (None: all)"})
+        "help": "keep at most N checkpoints in --out (None: all)", "min": 1})
     resume_from_checkpoint: str | None = field(default=None, metadata={
         "help": "resume from a checkpoint folder, or 'latest' (the last checkpoint-N in --out)"})
     extra: dict[str, Any] = field(default_factory=dict, init=False, metadata={
