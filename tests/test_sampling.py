@@ -309,7 +309,7 @@ def test_eval_rejects_bad_sampling_values_by_flag(checkpoints, tmp_path, capsys)
     base = ["eval", "--task", "sampling-letters", "--model", checkpoints[0], "--out", str(tmp_path)]
     for extra, message in ((["--temperature", "0"], "--temperature must be > 0, got 0.0"),
                            (["--top-p", "1.5"], "--top-p must be > 0 and <= 1, got 1.5"),
-                           (["--pool", "5", "--answers", "2"], "--pool 5: must be a positive multiple of --answers 2")):
+                           (["--pool", "5", "--answers", "2"], "--pool (5) must be a multiple of --answers (2)")):
         assert main(base + extra) == 2
         assert message in capsys.readouterr().err
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, parse_params
 from vpo.sampling import SamplingOptions
@@ -97,7 +96,6 @@ def run_eval(cfg: EvalConfig) -> dict:
     gguf = model_dir.suffix == ".gguf" and model_dir.is_file()
     if not model_dir.is_dir() and not gguf:
         raise FileNotFoundError(f"no checkpoint folder or .gguf file {model_dir}")
-    check_flags(cfg)
     options = cfg.check([model_dir])              # --backend/--device/--dtype fail here, before any load
     if not cfg.progress:
         import transformers
@@ -155,16 +153,6 @@ def run_eval(cfg: EvalConfig) -> dict:
             "examples": [str(examples[i].get("id", i)) for i in shown],
             "vectors": {label: [pools.vectors[i].tolist() for i in shown]}}
     return {"report": write_report(metrics, out), "metrics": metrics}
-
-
-def check_flags(cfg: Any) -> None:
-    """One-line errors for sampling values no sampler takes (--temperature, --top-p, --pool/--answers)."""
-    if not cfg.temperature > 0:
-        raise ValueError(f"--temperature {cfg.temperature}: must be > 0 (sampling)")
-    if not 0 < cfg.top_p <= 1:
-        raise ValueError(f"--top-p {cfg.top_p}: must be in (0, 1]")
-    if cfg.answers < 1 or cfg.pool < 1 or cfg.pool % cfg.answers:
-        raise ValueError(f"--pool {cfg.pool}: must be a positive multiple of --answers {cfg.answers} (equal pools)")
 
 
 def run(args: argparse.Namespace) -> int:
