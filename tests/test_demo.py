@@ -243,7 +243,7 @@ def test_no_progress_hides_the_bars_not_the_stage_log(quick_run):
     out, _, _ = quick_run
     terminal = json.loads(out.with_name(out.name + "-terminal.json").read_text())
     lines = terminal["stdout"].splitlines()
-    for stage in ("warm-up: SFT on", "warm-up: done", "RL: vpo seed 0 done", "eval: warmup-m1", "report: "):
+    for stage in ("warm-up: SFT on", "warm-up: done", "RL and evaluation: ", "RL: vpo seed 0 done", "report: "):
         assert any(stage in line for line in lines), stage
     log = (out / "logs" / "demo.log").read_text()
     assert all(line in log for line in lines if line.startswith("["))  # the terminal shows the log's lines
