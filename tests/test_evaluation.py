@@ -9,24 +9,9 @@ import numpy as np
 import pytest
 
 from vpo import metrics as M
-from vpo.chains import RewriteRule
 from vpo.evaluation import (Pools, TaskFormat, example_weights, paired, per_example_from_json,
                             per_example_to_json, pool_metrics, sanitize, score_generation, summarize)
-from vpo.tasks.base import Task
-
-
-class LetterTask(Task):
-    """Toy task for the tests: objective j is 1 when letter 'abc'[j] occurs in the answer."""
-
-    name = "letters"
-    objectives = ("a", "b", "c")
-    rewrite_rule = RewriteRule("letters", template="give {m} answers in <{tag}_i>", pattern=r"ANSWER", tag="ans")
-
-    def prompt_single(self, example):
-        return f"{example['id']} ANSWER"
-
-    def score(self, text, example):
-        return np.array([float(ch in text) for ch in "abc"])
+from toy_tasks import LetterTask
 
 
 def test_pool_metrics_hand_made_pool():

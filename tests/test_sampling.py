@@ -13,11 +13,10 @@ import json
 import numpy as np
 import pytest
 
-from vpo.chains import RewriteRule
 from vpo.sampling import (ChainDraw, HFSampler, SamplingOptions, chain_uniforms, chains_per_call,
                           check_vllm_inputs, finish_chain, kv_bytes_per_token)
 from vpo.tasks import register_task
-from vpo.tasks.base import Task
+from toy_tasks import LetterTask
 
 torch = pytest.importorskip("torch")
 
@@ -27,17 +26,8 @@ HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
 
 @register_task("sampling-letters")
-class SamplingLetters(Task):
-    """Objective j is 1 when letter 'abc'[j] occurs in the answer; examples are {"id": i}."""
-
-    objectives = ("a", "b", "c")
-    rewrite_rule = RewriteRule("letters", template="give {m} answers in <{tag}_i>", pattern=r"ANSWER", tag="ans")
-
-    def prompt_single(self, example):
-        return f"{example['id']} ANSWER"
-
-    def score(self, text, example):
-        return np.array([float(ch in text) for ch in "abc"])
+class SamplingLetters(LetterTask):
+    """``LetterTask`` under its own registered name (the CLI tests run it by name)."""
 
     def examples(self, split="train", n=None, *, seed=None, source=None):
         return [{"id": i} for i in range(4 if n is None else n)]

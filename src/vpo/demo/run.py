@@ -194,7 +194,7 @@ def _run_demo(cfg: DemoConfig, out: Path) -> dict[str, Any]:
         for method in methods:
             log(f"RL: {method} seed {seed} done ({runs[(method, seed)]['seconds']:.0f} s)")
 
-    # 3. evaluation ---------------------------------------------------------------------
+    # 3. metrics of every pool (a pool still missing is sampled here) --------------------
     evaluated = _evaluate_all(cfg, task, fmt, methods, seeds, out, log)
 
     # 4. report -------------------------------------------------------------------------

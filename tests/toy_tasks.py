@@ -1,0 +1,22 @@
+"""Toy tasks shared by several test modules (imported as ``toy_tasks``: pytest puts tests/ on the path)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vpo.chains import RewriteRule
+from vpo.tasks.base import Task
+
+
+class LetterTask(Task):
+    """Objective j is 1 when letter 'abc'[j] occurs in the answer; examples are {"id": i}."""
+
+    name = "letters"
+    objectives = ("a", "b", "c")
+    rewrite_rule = RewriteRule("letters", template="give {m} answers in <{tag}_i>", pattern=r"ANSWER", tag="ans")
+
+    def prompt_single(self, example):
+        return f"{example['id']} ANSWER"
+
+    def score(self, text, example):
+        return np.array([float(ch in text) for ch in "abc"])
