@@ -58,7 +58,7 @@ class DemoConfig:
         "help": "what the warm-up imitates: random_walk (walks that reach the exit, blind to items and lava: a base "
                 "that was never shown good routes) or oracle (the three oracle routes, close to the ceiling)",
         "choices": ["random_walk", "oracle"]})
-    warmup_examples: int = field(default=32000, metadata={
+    warmup_examples: int = field(default=16000, metadata={
         "help": "warm-up examples (one maze each, fresh mazes)", "min": 1})
     warmup_single_fraction: float = field(default=0.5, metadata={
         "help": "share of warm-up examples in the single-route format (rest: m-route chains)",

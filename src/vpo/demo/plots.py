@@ -9,7 +9,8 @@ Usage::
   fixed scalar (with the paper's best@30 marked at k = 30) and preference-weighted, the oracle
   ceiling dashed;
 * ``story_diversity.png``: reward diversity of the training rollouts over RL steps;
-* ``story_objective_space.png``: one held-out maze, every pool's answers in the gold x diamond plane.
+* ``story_objective_space.png``: one held-out maze (of the first ten, the one whose pools together
+  reach the most distinct gold x diamond points), every pool's answers in that plane.
 
 Legends sit outside the axes so no curve is hidden. Needs matplotlib (``vpo[plot]``).
 """
@@ -104,7 +105,7 @@ def _objective_space(metrics: Mapping[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    space = metrics["objective_space"]
+    space = metrics["story_space"]
     objectives = list(metrics["task"]["objectives"])
     xi, yi, ci = (objectives.index(space[a]) for a in ("x", "y", "color"))
     keys = list(space["vectors"])
@@ -112,7 +113,7 @@ def _objective_space(metrics: Mapping[str, Any], path: Path) -> None:
     oracle = space.get("oracle") or []
     sc = None
     for ax, key in zip(axes[0], keys, strict=True):
-        vec = np.asarray(space["vectors"][key][0], dtype=float).reshape(-1, len(objectives))
+        vec = np.asarray(space["vectors"][key], dtype=float).reshape(-1, len(objectives))
         uniq, counts = np.unique(np.round(vec, 4), axis=0, return_counts=True)
         zero = ~np.any(uniq > 0, axis=1)
         sc = ax.scatter(uniq[~zero, xi], uniq[~zero, yi], s=20 + 14 * counts[~zero], c=uniq[~zero, ci],
@@ -129,7 +130,7 @@ def _objective_space(metrics: Mapping[str, Any], path: Path) -> None:
     axes[0][0].set_ylabel(space["y"], fontsize=8)
     if sc is not None:
         fig.colorbar(sc, ax=axes[0].tolist(), label=space["color"], fraction=0.02, pad=0.01)
-    fig.suptitle(f"{space['examples'][0]} of the held-out set: each pool's answers (size = repeats, colour = "
+    fig.suptitle(f"{space['example']} of the held-out set: each pool's answers (size = repeats, colour = "
                  f"{space['color']}; red stars: the three oracle routes)", fontsize=9, y=1.06)
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
@@ -141,7 +142,8 @@ CAPTIONS = {
                            "9x9 maze with Qwen3-4B (not comparable in absolute value; the ordering is what to compare).",
     "story_diversity.png": "Reward diversity of the training rollouts (mean pairwise L1 between the reward vectors of "
                            "all answers to a maze) over RL steps; mean over seeds, band = min..max over seeds.",
-    "story_objective_space.png": "One held-out maze: where each pool's answers land in objective space.",
+    "story_objective_space.png": "One held-out maze (of the first ten, the one where all pools together reach the "
+                                 "most distinct gold x diamond points): where each pool's answers land.",
 }
 
 
@@ -160,7 +162,7 @@ def headline_plots(metrics: Mapping[str, Any], out_dir: str | Path) -> list[dict
     drawn = []
     for name, draw, needs in (("story_best_at_k.png", _best_at_k, "methods"),
                               ("story_diversity.png", _diversity, "training"),
-                              ("story_objective_space.png", _objective_space, "objective_space")):
+                              ("story_objective_space.png", _objective_space, "story_space")):
         if metrics.get(needs):
             draw(metrics, plot_dir / name)
             drawn.append({"file": f"{PLOT_DIR}/{name}", "caption": CAPTIONS[name]})
