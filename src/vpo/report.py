@@ -283,6 +283,10 @@ def _plot_objective_space(space: Mapping[str, Any], objectives: Sequence[str], l
                     ax.annotate(f"{int(counts[zero].sum())} zero", (0.02, 0.02), fontsize=7, color="red")
                 if ci is not None and row == 0 and col == len(keys) - 1:
                     fig.colorbar(sc, ax=ax, label=space["color"])
+            if space.get("oracle"):  # reference answers of the row's example (the demo: its oracle routes)
+                ref = np.asarray(space["oracle"][row], dtype=float)
+                ax.scatter(ref[:, xi], ref[:, yi], marker="*", s=110, facecolors="none", edgecolors="red",
+                           linewidths=1.0)
             ax.set_xlim(-0.08, 1.08)
             ax.set_ylim(-0.08, 1.08)
             ax.grid(alpha=0.3)
@@ -292,7 +296,9 @@ def _plot_objective_space(space: Mapping[str, Any], objectives: Sequence[str], l
                 ax.set_xlabel(space["x"])
             if col == 0:
                 ax.set_ylabel(f"{titles[row] if row < len(titles) else row}\n{space['y']}", fontsize=8)
-    fig.suptitle("Reward vectors of each answer pool (marker size = number of answers)", fontsize=10)
+    fig.suptitle("Reward vectors of each answer pool (marker size = number of answers"
+                 + (f"; red stars: {space.get('oracle_label', 'reference answers')})" if space.get("oracle") else ")"),
+                 fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

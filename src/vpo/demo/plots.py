@@ -102,38 +102,10 @@ def _diversity(metrics: Mapping[str, Any], path: Path) -> None:
 
 
 def _objective_space(metrics: Mapping[str, Any], path: Path) -> None:
-    import matplotlib.pyplot as plt
-    import numpy as np
+    from vpo.report import _plot_objective_space
 
-    space = metrics["story_space"]
-    objectives = list(metrics["task"]["objectives"])
-    xi, yi, ci = (objectives.index(space[a]) for a in ("x", "y", "color"))
-    keys = list(space["vectors"])
-    fig, axes = plt.subplots(1, len(keys), figsize=(2.9 * len(keys) + 1.2, 3.1), squeeze=False)
-    oracle = space.get("oracle") or []
-    sc = None
-    for ax, key in zip(axes[0], keys, strict=True):
-        vec = np.asarray(space["vectors"][key], dtype=float).reshape(-1, len(objectives))
-        uniq, counts = np.unique(np.round(vec, 4), axis=0, return_counts=True)
-        zero = ~np.any(uniq > 0, axis=1)
-        sc = ax.scatter(uniq[~zero, xi], uniq[~zero, yi], s=20 + 14 * counts[~zero], c=uniq[~zero, ci],
-                        cmap="viridis", vmin=0, vmax=1, edgecolors="k", linewidths=0.4)
-        if oracle:
-            o = np.asarray(oracle, dtype=float)
-            ax.scatter(o[:, xi], o[:, yi], marker="*", s=110, facecolors="none", edgecolors="red", linewidths=1.0)
-        ax.set_title(f"{metrics['methods'][key].get('label', key)}\n{int((~zero).sum())} distinct, "
-                     f"{int(counts[zero].sum())}/{int(counts.sum())} miss the exit", fontsize=8)
-        ax.set_xlim(-0.08, 1.08)
-        ax.set_ylim(-0.08, 1.08)
-        ax.set_xlabel(space["x"], fontsize=8)
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel(space["y"], fontsize=8)
-    if sc is not None:
-        fig.colorbar(sc, ax=axes[0].tolist(), label=space["color"], fraction=0.02, pad=0.01)
-    fig.suptitle(f"{space['example']} of the held-out set: each pool's answers (size = repeats, colour = "
-                 f"{space['color']}; red stars: the three oracle routes)", fontsize=9, y=1.06)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    labels = {key: entry.get("label", key) for key, entry in metrics["methods"].items()}
+    _plot_objective_space(metrics["story_space"], list(metrics["task"]["objectives"]), labels, path)
 
 
 CAPTIONS = {

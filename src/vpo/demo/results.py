@@ -146,9 +146,9 @@ def build_metrics(cfg: DemoConfig, task: Any, methods: list[str], seeds: list[in
         return len({(round(v[1], 4), round(v[2], 4)) for name in first.values() for v in pools[name].vectors[i]})
 
     pick = max(range(min(10, len(evaluated["examples"]))), key=lambda i: (spread(i), -i))
-    story_space = {"x": "gold", "y": "diamond", "color": "avoid_lava", "example": f"maze {pick}",
-                   "vectors": {key: pools[name].vectors[pick].tolist() for key, name in first.items()},
-                   "oracle": oracle_vectors(evaluated["examples"][pick])}
+    story_space = {"x": "gold", "y": "diamond", "color": "avoid_lava", "examples": [f"maze {pick}"],
+                   "vectors": {key: [pools[name].vectors[pick].tolist()] for key, name in first.items()},
+                   "oracle": [oracle_vectors(evaluated["examples"][pick])], "oracle_label": "the three oracle routes"}
 
     metrics: dict[str, Any] = {
         "title": "VPO maze demo: a tiny Llama on CPU",
