@@ -62,6 +62,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from vpo.estimators import WeightOptions, get_spec
 from vpo.integrations.trl_config import TASK_EPOCHS, RLConfig
+from vpo.rewards import completion_text
 from vpo.tasks.base import Example, Task
 
 __all__ = [
@@ -121,21 +122,6 @@ def prompt_key(prompt: str | Sequence[Mapping[str, Any]]) -> str:
     if isinstance(prompt, str):
         return prompt
     return json.dumps(list(prompt), sort_keys=True, ensure_ascii=False, default=str)
-
-
-def completion_text(completion: str | Sequence[Mapping[str, Any]]) -> str:
-    """The generated text of a completion: a string, or the concatenated ``content`` of the
-    assistant messages of a chat completion."""
-    if isinstance(completion, str):
-        return completion
-    parts = []
-    for message in completion:
-        if isinstance(message, Mapping) and message.get("role", "assistant") == "assistant":
-            content = message.get("content", "")
-            if isinstance(content, list):  # content blocks
-                content = "".join(block.get("text", "") for block in content if isinstance(block, Mapping))
-            parts.append(str(content or ""))
-    return "".join(parts)
 
 
 def parse_example(value: Any, row: int | None = None) -> Example:
