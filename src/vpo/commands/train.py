@@ -5,6 +5,7 @@ Usage::
     vpo train --task maze --task-params size=5 --model ./tiny-model --method vpo --answers 3
     vpo train --task musique --data data/musique_trl --model Qwen/Qwen3-1.7B --method grpo --lora
     vpo train --task maze --model ./m --config grpo.yaml --report-to tensorboard --use-vllm --vllm-mode server
+    vpo train --reward-funcs mypkg.rewards:accuracy,mypkg.rewards:brevity --source prompts.jsonl --model ./m
 
 The run uses ``vpo.integrations.trl.VPOTrainer`` (TRL's GRPOTrainer with the advantage
 replaced by the chosen estimator) and the paper's presets (docs/algorithm.md §7: lr 1e-6 constant,
@@ -18,7 +19,9 @@ VPOTrainer replaces (``scale_rewards``, ``multi_objective_aggregation``, ``rewar
 at once, naming the key. Data: ``--data`` names a TRL export
 (``prompt`` + ``example`` columns, from ``vpo data``; a ``datasets`` folder or a JSONL/JSON/
 parquet file) or a file of raw task examples; without it the task generates (maze) or loads its
-own training split. Models: a local folder, a cached hub id (the hub is offline here) or a
+own training split. ``--reward-funcs`` (your own reward functions, TRL's contract) with
+``--source`` (a prompt dataset: JSONL, parquet or a saved Hugging Face dataset folder with a
+``prompt`` column) replace ``--task``: each function is one objective. Models: a local folder, a cached hub id (the hub is offline here) or a
 ``.gguf`` file. Prompts get the tokenizer's chat template (thinking off) when it has one.
 """
 
@@ -35,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vpo.commands.rewards import RewardFuncsOptions, resolve_task
 from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, field_like, parse_params
 from vpo.estimators.options import WeightOptions
 from vpo.integrations.trl_config import TASK_EPOCHS, VPO_OWNED, RLConfig, TRLOptions, check_engine, read_grpo_yaml
@@ -50,7 +54,7 @@ def _estimator_names() -> list[str]:
 
 
 @dataclass
-class TrainArgs:
+class TrainArgs(RewardFuncsOptions):
     """What to train, on what, and where to write it (the RL hyperparameters are RLConfig's)."""
 
     task: str = field(default="", metadata={"help": "task name (maze, musique, eureqa, toolcall, code, ...)"})
@@ -257,8 +261,8 @@ def _resume_path(value: str | None, out: str) -> str | None:
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     cfg, rl, engine = train_configs(args)
-    if not cfg.task:
-        raise ValueError("--task is required")
+    if not cfg.task and not cfg.reward_funcs:
+        raise ValueError("--task (or --reward-funcs with --source) is required")
     if not cfg.model:
         raise ValueError("--model is required")
     return train(cfg, rl, engine)
@@ -328,9 +332,16 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     check_engine(engine)
     engine.resume_from_checkpoint = _resume_path(engine.resume_from_checkpoint, cfg.out)
     model_dir = Path(cfg.model) if Path(cfg.model).is_dir() else None
-    # a checkpoint that records its task (the demo's) is trained on that task, in its own format
-    params = resolve_task_params(parse_params(cfg.task_params), [model_dir] if model_dir else [])
-    task = get_task(cfg.task, **params)
+    if cfg.reward_funcs and cfg.task:
+        raise ValueError("--task and --reward-funcs are alternatives: give one")
+    own_name, own_params = resolve_task(cfg, None, source=cfg.source)
+    if own_name is not None:
+        params = own_params
+        task = get_task(own_name, **params)
+    else:
+        # a checkpoint that records its task (the demo's) is trained on that task, in its own format
+        params = resolve_task_params(parse_params(cfg.task_params), [model_dir] if model_dir else [])
+        task = get_task(cfg.task, **params)
     args = grpo_args(cfg, rl, engine, task=task.name, answers=answers)  # TRL checks its values before the model loads
     rows = build_train_rows(task, answers, data=cfg.source, n=cfg.examples, seed=cfg.data_seed,
                             goals=weight_options if spec.conditions_prompt else None)
