@@ -377,7 +377,10 @@ def make_plots(metrics: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
     diagnostics = metrics.get("objective_diagnostics")
     if diagnostics and len(diagnostics.get("objectives") or ()) >= 2:
         paths.append(plot_correlation(diagnostics["objectives"], diagnostics["correlation"],
-                                      plot_dir / "objective_correlation.png"))
+                                      plot_dir / "objective_correlation.png",
+                                      title=f"Correlation of the objectives (effective dimension "
+                                            f"{_num(diagnostics.get('effective_dim'), 2)} of "
+                                            f"{len(diagnostics['objectives'])})"))
     return paths
 
 

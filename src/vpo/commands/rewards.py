@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -180,7 +181,7 @@ def diagnostics_of(vectors: np.ndarray, names: Sequence[str]) -> dict[str, Any]:
 
 
 def _matrix_text(matrix: np.ndarray, names: Sequence[str], kept: Sequence[int]) -> str:
-    head = "answer " + " ".join(f"{n:>12.12}" for n in names)
+    head = "   row " + " ".join(f"{n:>12.12}" for n in names)
     lines = [head]
     shown = set(int(k) for k in kept)
     for r, row in enumerate(np.asarray(matrix, dtype=np.float64)):
@@ -194,7 +195,7 @@ def _matrix_text(matrix: np.ndarray, names: Sequence[str], kept: Sequence[int]) 
 def check_rewards(cfg: CheckConfig, *, echo: bool = True) -> dict[str, Any]:
     """Score ``cfg.source``'s completions; print (``echo``) and return the matrices, the per-objective
     summary and the diagnostics (and write the report when ``cfg.out`` is set)."""
-    from vpo.rewards import load_reward_funcs, score_chains
+    from vpo.rewards import RewardScaleWarning, load_reward_funcs, score_chains
 
     check_fields(cfg)
     if not cfg.reward_funcs:
@@ -208,42 +209,43 @@ def check_rewards(cfg: CheckConfig, *, echo: bool = True) -> dict[str, Any]:
     columns = {key: [row.get(key) for row in rows] for key in sorted({k for row in rows for k in row})
                if key not in ("prompt", COMPLETION_COLUMN)}
     scaling = parse_scaling(cfg.scaling)
-    result = score_chains(funcs, [row["prompt"] for row in rows], [row[COMPLETION_COLUMN] for row in rows],
-                          answers=cfg.answers, reward_names=cfg.reward_names or None, scaling=scaling, **columns)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RewardScaleWarning)
+        result = score_chains(funcs, [row["prompt"] for row in rows], [row[COMPLETION_COLUMN] for row in rows],
+                              answers=cfg.answers, reward_names=cfg.reward_names or None, scaling=scaling,
+                              **columns)
+    leaves = [str(w.message).split("'")[1] for w in caught if issubclass(w.category, RewardScaleWarning)]
     names = tuple(result.names)
     dim = len(names)
-    full = np.zeros((len(rows), cfg.answers, dim))
-    present = np.zeros((len(rows), dim), dtype=bool)
-    for i, (matrix, cols) in enumerate(zip(result.matrices, result.kept, strict=True)):
-        cols = np.asarray(cols, dtype=int)
-        full[i][:, cols] = np.asarray(matrix, dtype=np.float64).reshape(cfg.answers, len(cols))
-        present[i, cols] = True
     vectors = np.asarray(result.vectors, dtype=np.float64).reshape(-1, dim)  # every parsed answer, NaN: dropped
     summary = {}
     for j, name in enumerate(names):
-        values = full[present[:, j], :, j].reshape(-1)
+        values = vectors[np.isfinite(vectors[:, j]), j]
         summary[name] = {"mean": float(values.mean()) if values.size else None,
                          "min": float(values.min()) if values.size else None,
                          "max": float(values.max()) if values.size else None,
-                         "completions_dropped": int((~present[:, j]).sum())}
+                         "completions_dropped": sum(j not in set(np.asarray(k).tolist()) for k in result.kept)}
     diagnostics = diagnostics_of(vectors, names) if dim >= 2 else None
     stats = {k: float(v) for k, v in dict(result.stats).items() if isinstance(v, int | float | np.number)}
     report = {"objectives": list(names), "matrices": [np.asarray(m).tolist() for m in result.matrices],
               "kept": [np.asarray(k).tolist() for k in result.kept], "summary": summary, "stats": stats,
               "objective_diagnostics": diagnostics, "source": cfg.source, "answers": cfg.answers,
-              "completions": len(rows)}
+              "completions": len(rows), "unscaled_outside_unit": leaves}
     if echo:
         print(f"{len(rows)} completions of {cfg.source}, m = {cfg.answers}, objectives: {', '.join(names)}")
         for i in range(min(cfg.show, len(rows))):
             print(f"\n# completion {i} (prompt {_short(rows[i]['prompt'])})")
             print(_matrix_text(result.matrices[i], names, result.kept[i]))
-        print("\nper objective, over the answers of the completions that kept it:")
+        print("\nper objective, over the parsed answers (before dedup) of the completions that kept it:")
         print(f"{'objective':>20} {'mean':>8} {'min':>8} {'max':>8} {'dropped':>8}")
         for name, s in summary.items():
             cells = " ".join("     n/a" if s[k] is None else f"{s[k]:8.4f}" for k in ("mean", "min", "max"))
             print(f"{name:>20.20} {cells} {s['completions_dropped']:>8}")
         if stats:
             print("stats: " + ", ".join(f"{k} {v:g}" for k, v in stats.items()))
+        for name in leaves:
+            print(f"warning: objective {name!r} leaves [0, 1] and has no scaling; E_w[max_i w . r_i] assumes "
+                  f"rewards in [0, 1]: pass --scaling {name}=sigmoid (logits) or {name}=LOW:HIGH (a known range)")
         if diagnostics:
             print(f"effective dimension {diagnostics['effective_dim']:.2f} of D = {dim} over {len(vectors)} answers "
                   "(1: collinear, D: independent); correlation:")
@@ -273,6 +275,9 @@ def write_check_report(report: Mapping[str, Any], out: str | Path) -> dict[str, 
     doc.p(f"{report['completions']} completions of {report['source']} with m = {report['answers']} answers each, "
           f"scored as VPOTrainer scores them (vpo.rewards.score_chains).")
     doc.h(2, "Per objective")
+    doc.p("Over the parsed answers (before dedup) of the completions that kept the objective.")
+    for name in report.get("unscaled_outside_unit") or []:
+        doc.p(f"Warning: objective {name!r} leaves [0, 1] without scaling (--scaling {name}=sigmoid or LOW:HIGH).")
     doc.table(["objective", "mean", "min", "max", "completions that dropped it (None rule)"],
               [[n, _num(s["mean"], 4), _num(s["min"], 4), _num(s["max"], 4), s["completions_dropped"]]
                for n, s in report["summary"].items()])
@@ -284,7 +289,9 @@ def write_check_report(report: Mapping[str, Any], out: str | Path) -> dict[str, 
         try:
             (folder / PLOT_DIR).mkdir(exist_ok=True)
             plot_correlation(diagnostics["objectives"], diagnostics["correlation"],
-                             folder / PLOT_DIR / "objective_correlation.png")
+                             folder / PLOT_DIR / "objective_correlation.png",
+                             title=f"Correlation of the objectives (effective dimension "
+                                   f"{_num(diagnostics['effective_dim'], 2)} of {len(diagnostics['objectives'])})")
             plot = f"{PLOT_DIR}/objective_correlation.png"
         except ImportError:  # matplotlib is the plot extra
             plot = None

@@ -167,7 +167,11 @@ class OwnRewardsTask(FileTask):
         return out
 
     def objective_names(self, example: Example | None = None) -> tuple[str, ...]:
-        """The D names: given (``reward_names``), else what one scoring of ``example`` reports."""
+        """The D names: declared by every function (``objective_names``), else what one scoring
+        of ``example`` (the answer "probe") reports, with ``reward_names`` applied."""
+        if self._names is None and all(getattr(f, "objective_names", None) is not None and not hasattr(f, "forward")
+                                       for f in self.reward_funcs):
+            self._names = objective_names(self.reward_funcs, self.reward_names)  # declared: no call needed
         if self._names is None:
             if example is None:
                 raise ValueError(f"{self.name}: the objective names come from scoring an example; pass one, or "
