@@ -321,8 +321,7 @@ def plot_correlation(objectives: Sequence[str], correlation: Any, path: str | Pa
     dim = corr.shape[0]
     side = 1.6 + 0.7 * dim
     fig, ax = plt.subplots(figsize=(side + 1.2, side))
-    cmap = matplotlib.colormaps["RdBu_r"].copy()
-    cmap.set_bad("#cccccc")
+    cmap = matplotlib.colormaps["RdBu_r"].with_extremes(bad="#cccccc")
     image = ax.imshow(np.ma.masked_invalid(corr), cmap=cmap, vmin=-1, vmax=1)
     ax.set_xticks(range(dim), list(objectives), rotation=45, ha="right")
     ax.set_yticks(range(dim), list(objectives))
