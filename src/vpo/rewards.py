@@ -60,6 +60,8 @@ __all__ = [
     "ScoredAnswers",
     "call_reward_funcs",
     "check_scaling",
+    "is_reward_model",
+    "load_reward_model",
     "completion_text",
     "effective_dimension",
     "finish_chains",
@@ -70,6 +72,7 @@ __all__ = [
     "rewrite_chain_prompt",
     "score_answers",
     "score_chains",
+    "score_with_model",
     "single_answer",
 ]
 
@@ -173,14 +176,15 @@ def group_keys(prompts: Sequence[Any], columns: Mapping[str, Sequence[Any]] | No
 # ------------------------------------------------------------------------------------------------
 # reward functions: names, loading, the default call
 # ------------------------------------------------------------------------------------------------
-def _is_model(func: Any) -> bool:
+def is_reward_model(func: Any) -> bool:
+    """Whether ``func`` is a model (scored on its logits) rather than a callable."""
     return hasattr(func, "config") and callable(getattr(func, "forward", None))
 
 
 def _func_name(func: Any) -> str:
     if isinstance(func, str):
         return func.rstrip("/").split("/")[-1]
-    if _is_model(func):
+    if is_reward_model(func):
         return str(getattr(func.config, "_name_or_path", "") or type(func).__name__).rstrip("/").split("/")[-1]
     name = getattr(func, "__name__", None)
     if name is None and hasattr(func, "func"):  # functools.partial
@@ -192,12 +196,12 @@ def _declared_heads(func: Any) -> tuple[str, ...] | None:
     """Head names a function declares: ``objective_names`` on a callable, or a model's
     ``id2label`` when it has more than one label (default labels become ``None``: numbered)."""
     declared = getattr(func, "objective_names", None)
-    if declared is not None and not _is_model(func):
+    if declared is not None and not is_reward_model(func):
         names = tuple(str(n) for n in declared)
         if not names:
             raise ValueError(f"reward function {_func_name(func)!r}: objective_names is empty")
         return names
-    if _is_model(func):
+    if is_reward_model(func):
         labels = int(getattr(func.config, "num_labels", 1) or 1)
         if labels <= 1:
             return None
@@ -229,7 +233,7 @@ def objective_names(reward_funcs: Sequence[Any], reward_names: Sequence[Any] | N
                 raise ValueError(f"reward_names[{i}] names {len(given)} objectives, but the function gives {width}")
             names.extend(given)
             continue
-        own = getattr(func, "objective_names", None) is not None and not _is_model(func)
+        own = getattr(func, "objective_names", None) is not None and not is_reward_model(func)
         if own and given is None and heads is not None and len(heads) == width:
             names.extend(heads)  # a callable's own names for its objectives
             continue
@@ -303,9 +307,9 @@ def _model_texts(prompts: Sequence[Any], completions: Sequence[Any], tokenizer: 
     return [p + c for p, c in zip(prompts, completions, strict=True)]
 
 
-def _score_with_model(model: Any, tokenizer: Any, prompts: Sequence[Any], completions: Sequence[Any],
+def score_with_model(model: Any, tokenizer: Any, prompts: Sequence[Any], completions: Sequence[Any],
                       batch_size: int = 64) -> np.ndarray:
-    """All logits (P, num_labels) of a sequence classifier on prompt + answer."""
+    """All logits (P, num_labels) of a sequence classifier on prompt + answer, in batches."""
     import torch
 
     if tokenizer is None:
@@ -368,9 +372,9 @@ def call_reward_funcs(reward_funcs: Sequence[Any], prompts: Sequence[Any], compl
         name = _func_name(func)
         if isinstance(func, str):
             func, tokenizer = _loaded_model(func)
-            outputs[i] = _model_output(_score_with_model(func, classes[i] or tokenizer, prompts, completions))
-        elif _is_model(func):
-            outputs[i] = _model_output(_score_with_model(func, classes[i], prompts, completions))
+            outputs[i] = _model_output(score_with_model(func, classes[i] or tokenizer, prompts, completions))
+        elif is_reward_model(func):
+            outputs[i] = _model_output(score_with_model(func, classes[i], prompts, completions))
         elif inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None)):
             pending.append((i, name, func(prompts=list(prompts), completions=list(completions),
                                           completion_ids=completion_ids, **columns)))
@@ -451,6 +455,8 @@ class ChainRewards:
     """(P, D) every parsed answer's scaled vector (before dedup), NaN where dropped."""
     owners: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     """(P,) the completion of each row of ``vectors``."""
+    correlation: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    """(D, D) the objectives' correlation over the answers (``objective_diagnostics``)."""
 
     def dense(self, i: int) -> np.ndarray:
         """Completion ``i``'s matrix with all D columns, zeros where an objective was dropped."""
@@ -516,7 +522,9 @@ def score_answers(reward_funcs: Sequence[Any], prompts: Sequence[Any], completio
     """Split the B chains into their non-blank answers and score them all: the first half of
     ``score_chains`` (``finish_chains`` is the second). ``prompts`` are the single-answer prompts
     the functions see. ``call(prompts, completions, columns)`` evaluates the functions on the flat
-    answers (default ``call_reward_funcs``) and returns one (P,) or (P, H) array per function."""
+    answers (default ``call_reward_funcs``) and returns one (P,) or (P, H) array per function.
+    ``tag=None`` (with ``answers=1``) skips the chain format: each completion, as it is, is its
+    one answer (what ``GRPOTrainer`` scores)."""
     funcs = list(reward_funcs) if isinstance(reward_funcs, list | tuple) else [reward_funcs]
     if not funcs:
         raise ValueError("reward_funcs is empty: give at least one reward function")
@@ -529,7 +537,14 @@ def score_answers(reward_funcs: Sequence[Any], prompts: Sequence[Any], completio
     owners: list[int] = []
     flat_prompts: list[Any] = []
     flat_completions: list[Any] = []
+    if tag is None and answers != 1:
+        raise ValueError(f"tag=None scores each whole completion as its one answer; it needs answers=1, got {answers}")
     for b, completion in enumerate(completions):
+        if tag is None:  # the completion is the answer, as GRPOTrainer scores it
+            owners.append(b)
+            flat_prompts.append(prompts[b])
+            flat_completions.append(completion)
+            continue
         for answer in parse_answers(completion_text(completion), answers, tag=tag):
             if answer:
                 owners.append(b)
@@ -633,13 +648,13 @@ def finish_chains(scored: ScoredAnswers, answers: int, group_ids: Sequence[Hasha
     diagnostics = objective_diagnostics(complete)
     stats["effective_dim"] = diagnostics["effective_dim"]
     stats["mean_abs_correlation"] = diagnostics["mean_abs_correlation"]
-    return ChainRewards(matrices, names, kept, stats, vectors, owners)
+    return ChainRewards(matrices, names, kept, stats, vectors, owners, diagnostics["correlation"])
 
 
 def score_chains(reward_funcs: Any, prompts: Sequence[Any], completions: Sequence[Any], answers: int = 3, *,
                  reward_names: Sequence[Any] | None = None, scaling: Any = None,
                  group_ids: Sequence[Hashable] | None = None, reward_processing_classes: Any = None,
-                 call: Callable[..., Any] | None = None, tag: str = CHAIN_TAG,
+                 call: Callable[..., Any] | None = None, tag: str | None = CHAIN_TAG,
                  **columns: Sequence[Any]) -> ChainRewards:
     """The (M, D) reward matrix of each of B m-answer ``completions``, scored by ``reward_funcs``.
 

@@ -15,8 +15,8 @@ their names (``--report-to``, ``--use-vllm``/``--vllm-mode``, ``--bf16``, ``--gr
 ``--steps-per-generation``, ``--num-iterations``, ``--save-steps``, ``--resume-from-checkpoint``), and
 ``--config`` reads a TRL ``GRPOConfig`` YAML as ``trl grpo --config`` does: flags typed on the
 command line win over its values, its values over the presets; unknown keys and the options
-VPOTrainer replaces (``scale_rewards``, ``multi_objective_aggregation``, ``reward_weights``) fail
-at once, naming the key. Data: ``--data`` names a TRL export
+VPOTrainer replaces (``multi_objective_aggregation``, ``reward_weights``) fail at once, naming the
+key; ``--scale-rewards`` sets the estimator's scale. Data: ``--data`` names a TRL export
 (``prompt`` + ``example`` columns, from ``vpo data``; a ``datasets`` folder or a JSONL/JSON/
 parquet file) or a file of raw task examples; without it the task generates (maze) or loads its
 own training split. ``--reward-funcs`` (your own reward functions, TRL's contract) with
@@ -323,6 +323,10 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
                          "groups")
     weight_options = WeightOptions(num_weights=cfg.num_weights, alpha=cfg.alpha, sampler=cfg.sampler, seed=rl.seed)
     spec = get_spec(cfg.method)
+    scale = getattr(engine, "scale_rewards", None)
+    if scale not in (None, "group") and "scale" not in spec.options:  # VPOTrainer maps it onto the estimator's
+        raise ValueError(f"--scale-rewards {scale}: --method {cfg.method} has no group scale to set "
+                         f"(its options: {', '.join(spec.options)})")
     answers = resolve_answers(cfg.method, cfg.answers)
     check_model_path(cfg.model)
     if cfg.save:
