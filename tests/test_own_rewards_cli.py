@@ -198,8 +198,24 @@ def test_export_and_train_two_steps_on_your_rewards(tiny_model, prompts, tmp_pat
     assert "<response_3>" in row["prompt"]
     run = tmp_path / "run"
     assert main(["train", "--reward-funcs", FUNCS, "--source", str(prompts), "--model", str(tiny_model),
+                 "--output-dir", str(run)]) == 2  # chat turns, and the tokenizer has no chat template
+    assert "has chat-turn prompts" in capsys.readouterr().err
+    plain = write_jsonl(tmp_path / "plain.jsonl", [{"prompt": "Name a red fruit.", "keyword": "apple"},
+                                                   {"prompt": "Name a colour.", "keyword": "blue"}])
+    own_reward_funcs.CALLS.clear()
+    assert main(["train", "--reward-funcs", FUNCS, "--source", str(plain), "--model", str(tiny_model),
                  "--method", "vpo", "--output-dir", str(run), "--max-steps", "2", "--num-generations", "2",
                  "--per-device-train-batch-size", "2", "--max-completion-length", "8", "--force-cpu"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     summary = json.loads(lines[-1])
     assert summary["steps"] == 2 and summary["task"] == "own_rewards" and summary["answers"] == 3
+    # the random model writes no tags, so no answer parses at m = 3; at m = 1 (GRPO on the functions'
+    # sum) the whole completion is the answer: VPOTrainer(reward_funcs=) calls each function once per
+    # step on all of the batch's answers, with the row's column repeated per answer
+    own_reward_funcs.CALLS.clear()
+    assert main(["train", "--reward-funcs", FUNCS, "--source", str(plain), "--model", str(tiny_model),
+                 "--method", "grpo", "--output-dir", str(tmp_path / "grpo"), "--max-steps", "1",
+                 "--num-generations", "2", "--per-device-train-batch-size", "4", "--max-completion-length", "8",
+                 "--force-cpu", "--no-save"]) == 0
+    assert [(name, n) for name, n, _ in own_reward_funcs.CALLS] == [("keyword", 4), ("brevity", 4)]
+    assert sorted(own_reward_funcs.CALLS[0][2]) == ["apple", "apple", "blue", "blue"]

@@ -339,16 +339,26 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     if cfg.reward_funcs and cfg.task:
         raise ValueError("--task and --reward-funcs are alternatives: give one")
     own_name, own_params = resolve_task(cfg, None, source=cfg.source)
+    scaling = None
     if own_name is not None:
         params = own_params
+        scaling = params.pop("scaling", None)  # the trainer's (minmax too: it has a batch); the task only reads rows
         task = get_task(own_name, **params)
     else:
         # a checkpoint that records its task (the demo's) is trained on that task, in its own format
         params = resolve_task_params(parse_params(cfg.task_params), [model_dir] if model_dir else [])
         task = get_task(cfg.task, **params)
     args = grpo_args(cfg, rl, engine, task=task.name, answers=answers)  # TRL checks its values before the model loads
-    rows = build_train_rows(task, answers, data=cfg.source, n=cfg.examples, seed=cfg.data_seed,
-                            goals=weight_options if spec.conditions_prompt else None)
+    if own_name is not None:  # the rows as they are: VPOTrainer(reward_funcs=) asks for m answers and passes columns
+        from vpo.tasks.io import select
+
+        rows = [task.validate(row, i) for i, row in enumerate(_load_rows(cfg.source))]
+        rows = select(rows, n=cfg.examples, seed=cfg.data_seed if cfg.examples is not None else None)
+        if not rows:
+            raise ValueError(f"--source {cfg.source}: no training rows")
+    else:
+        rows = build_train_rows(task, answers, data=cfg.source, n=cfg.examples, seed=cfg.data_seed,
+                                goals=weight_options if spec.conditions_prompt else None)
     from datasets import Dataset
 
     from vpo.integrations.trl import VPOTrainer, label_progress
@@ -356,7 +366,20 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     model, tokenizer = load_pretrained(cfg.model)
     fmt = load_format(model_dir, task, tokenizer=tokenizer, chat=False)
     grpo_overrides: dict[str, Any] = {}
-    if not isinstance(fmt, TaskFormat):
+    if own_name is not None:
+        if not isinstance(fmt, TaskFormat):
+            raise ValueError(f"--reward-funcs trains on the prompts of --source, but {cfg.model} was trained on the "
+                             f"{fmt.name!r} prompt format; start from a checkpoint without {FORMAT_FILE}")
+        if cfg.chat_template and getattr(tokenizer, "chat_template", None):
+            for row in rows:  # conversational, as TRL applies the chat template to it
+                if isinstance(row["prompt"], str):
+                    row["prompt"] = [{"role": "user", "content": row["prompt"]}]
+            grpo_overrides["chat_template_kwargs"] = {"enable_thinking": False}
+        elif any(not isinstance(row["prompt"], str) for row in rows):
+            raise ValueError(f"--source {cfg.source} has chat-turn prompts, but "
+                             + ("--no-chat-template is set" if not cfg.chat_template else
+                                f"the tokenizer of {cfg.model} has no chat template") + " to render them")
+    elif not isinstance(fmt, TaskFormat):
         if spec.conditions_prompt:
             raise ValueError(f"--method {cfg.method} states goal weights in the task's prompts, but {cfg.model} was "
                              f"trained on the {fmt.name!r} prompt format, which has no place for them")
@@ -385,9 +408,12 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     options = {name: getattr(weight_options, name) for name in ("num_weights", "alpha", "sampler")
                if name in spec.options}
     with _reference_from_policy(model, enabled=peft_config is None and float(args.beta) != 0.0):
-        trainer = VPOTrainer(model, task=task, answers=answers, estimator=cfg.method, estimator_options=options,
+        objectives: dict[str, Any] = (
+            {"task": task} if own_name is None else  # your functions, each called once per step on all answers
+            {"reward_funcs": task.reward_funcs, "reward_names": task.reward_names, "scaling": scaling})
+        trainer = VPOTrainer(model, answers=answers, estimator=cfg.method, estimator_options=options,
                              args=args, train_dataset=dataset, processing_class=tokenizer,
-                             peft_config=peft_config)
+                             peft_config=peft_config, **objectives)
     if not trainer.args.disable_tqdm:  # transformers hides the bar below its WARNING log level
         label_progress(trainer, f"train {cfg.method}")
     trainer.train(resume_from_checkpoint=engine.resume_from_checkpoint)
