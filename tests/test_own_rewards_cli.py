@@ -135,7 +135,7 @@ BAD = [
     (["data", "export", "--out", "{out}"], "give a TASK"),
     (["train", "--task", "maze", "--reward-funcs", FUNCS, "--source", "{prompts}", "--model", "{model}"],
      "--task and --reward-funcs are alternatives"),
-    (["train", "--model", "{model}"], "--task (or --reward-funcs with --source) is required"),
+    (["train", "--model", "{model}"], "--task is required (or --reward-funcs with --source)"),
     (["rewards", "check", "--reward-funcs", FUNCS], "--source is required"),
     (["rewards", "check", "--reward-funcs", FUNCS, "--source", "{prompts}", "--answers", "0"], "--answers must be"),
 ]

@@ -262,7 +262,7 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     cfg, rl, engine = train_configs(args)
     if not cfg.task and not cfg.reward_funcs:
-        raise ValueError("--task (or --reward-funcs with --source) is required")
+        raise ValueError("--task is required (or --reward-funcs with --source)")
     if not cfg.model:
         raise ValueError("--model is required")
     return train(cfg, rl, engine)
