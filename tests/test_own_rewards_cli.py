@@ -219,3 +219,18 @@ def test_export_and_train_two_steps_on_your_rewards(tiny_model, prompts, tmp_pat
                  "--force-cpu", "--no-save"]) == 0
     assert [(name, n) for name, n, _ in own_reward_funcs.CALLS] == [("keyword", 4), ("brevity", 4)]
     assert sorted(own_reward_funcs.CALLS[0][2]) == ["apple", "apple", "blue", "blue"]
+
+
+def test_a_saved_hugging_face_dataset_folder_is_a_source(tmp_path):
+    from datasets import Dataset, DatasetDict
+
+    rows = [{"prompt": "Name a red fruit.", "keyword": "apple"}, {"prompt": "Name a colour.", "keyword": "blue"}]
+    Dataset.from_list(rows).save_to_disk(str(tmp_path / "flat"))
+    DatasetDict({"train": Dataset.from_list(rows[:1]), "validation": Dataset.from_list(rows[1:])}).save_to_disk(
+        str(tmp_path / "splits"))
+    task = get_task("own_rewards", reward_funcs=FUNCS)
+    assert task.examples("train", source=str(tmp_path / "flat")) == rows
+    assert task.examples("test", source=str(tmp_path / "splits")) == rows[1:]  # test falls back to validation
+    with pytest.raises(FileNotFoundError, match="no split 'dev'"):
+        DatasetDict({"train": Dataset.from_list(rows)}).save_to_disk(str(tmp_path / "train-only"))
+        task.examples("dev", source=str(tmp_path / "train-only"))

@@ -141,17 +141,6 @@ def resolve_answers(method: str, answers: int | None) -> int:
 
 
 def _load_rows(path: str) -> list[dict[str, Any]]:
-    folder = Path(path)
-    if folder.is_dir() and ((folder / "dataset_info.json").exists() or (folder / "state.json").exists()
-                            or (folder / "dataset_dict.json").exists()):
-        from datasets import DatasetDict, load_from_disk
-
-        loaded = load_from_disk(str(folder))
-        if isinstance(loaded, DatasetDict):
-            if "train" not in loaded:
-                raise ValueError(f"{path}: dataset dict has no 'train' split ({list(loaded)})")
-            loaded = loaded["train"]
-        return [dict(row) for row in loaded]
     from vpo.tasks.io import load_records
 
     return [dict(row) for row in load_records(path, split="train")]
