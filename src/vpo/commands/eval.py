@@ -93,7 +93,7 @@ def run_eval(cfg: EvalConfig, args: argparse.Namespace | None = None) -> dict:
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from vpo.evaluation import example_weights, load_format, pool_metrics, sample_pools, summarize
-    from vpo.formats import resolve_task_params
+    from vpo.formats import TaskFormat, resolve_task_params
     from vpo.report import write_report
     from vpo.sampling import check_sampling, open_sampler
     from vpo.search import levels_of_pools
@@ -122,6 +122,9 @@ def run_eval(cfg: EvalConfig, args: argparse.Namespace | None = None) -> dict:
     start = time.time()
     sampler, tokenizer = open_sampler(model_dir, options)
     fmt = load_format(None if gguf else model_dir, task, tokenizer=tokenizer, chat=cfg.chat)
+    if own_name is not None and not isinstance(fmt, TaskFormat):
+        raise ValueError(f"--reward-funcs evaluates on the prompts of --source, but {model_dir} was trained on the "
+                         f"{fmt.name!r} prompt format")
     max_new = cfg.max_new_tokens
     if max_new <= 0:
         max_new = fmt.completion_budget(examples, cfg.answers)
