@@ -196,6 +196,11 @@ def test_export_and_train_two_steps_on_your_rewards(tiny_model, prompts, tmp_pat
     (row,) = pq.read_table(data / "train.parquet").to_pylist()
     assert row["task"] == "own_rewards" and json.loads(row["task_params"]) == {"reward_funcs": FUNCS}
     assert "<response_3>" in row["prompt"]
+    from vpo.integrations.trl import task_reward  # `trl grpo --reward_funcs vpo.integrations.trl.task_reward`
+
+    chain = f"<response_1>A {json.loads(row['example'])['keyword']}</response_1><response_2>no</response_2>"
+    columns = {k: [row[k]] for k in ("task", "task_params", "answers", "example")}
+    assert task_reward([row["prompt"]], [chain], **columns) == [pytest.approx((1 + 0.5 + 0) / 3)]  # mean, best answer
     run = tmp_path / "run"
     assert main(["train", "--reward-funcs", FUNCS, "--source", str(prompts), "--model", str(tiny_model),
                  "--output-dir", str(run)]) == 2  # chat turns, and the tokenizer has no chat template
