@@ -102,8 +102,8 @@ def resolve_task(opts: Any, args: argparse.Namespace | None, *, source: str | No
     """``(task name, parameters)`` when ``--reward-funcs`` replaces the task, else ``(None, None)``.
 
     With ``--reward-funcs``: ``--task`` and ``--task-params`` typed too are refused (one of them
-    would be ignored), and ``--source`` is required (it holds the prompts). ``--reward-names``
-    without ``--reward-funcs`` is refused."""
+    would be ignored), and ``--source`` is required (it holds the prompts). ``--reward-names`` or
+    ``--scaling`` without ``--reward-funcs`` is refused."""
     if not opts.reward_funcs:
         if opts.reward_names or opts.scaling:
             flag = "--reward-names" if opts.reward_names else "--scaling"
@@ -118,13 +118,6 @@ def resolve_task(opts: Any, args: argparse.Namespace | None, *, source: str | No
         raise ValueError("--reward-funcs needs --source: the prompt dataset (JSONL, parquet or a saved Hugging Face "
                          "dataset folder with a 'prompt' column)")
     return OWN_TASK, own_task_params(opts)
-
-
-def build_own_task(opts: RewardFuncsOptions) -> Any:
-    """The ``own_rewards`` task of the options (the functions are imported here: a bad path fails now)."""
-    from vpo.tasks import get_task
-
-    return get_task(OWN_TASK, **own_task_params(opts))
 
 
 # ----------------------------------------------------------------------------------------------
