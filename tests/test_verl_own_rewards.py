@@ -141,6 +141,10 @@ def test_reward_keys_read_like_gdpo_reward_keys(user_file):
     with pytest.warns(RewardScaleWarning, match="'score'"):  # the score alone (D = 1) is 1.5: outside [0, 1]
         default = compute_score("d", chain, "apple", {"index": 0, "answers": 3}, **kwargs)
     assert json.loads(default["objective_best"]) == [pytest.approx(1.5)] and "best_score" in default
+    keyed = compute_score("d", chain, "apple", {"index": 5, "example_id": "q-apple", "answers": 3},
+                          reward_keys=["accuracy", "brevity"], **kwargs)  # keyed on example_id, as every engine
+    expected = set_scores([hand_matrix(split(chain), "apple")], group_weights("q-apple", 2, num_weights=K, seed=SEED))
+    assert keyed["score"] == pytest.approx(float(expected[0]), abs=1e-12)
     with pytest.raises(ValueError, match=r"reward key\(s\) \['speed'\] not in .*accuracy"):
         compute_score("d", chain, "apple", {"index": 0, "answers": 3}, reward_keys=["accuracy", "speed"], **kwargs)
     with pytest.raises(ValueError, match="extra_info.answers"):
@@ -205,6 +209,13 @@ def own_hand_matrix(answers: list[str], keyword: str) -> np.ndarray:
     return np.array(rows + [[0.0, 0.0]] * (3 - len(rows)))
 
 
+def group_key(extra_info: dict):
+    """The row's group key as verl's adapter reads it (its ``row_key``: example_id, where it has one)."""
+    from vpo.integrations import verl as adapter
+
+    return adapter.row_key(extra_info) if hasattr(adapter, "row_key") else extra_info["index"]
+
+
 def test_exported_own_rewards_scored_by_verl_and_openrlhf_reward_functions(own_export, tmp_path):
     from vpo.integrations import openrlhf
     from vpo.integrations.verl import compute_score
@@ -217,7 +228,7 @@ def test_exported_own_rewards_scored_by_verl_and_openrlhf_reward_functions(own_e
     keyword = json.loads(row["reward_model"]["ground_truth"])["keyword"]
     chain = f"<response_1>A {keyword}</response_1><response_2>{keyword}</response_2><response_3>no idea</response_3>"
     expected = float(set_scores([own_hand_matrix(split(chain), keyword)],
-                                group_weights(row["extra_info"]["index"], 2, num_weights=K, seed=SEED))[0])
+                                group_weights(group_key(row["extra_info"]), 2, num_weights=K, seed=SEED))[0])
     verl_out = compute_score(row["data_source"], chain, row["reward_model"]["ground_truth"], row["extra_info"])
     assert verl_out["score"] == pytest.approx(expected, abs=1e-12)
     jsonl = tmp_path / "train.jsonl"

@@ -31,7 +31,7 @@ Returned: ``score_rollout``'s dict plus ``best_<key>`` per objective (the chain'
 ``MultiAnswerDataset`` is verl's ``RLHFDataset`` whose prompts ask for m = ``data.answers``
 answers (the last user message gets the generic chain instruction) and whose rows carry
 ``extra_info.answers`` (m) and ``extra_info.index`` (the row number when your data has none: the
-prompt's shared weights are keyed on it). Options in ``reward_kwargs``: ``method``, ``num_weights``,
+prompt's shared weights are keyed on ``extra_info.example_id`` when the row has one, else on it). Options in ``reward_kwargs``: ``method``, ``num_weights``,
 ``alpha``, ``sampler``, ``seed`` (as ``vpo.integrations.verl.compute_score``), ``answers`` (m when
 the rows do not say), ``scaling`` (``vpo.rewards`` scaling: ``sigmoid``, ``[low, high]`` or
 ``{key: spec}``; ``minmax`` is refused: one rollout is not a batch).
@@ -148,16 +148,16 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
     m = int(m.item() if isinstance(m, np.generic) else m)
     if answers is not None and int(answers) != m:
         raise ValueError(f"reward_kwargs.answers={answers} but the prompt asks for extra_info.answers={m}")
-    index = info.get("index")
-    if index is None:
-        raise ValueError("extra_info.index is missing: the prompt's weights are keyed on it (MultiAnswerDataset "
-                         "adds the row number)")
+    key = info.get("example_id", info.get("index"))  # the group key every engine reads: example_id, else index
+    if key is None:
+        raise ValueError("extra_info.example_id and extra_info.index are missing: the prompt's weights are keyed on "
+                         "one of them (MultiAnswerDataset adds the row number as index)")
     task = _task(score_path, score_name, keys, _plain(scaling))
     example = {"prompt": str(data_source) or "verl", "data_source": data_source, "ground_truth": ground_truth,
                "extra_info": info}
     step = info.get("global_steps")
     step = FIXED if step is None else int(step.item() if isinstance(step, np.generic) else step)
-    out = score_rollout(task, solution_str, example, m=m, index=index, method=method, num_weights=num_weights,
+    out = score_rollout(task, solution_str, example, m=m, index=key, method=method, num_weights=num_weights,
                         alpha=alpha, sampler=sampler, seed=seed, step=step)
     for key, value in zip(task.objective_names(example), json.loads(out["objective_best"]), strict=True):
         out[f"best_{key}"] = float(value)
