@@ -184,7 +184,13 @@ def test_search_best_of_n_on_your_objectives(tiny_model, prompts, tmp_path, caps
     assert main(["search", "best-of-n", "--reward-funcs", FUNCS, "--source", str(prompts), "--model",
                  str(tiny_model), "--pool", "2", "--examples", "2", "--max-new-tokens", "8", "--out", str(out),
                  "--select", "0.2,0.5,0.3"]) == 0
-    assert (out / "search.json").is_file()
+    assert json.loads((out / "search.json").read_text())["task"] == "own_rewards"
+    via_eval = tmp_path / "via-eval"  # vpo eval --search best-of-n passes the functions on
+    assert main(["eval", "--search", "best-of-n", "--reward-funcs", "own_reward_funcs:brevity", "--source",
+                 str(prompts), "--model", str(tiny_model), "--pool", "2", "--examples", "1", "--max-new-tokens", "8",
+                 "--out", str(via_eval)]) == 0
+    report = json.loads((via_eval / "search.json").read_text())
+    assert report["task"] == "own_rewards"
 
 
 def test_export_and_train_two_steps_on_your_rewards(tiny_model, prompts, tmp_path, capsys):
@@ -239,3 +245,45 @@ def test_a_saved_hugging_face_dataset_folder_is_a_source(tmp_path):
     with pytest.raises(FileNotFoundError, match="no split 'dev'"):
         DatasetDict({"train": Dataset.from_list(rows)}).save_to_disk(str(tmp_path / "train-only"))
         task.examples("dev", source=str(tmp_path / "train-only"))
+
+
+def test_rewards_check_and_the_task_take_a_multi_head_reward_model_by_path(tmp_path, capsys):
+    """A sequence-classification checkpoint folder in --reward-funcs: one objective per head,
+    scored on prompt + answer, the same in `vpo rewards check` and in the own_rewards task."""
+    import torch
+    from transformers import (AutoModelForSequenceClassification, AutoTokenizer, Qwen2Config,
+                              Qwen2ForSequenceClassification)
+
+    from vpo.models import build_char_tokenizer
+
+    tok = build_char_tokenizer("abcdefghijklmnopqrstuvwxyz <>/_0123456789.!", padding_side="right")
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=2, num_labels=2, pad_token_id=tok.pad_token_id)
+    folder = tmp_path / "rm"
+    Qwen2ForSequenceClassification(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    samples = write_jsonl(tmp_path / "samples.jsonl", [
+        {"prompt": "name a fruit. ", "keyword": "apple",
+         "completion": "<response_1>an apple</response_1><response_2>a pear</response_2>"}])
+    out = tmp_path / "report"
+    assert main(["rewards", "check", "--reward-funcs", f"{folder},own_reward_funcs:keyword", "--source", str(samples),
+                 "--answers", "2", "--scaling", "rm/0=sigmoid,rm/1=sigmoid", "--out", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["objectives"] == ["rm/0", "rm/1", "keyword"]
+    model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    tok = AutoTokenizer.from_pretrained(folder)  # the checkpoint's own tokenizer scores, as TRL's does
+    rows = []
+    for answer in ("an apple", "a pear"):  # by hand: prompt + answer, both heads, sigmoid
+        ids = torch.tensor([tok("name a fruit. " + answer, add_special_tokens=False)["input_ids"]])
+        with torch.inference_mode():
+            logits = model(input_ids=ids).logits[0].double().numpy()
+        rows.append([*(1 / (1 + np.exp(-logits))), float("apple" in answer)])
+    np.testing.assert_allclose(metrics["matrices"][0], rows, atol=1e-5)
+    task = get_task("own_rewards", reward_funcs=f"{folder},own_reward_funcs:keyword",
+                    scaling={"rm/0": [-10, 10], "rm/1": "sigmoid"})
+    example = {"prompt": "name a fruit. ", "keyword": "apple"}
+    assert task.objective_names(example) == ("rm/0", "rm/1", "keyword")
+    vector = task.score("a pear", example)
+    np.testing.assert_allclose(vector[1:], rows[1][1:], atol=1e-5)
+    assert vector[0] == pytest.approx(np.clip((np.log(rows[1][0] / (1 - rows[1][0])) + 10) / 20, 0, 1), abs=1e-5)
