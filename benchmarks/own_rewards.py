@@ -10,8 +10,9 @@ Setting: a 0.36M-parameter random Llama (hidden 96, 3 layers, tied embeddings), 
 a character tokenizer with the chain tags as tokens, 16 prompts x 8 generations = 128 completions
 per step, three cheap reward functions (share of 'a', share of 'b', shortness).
 
-Pairs (same seed, same model init, same prompts to the model, so each pair generates identical
-completions):
+Pairs (same seed, same model init, same prompts to the model, and a learning rate of 0 so that
+the weights never move apart: each pair generates identical completions at every step and does
+the same forward and backward work; only the scoring differs):
 
 * m = 1: ``GRPOTrainer(reward_funcs=[f1, f2, f3])`` against ``VPOTrainer(..., answers=1,
   estimator="grpo")``: the adapter alone (TRL's reward call reused, the estimator, the logs);
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = GRPOConfig(
             output_dir=tempfile.mkdtemp(), max_steps=args.steps + 1, seed=0,
             per_device_train_batch_size=args.prompts * args.generations, num_generations=args.generations,
-            max_completion_length=completion, learning_rate=1e-4, beta=0.0, logging_steps=1,
+            max_completion_length=completion, learning_rate=0.0, beta=0.0, logging_steps=1,
             use_cpu=True, bf16=False, gradient_checkpointing=False, report_to="none", save_strategy="no",
             disable_tqdm=True, shuffle_dataset=False)
         model = build_tiny_llama(tok, hidden=args.hidden, layers=args.layers, heads=4, mlp=3 * args.hidden, seed=0)

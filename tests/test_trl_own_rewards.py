@@ -16,6 +16,8 @@ import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
+from test_rewards import build_reward_model  # noqa: E402
+from test_trl_integration import capture_advantages  # noqa: E402
 from vpo.estimators import TRL_NORM  # noqa: E402
 from vpo.integrations.trl import VPOTrainer  # noqa: E402
 from vpo.models import build_char_tokenizer, build_tiny_qwen2  # noqa: E402
@@ -66,18 +68,6 @@ def b_rate(completions, **kwargs):
 
 def shortness(completions, **kwargs):
     return [1.0 / (1 + len(completion_text(c))) for c in completions]
-
-
-def capture_advantages(trainer):
-    seen = []
-    original = trainer._compute_loss
-
-    def wrapped(model, inputs):
-        seen.append(inputs["advantages"].detach().clone())
-        return original(model, inputs)
-
-    trainer._compute_loss = wrapped
-    return seen
 
 
 def logged(trainer, prefix):
@@ -162,16 +152,6 @@ def test_at_one_answer_it_is_trls_grpo_on_the_weighted_sum(tmp_path, tok):
     assert comp_s == comp_o and set(prompts_o) <= set(PROMPTS)   # same rollouts, prompts untouched
     assert adv_s.abs().sum() > 0
     torch.testing.assert_close(adv_o, adv_s, atol=1e-5, rtol=0)
-
-
-def build_reward_model(tokenizer, labels, seed):
-    from transformers import Qwen2Config, Qwen2ForSequenceClassification
-
-    torch.manual_seed(seed)
-    config_ = Qwen2Config(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                          num_attention_heads=2, num_key_value_heads=2, num_labels=labels,
-                          pad_token_id=tokenizer.pad_token_id)
-    return Qwen2ForSequenceClassification(config_).eval()
 
 
 def test_reward_models_as_objectives(tmp_path, tok):

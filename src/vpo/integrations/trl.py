@@ -18,11 +18,15 @@ Usage::
     VPOTrainer(model, task=task, answers=3, estimator="vpo", args=cfg, train_dataset=ds,
                processing_class=tok).train()
 
+    # C. your own reward functions as the objectives: a GRPOTrainer script, class and answers= changed
+    VPOTrainer(model, reward_funcs=[accuracy, format_ok, brevity], answers=3, args=cfg,
+               train_dataset=ds_with_a_prompt_column).train()          # docs/own_rewards.md
+
     cfg = RLConfig().to_grpo_config("out", task="maze", answers=3)   # the paper's presets
                                                    # (vpo.integrations.trl_config)
 
-The dataset needs a ``prompt`` column (string or chat messages) and an ``example`` column (the
-task example as a dict or its JSON string), as written by ``vpo data export TASK --format trl``; an
+With a task (A, A', B), the dataset needs a ``prompt`` column (string or chat messages) and an
+``example`` column (the task example as a dict or its JSON string), as written by ``vpo data export TASK --format trl``; an
 ``answers`` column, when present, must match the reward's m. The dotted-path rewards
 ``task_reward`` and ``vpo_reward`` also read ``task`` (the task's name), ``task_params`` (JSON of
 its constructor parameters; default none) and ``answers`` (m; default 1) from each row, so they
@@ -442,13 +446,13 @@ class VPOTrainer(GRPOTrainer):
         self._vpo_low_dim_steps = 0
         self._vpo_warned_collinear = False
         self._vpo_chain_prompts: dict[str, Any] = {}
+        self._vpo_answer_ids: list[Any] | None = None
         columns = getattr(train_dataset, "column_names", None)
         if task is not None:
             if columns is not None and "example" not in columns:
                 raise ValueError(f"train_dataset needs an 'example' column (task example as JSON); it has {columns}")
             self.vpo_reward = TaskReward(task, answers)
-            self.vpo_objective_names = tuple(task.objectives)
-            reward_weights = self.map_trl_options(args, (1,))
+            self.map_trl_options(args, (1,))
             self._vpo_scalar = task.scalar
             funcs: list[Any] = [self.vpo_reward]
         else:
@@ -548,7 +552,7 @@ class VPOTrainer(GRPOTrainer):
     # -- TRL hook 1: score the local rollouts once -----------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         if self.vpo_task is None:
-            return self._score_with_reward_funcs(inputs, prompts, completions)
+            return self._score_with_reward_funcs(inputs, prompts, completions, completion_ids_list)
         from accelerate.utils import gather
 
         examples = decode_examples([row.get("example") for row in inputs])
@@ -561,7 +565,7 @@ class VPOTrainer(GRPOTrainer):
                                device=self.accelerator.device).reshape(-1, 1)
         return gather(rewards)
 
-    def _score_with_reward_funcs(self, inputs, prompts, completions):
+    def _score_with_reward_funcs(self, inputs, prompts, completions, completion_ids_list):
         """Score this process's chains answer by answer; TRL gets, per completion and function, the
         best raw value of the function's (first) objective over the chain's answers (its logs)."""
         from accelerate.utils import gather
@@ -575,6 +579,8 @@ class VPOTrainer(GRPOTrainer):
         columns = {key: [row.get(key) for row in inputs] for key in inputs[0]
                    if key not in ("prompt", "completion", "completion_ids")}
         extra_lengths = {key: len(values) for key, values in self._pending_extra_logs.items()}
+        # one answer per completion: the functions get the generated ids, as from GRPOTrainer
+        self._vpo_answer_ids = list(completion_ids_list) if self.vpo_answers == 1 else None
         scored = score_answers(self.reward_funcs, singles, completions, self.vpo_answers,
                                reward_names=self.vpo_reward_names, call=self.call_reward_funcs,
                                tag=CHAIN_TAG if self.vpo_answers > 1 else None, **columns)
@@ -602,8 +608,10 @@ class VPOTrainer(GRPOTrainer):
         ``objective_names`` are scored by ``vpo.rewards`` with every head."""
         from vpo.rewards import call_reward_funcs, is_reward_model, score_with_model
 
-        tokenizer = getattr(self.processing_class, "tokenizer", self.processing_class)
-        ids = tokenizer(text=[completion_text(c) for c in completions], add_special_tokens=False)["input_ids"]
+        ids, self._vpo_answer_ids = self._vpo_answer_ids, None
+        if ids is None or len(ids) != len(completions):
+            tokenizer = getattr(self.processing_class, "tokenizer", self.processing_class)
+            ids = tokenizer(text=[completion_text(c) for c in completions], add_special_tokens=False)["input_ids"]
         own = [i for i, f in enumerate(self.reward_funcs) if _function_width(f) > 1
                or getattr(f, "objective_names", None) is not None and not is_reward_model(f)]
         outputs: list[Any] = [None] * len(self.reward_funcs)
