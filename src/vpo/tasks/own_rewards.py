@@ -29,11 +29,9 @@ Shape glossary: M answers per chain (m), D objectives.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
-from typing import Any
-
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -174,11 +172,7 @@ class OwnRewardsTask(FileTask):
             self._names = objective_names(self.reward_funcs, self.reward_names)  # declared: no call needed
         if self._names is None:
             if example is None:
-                raise ValueError(f"{self.name}: the objective names come from scoring an example; pass one, or "
-                                 "name them (reward_names)")
+                raise ValueError(f"{self.name}: the objective names come from scoring an example; pass one (or "
+                                 "give the functions an objective_names attribute)")
             self._score(["probe"], example)
         return self._names or ()
-
-    def describe(self) -> str:
-        """One line naming the reward functions (for reports and logs)."""
-        return json.dumps([getattr(f, "__name__", str(f)) for f in self.reward_funcs])
