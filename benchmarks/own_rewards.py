@@ -21,7 +21,8 @@ the same forward and backward work; only the scoring differs):
   itself and scores every answer: the chain split, 3x the answers, the None rule, dedup, the
   diagnostics and the estimator.
 
-"ratio" is the median step time over the stock row's; "scoring ms" is the time per step spent from
+"ratio" is the median step time over the stock row's (each row runs ``--repeats`` times, in
+ABBA order, and its timed steps are pooled); "scoring ms" is the time per step spent from
 the reward call to the advantages (stock: TRL's ``_calculate_rewards``; VPOTrainer: that plus the
 gather, ``finish_chains`` and the estimator), the part the two rows do differently, and "scoring
 share" is that over the stock row's median step. The first step is a warm-up and is not timed.
@@ -72,9 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden", type=int, default=96)
     parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--answer-tokens", type=int, default=16, help="completion tokens per answer")
+    parser.add_argument("--repeats", type=int, default=2,
+                        help="runs of each row, in ABBA order (a loaded machine drifts; the median pools them)")
     parser.add_argument("--json", default=None, help="also write the rows to this JSON file")
     args = parser.parse_args(argv)
-    for name in ("prompts", "generations", "steps", "threads", "hidden", "layers", "answer_tokens"):
+    for name in ("prompts", "generations", "steps", "threads", "hidden", "layers", "answer_tokens", "repeats"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
 
@@ -139,18 +142,33 @@ def main(argv: list[str] | None = None) -> int:
             for name in ("_calculate_rewards", "_chain_matrices", "compute_advantages"):
                 timed(trainer, name, spent)
         trainer.train()
-        steps = np.diff(timer.marks)[1:]  # drop the warm-up step
         lengths = [h["completions/mean_length"] for h in trainer.state.log_history if "completions/mean_length" in h]
         return {"row": label, "m": m, "params": count_parameters(model), "completion_budget": completion,
                 "mean_completion_len": float(np.mean(lengths)) if lengths else None,
-                "median_s": float(statistics.median(steps)), "min_s": float(np.min(steps)),
-                "scoring_ms": 1000 * spent[0] / (args.steps + 1)}
+                "steps_s": np.diff(timer.marks)[1:].tolist(),  # the warm-up step dropped
+                "scoring_s": spent[0], "runs": 1}
 
-    rows = [run("GRPOTrainer", 1, "stock"), run("VPOTrainer grpo", 1, "vpo"),
-            run("GRPOTrainer", 3, "stock"), run("VPOTrainer vpo", 3, "vpo")]
+    plan = [("GRPOTrainer", 1, "stock"), ("VPOTrainer grpo", 1, "vpo"), ("GRPOTrainer", 3, "stock"),
+            ("VPOTrainer vpo", 3, "vpo")]
+    pooled: dict[tuple[str, int], dict] = {}
+    for repeat in range(args.repeats):
+        for label, m, kind in (plan if repeat % 2 == 0 else plan[::-1]):
+            result = run(label, m, kind)
+            if (label, m) in pooled:
+                kept = pooled[(label, m)]
+                kept["steps_s"] += result["steps_s"]
+                kept["scoring_s"] += result["scoring_s"]
+                kept["runs"] += 1
+            else:
+                pooled[(label, m)] = result
+    rows = [pooled[(label, m)] for label, m, _ in plan]
+    for row in rows:
+        row["median_s"] = float(statistics.median(row["steps_s"]))
+        row["min_s"] = float(min(row["steps_s"]))
+        row["scoring_ms"] = 1000 * row["scoring_s"] / (row["runs"] * (args.steps + 1))
     base = {1: rows[0], 3: rows[2]}
     print(f"\nmodel {rows[0]['params'] / 1e6:.2f}M params, {args.prompts} prompts x {args.generations} generations, "
-          f"3 Python reward functions, {args.threads} threads, {args.steps} timed steps")
+          f"3 Python reward functions, {args.threads} threads, {args.steps} timed steps x {args.repeats} runs")
     print(f"{'row':16s} {'m':>2s} {'tokens':>7s} {'median s/step':>14s} {'min s/step':>11s} {'ratio':>6s} "
           f"{'scoring ms':>11s} {'scoring share':>14s}")
     for row in rows:

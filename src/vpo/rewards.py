@@ -194,7 +194,7 @@ def _func_name(func: Any) -> str:
 
 def _declared_heads(func: Any) -> tuple[str, ...] | None:
     """Head names a function declares: ``objective_names`` on a callable, or a model's
-    ``id2label`` when it has more than one label (default labels become ``None``: numbered)."""
+    ``id2label`` when it has more than one label (transformers' default ``LABEL_j`` become "j")."""
     declared = getattr(func, "objective_names", None)
     if declared is not None and not is_reward_model(func):
         names = tuple(str(n) for n in declared)

@@ -729,8 +729,9 @@ class VPOTrainer(GRPOTrainer):
             self._vpo_warned_collinear = True
             warnings.warn(
                 f"the {dim} objectives' effective dimension stayed below {COLLINEAR_EFFECTIVE_DIM} for "
-                f"{COLLINEAR_STEPS} batches (last {effective_dim:.3f}): they move together, so a reward vector adds "
-                "little over their sum (vpo/effective_dim, vpo/correlation/*; docs/own_rewards.md)",
+                f"{COLLINEAR_STEPS} batches (last {effective_dim:.3f}): the answers vary along about one direction "
+                "(collinear objectives, or one that varies far more than the others: see scaling=), so a reward "
+                "vector adds little over their sum (vpo/effective_dim, vpo/correlation/*; docs/own_rewards.md)",
                 CollinearObjectivesWarning, stacklevel=2)
 
     def compute_advantages(self, rewards: Sequence[np.ndarray], keys: Sequence[str], num_generations: int,
