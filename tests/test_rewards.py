@@ -10,6 +10,7 @@ import pytest
 
 from vpo.rewards import (
     CHAIN_RULE,
+    CHAIN_TAG,
     ChainRewards,
     RewardScaleWarning,
     effective_dimension,
@@ -287,3 +288,11 @@ def test_reward_models_as_objectives():
                                                      "Qwen2ForSequenceClassification/1")
     with pytest.raises(ValueError, match="distinct"):
         score_chains([single, multi, single], prompts, completions, answers=2, reward_processing_classes=tok)
+
+
+def test_score_chains_at_one_answer_scores_the_whole_completion_as_the_trainer_does():
+    completions = ["xx yy", chain("abc")]
+    scored = score_chains([length], ["p", "q"], completions, answers=1)
+    np.testing.assert_allclose(np.vstack(scored.matrices), [[0.5], [len(chain("abc")) / 10]])
+    tagged = score_chains([length], ["p", "q"], completions, answers=1, tag=CHAIN_TAG)
+    np.testing.assert_allclose(np.vstack(tagged.matrices), [[0.0], [0.3]])
