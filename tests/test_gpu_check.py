@@ -127,3 +127,20 @@ def test_offline_wheels_download_is_small_and_passes_the_dry_run(tmp_path):
     done = _run(SCRIPTS / "gpu_check.sh", "--dry-run", "--wheels", out)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"wheels: folder {out}:" in done.stdout
+
+
+def test_gpu_tests_are_collected_and_skip_with_a_reason_without_cuda():
+    import torch
+
+    files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py")
+                   if "pytest.mark.gpu" in p.read_text())
+    assert "tests/test_gpu.py" in files and "tests/test_demo_paper_maze.py" in files
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu", "-rs", *files],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600, env=ENV)
+    summary = done.stdout.strip().splitlines()[-1]
+    if torch.cuda.is_available():
+        assert done.returncode == 0, done.stdout[-3000:]
+    else:
+        assert done.returncode == 0 and " skipped" in summary and "passed" not in summary, summary
+        assert int(summary.split(" skipped")[0].split()[-1]) >= 7
+        assert "needs a CUDA GPU: torch.cuda.is_available() is False here" in done.stdout
