@@ -279,7 +279,7 @@ def _eval_numbers(out: Path) -> list[str]:
         seconds = m["timings"]["sampling and scoring"]
         answers = m["eval"]["examples"] * m["eval"]["pool"]
         lines.append(f"- c: `vpo eval --device cuda` ({m['sampling']['dtype']}, batch {m['sampling']['batch_size']}): "
-                     f"{answers} answers in {seconds:.1f} s = {answers / seconds:.0f} answers/s (model load included).")
+                     f"{answers} answers in {seconds:.1f} s = {answers / seconds:.1f} answers/s (model load included).")
     scores = {name: _best_at_pool(m) for name, m in runs.items() if name != "cuda"}
     if "cuda-bf16-small" in scores and "cpu-fp32-small" in scores:
         diff = abs(scores["cuda-bf16-small"] - scores["cpu-fp32-small"])
