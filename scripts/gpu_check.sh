@@ -25,7 +25,7 @@ while [ $# -gt 0 ]; do
     --out) OUT=${2:?--out needs a folder}; shift 2 ;;
     --wheel-list) LISTING=${2:?--wheel-list needs a MANIFEST.txt}; shift 2 ;;
     --dry-run) DRY=1; shift ;;
-    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "gpu_check.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done

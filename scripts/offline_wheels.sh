@@ -28,7 +28,7 @@ while [ $# -gt 0 ]; do
     --out) OUT=${2:?--out needs a folder}; shift 2 ;;
     --list) LIST_ONLY=1; shift ;;
     --include) INCLUDE="$INCLUDE ${2:?--include needs a package name from scripts/cuda_image.txt}"; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "offline_wheels.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
