@@ -39,7 +39,9 @@ class EvalConfig(SamplingOptions):
     model: str = field(default="", metadata={
         "help": "checkpoint folder (transformers save_pretrained layout, or a LoRA adapter from vpo train --lora) "
                 "or a .gguf file"})
-    answers: int = field(default=1, metadata={"help": "answers per chain m (the pool holds pool/m chains)", "min": 1})
+    answers: int | None = field(default=None, metadata={
+        "help": "answers per chain m (the pool holds pool/m chains); default: the m the checkpoint records "
+                "(vpo_format.json or vpo_train.json), else 1", "min": 1})
     pool: int = field(default=30, metadata={"help": "answers per example (a multiple of --answers)", "min": 1})
     split: str = field(default="test", metadata={"help": "split of the task's examples"})
     examples: int = field(default=100, metadata={"help": "number of examples", "min": 1})
@@ -62,6 +64,8 @@ class EvalConfig(SamplingOptions):
         "choices": ["", "best-of-n", "openevolve"]})
     iterations: int = field(default=200, metadata={
         "help": "OpenEvolve iterations per problem (--search openevolve)", "min": 1})
+    overwrite: bool = field(default=False, metadata={
+        "help": "replace the results already in --out (without it such a folder is refused)"})
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -78,14 +82,15 @@ def run_eval(cfg: EvalConfig) -> dict:
     import time
 
     check_fields(cfg)  # a config built in Python gets the CLI's checks
-    if cfg.pool % cfg.answers:
+    if cfg.answers is not None and cfg.pool % cfg.answers:
         raise ValueError(f"--pool ({cfg.pool}) must be a multiple of --answers ({cfg.answers}) for equal pools")
     check_out_dir(cfg.out)
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from vpo.evaluation import example_weights, load_format, pool_metrics, sample_pools, summarize
-    from vpo.formats import resolve_task_params
+    from vpo.checkpoints import chain_answers, check_checkpoints
     from vpo.report import write_report
+    from vpo.runs import claim_out_dir
     from vpo.sampling import check_sampling, open_sampler
     from vpo.search import levels_of_pools
     from vpo.tasks import get_task
@@ -96,24 +101,30 @@ def run_eval(cfg: EvalConfig) -> dict:
     gguf = model_dir.suffix == ".gguf" and model_dir.is_file()
     if not model_dir.is_dir() and not gguf:
         raise FileNotFoundError(f"no checkpoint folder or .gguf file {model_dir}")
+    params, (info,) = check_checkpoints([model_dir], task=cfg.task, given=parse_params(cfg.task_params))
+    m, why = chain_answers(info, cfg.answers)
+    if cfg.pool % m:
+        raise ValueError(f"--pool ({cfg.pool}) must be a multiple of m = {m} ({why}) for equal pools")
     options = cfg.check([model_dir])              # --backend/--device/--dtype fail here, before any load
+    claim_out_dir(cfg.out, command="eval", overwrite=cfg.overwrite, resume_flag="")
+    print(f"m = {m}: {why}", flush=True)
     if not cfg.progress:
         import transformers
 
         transformers.utils.logging.disable_progress_bar()
-    params = resolve_task_params(parse_params(cfg.task_params), [] if gguf else [model_dir])
     task = get_task(cfg.task, **params)
     examples = task.examples(cfg.split, cfg.examples, source=cfg.source or None)
     if not examples:
         raise ValueError(f"task {cfg.task!r} gave no examples for split {cfg.split!r}")
     start = time.time()
     sampler, tokenizer = open_sampler(model_dir, options)
-    fmt = load_format(None if gguf else model_dir, task, tokenizer=tokenizer, chat=cfg.chat)
+    fmt = load_format(None if gguf or not info.format_applies else model_dir, task, tokenizer=tokenizer,
+                      chat=cfg.chat)
     max_new = cfg.max_new_tokens
     if max_new <= 0:
-        max_new = fmt.completion_budget(examples, cfg.answers)
+        max_new = fmt.completion_budget(examples, m)
     check_sampling(cfg.temperature, cfg.top_p, max_new)
-    pools = sample_pools(None, None, task, examples, m=cfg.answers, pool=cfg.pool, temperature=cfg.temperature,
+    pools = sample_pools(None, None, task, examples, m=m, pool=cfg.pool, temperature=cfg.temperature,
                          top_p=cfg.top_p, max_new_tokens=max_new, fmt=fmt, seed=cfg.seed, sampler=sampler,
                          progress=cfg.progress)
     out = Path(cfg.out)
@@ -127,15 +138,16 @@ def run_eval(cfg: EvalConfig) -> dict:
     levels = [task.difficulty(e) for e in examples]
     label = cfg.label or (model_dir.stem if gguf else model_dir.name)
     objectives = list(task.objective_names(examples[0]))
-    entry = summarize([per_example], label=f"{label} (m={cfg.answers})", m=cfg.answers, objectives=objectives,
+    entry = summarize([per_example], label=f"{label} (m={m})", m=m, objectives=objectives,
                       extra={"tokens_per_chain": pools.completion_tokens, "truncated": pools.truncated})
     shown = list(range(min(3, len(examples))))
     metrics = {
         "title": f"Evaluation of {label} on {cfg.task}",
         "intro": f"Checkpoint {model_dir} ({fmt.name} prompts), {len(examples)} examples of split {cfg.split!r}, "
-                 f"pools of {cfg.pool} answers ({cfg.pool // cfg.answers} chains x m = {cfg.answers}).",
+                 f"pools of {cfg.pool} answers ({cfg.pool // m} chains x m = {m}).",
         "task": {"name": cfg.task, "params": params, "objectives": objectives},
-        "eval": {"examples": len(examples), "pool": cfg.pool, "temperature": cfg.temperature, "top_p": cfg.top_p,
+        "eval": {"examples": len(examples), "pool": cfg.pool, "answers": m, "answers_from": why,
+                 "temperature": cfg.temperature, "top_p": cfg.top_p,
                  "eval_weights": cfg.eval_weights, "ks_shown": [1, 3, 10, cfg.pool]},
         "methods": {label: entry},
         "by_level": ({label: levels_of_pools(task, list(pools.vectors), levels)}

@@ -32,6 +32,7 @@ from vpo.demo.config import METHODS, DemoConfig
 from vpo.demo.format import CompactMazeFormat, GoalPerChainFormat
 from vpo.demo.plots import headline_plots
 from vpo.demo.results import build_metrics, oracle_reference
+from vpo.runs import atomic_write_text, claim_out_dir, lock_folder, release_out_dir  # noqa: F401  (lock_folder re-exported)
 
 
 class _Log:
@@ -64,15 +65,13 @@ def _prepare_out(cfg: DemoConfig, out: Path) -> None:
             for name in ("checkpoints", "eval", "plots", "logs"):
                 shutil.rmtree(out / name, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(current, indent=1, sort_keys=True))
+    atomic_write_text(path, json.dumps(current, indent=1, sort_keys=True))
 
 
 def _write_json(path: Path, data: Any) -> None:
     from vpo.evaluation import sanitize
 
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(sanitize(data), indent=1))
-    tmp.replace(path)
+    atomic_write_text(path, json.dumps(sanitize(data), indent=1))
 
 
 def _done(path: Path) -> dict[str, Any] | None:
@@ -80,37 +79,16 @@ def _done(path: Path) -> dict[str, Any] | None:
     return json.loads(done.read_text()) if done.is_file() else None
 
 
-def lock_folder(out: Path) -> Any:
-    """Hold an exclusive lock on ``out`` for this process (released when it exits or the returned
-    file is closed): two demos in one folder would race on the same checkpoints (issue #16.10)."""
-    import fcntl
-
-    out.mkdir(parents=True, exist_ok=True)
-    handle = open(out / ".lock", "a+")  # noqa: SIM115  (held for the whole run)
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "another process"
-        handle.close()
-        raise BlockingIOError(f"{out} is in use by another vpo demo ({holder}); wait for it or choose another "
-                              "--out") from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"pid {os.getpid()}")
-    handle.flush()
-    return handle
-
-
 def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     """Run (or resume) the whole demo; returns {"report": paths, "metrics": dict}."""
     cfg = cfg.resolved()
     out = Path(cfg.out)
-    lock = lock_folder(out)
+    # a re-run resumes (its config.json must match, see _prepare_out); --force starts over
+    claim_out_dir(out, command="demo", resume=True, overwrite=cfg.force, resume_flag="", overwrite_flag="--force")
     try:
         return _run_demo(cfg, out)
     finally:
-        lock.close()
+        release_out_dir(out)
 
 
 def _run_demo(cfg: DemoConfig, out: Path) -> dict[str, Any]:
