@@ -91,6 +91,7 @@ def run_eval(cfg: EvalConfig) -> dict:
     from vpo.checkpoints import chain_answers, check_checkpoints
     from vpo.report import write_report
     from vpo.runs import claim_out_dir
+    from vpo.workload import check_pool_workload, human_bytes
     from vpo.sampling import check_sampling, open_sampler
     from vpo.search import levels_of_pools
     from vpo.tasks import get_task
@@ -101,12 +102,11 @@ def run_eval(cfg: EvalConfig) -> dict:
     gguf = model_dir.suffix == ".gguf" and model_dir.is_file()
     if not model_dir.is_dir() and not gguf:
         raise FileNotFoundError(f"no checkpoint folder or .gguf file {model_dir}")
+    options = cfg.check([model_dir])              # --backend/--device/--dtype fail here, before any load
     params, (info,) = check_checkpoints([model_dir], task=cfg.task, given=parse_params(cfg.task_params))
     m, why = chain_answers(info, cfg.answers)
     if cfg.pool % m:
         raise ValueError(f"--pool ({cfg.pool}) must be a multiple of m = {m} ({why}) for equal pools")
-    options = cfg.check([model_dir])              # --backend/--device/--dtype fail here, before any load
-    claim_out_dir(cfg.out, command="eval", overwrite=cfg.overwrite, resume_flag="")
     print(f"m = {m}: {why}", flush=True)
     if not cfg.progress:
         import transformers
@@ -116,10 +116,16 @@ def run_eval(cfg: EvalConfig) -> dict:
     examples = task.examples(cfg.split, cfg.examples, source=cfg.source or None)
     if not examples:
         raise ValueError(f"task {cfg.task!r} gave no examples for split {cfg.split!r}")
+    format_dir = None if gguf or not info.format_applies else model_dir
+    budget = cfg.max_new_tokens or load_format(format_dir, task, chat=False).completion_budget(examples, m)
+    work = check_pool_workload(examples=len(examples), pool=cfg.pool, m=m, objectives=task.num_objectives(examples[0]),
+                               max_new_tokens=budget, eval_weights=cfg.eval_weights)
+    claim_out_dir(cfg.out, command="eval", overwrite=cfg.overwrite, resume_flag="")
+    print(f"loading {model_dir}, then sampling {work.chains:,} chains of up to {budget} tokens "
+          f"({len(examples)} examples x {cfg.pool} answers, about {human_bytes(work.bytes)} held)", flush=True)
     start = time.time()
     sampler, tokenizer = open_sampler(model_dir, options)
-    fmt = load_format(None if gguf or not info.format_applies else model_dir, task, tokenizer=tokenizer,
-                      chat=cfg.chat)
+    fmt = load_format(format_dir, task, tokenizer=tokenizer, chat=cfg.chat)
     max_new = cfg.max_new_tokens
     if max_new <= 0:
         max_new = fmt.completion_budget(examples, m)

@@ -140,8 +140,10 @@ def check_select(select: Any, task: Any, examples: list[Any]) -> None:
 
 def run_best_of_n(cfg: BestOfNConfig) -> dict[str, Any]:
     from vpo.checkpoints import chain_answers, check_checkpoints
+    from vpo.formats import resolve_task_params
     from vpo.runs import claim_out_dir
     from vpo.search import run_search_eval
+    from vpo.workload import check_pool_workload
     from vpo.tasks import get_task
 
     check_fields(cfg)
@@ -160,20 +162,25 @@ def run_best_of_n(cfg: BestOfNConfig) -> dict[str, Any]:
     if cfg.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens {cfg.max_new_tokens}: must be >= 1")
     checkpoints = [(label, _resolve_model(model)) for label, model in zip(labels, cfg.model, strict=True)]
-    params, infos = check_checkpoints([path for _, path in checkpoints], task=cfg.task,
-                                      given=parse_params(cfg.task_params))
+    options = cfg.check([path for _, path in checkpoints])   # --backend/--device/--dtype, before any load
+    given_params = parse_params(cfg.task_params)
+    task = get_task(cfg.task, **resolve_task_params(given_params, [path for _, path in checkpoints], task=cfg.task))
+    examples = task.examples(cfg.split, cfg.examples, seed=cfg.seed, source=cfg.source)
+    check_select(parse_select(cfg.select), task, examples)
+    _, infos = check_checkpoints([path for _, path in checkpoints], task=cfg.task, given=given_params)
     chosen = [chain_answers(info, given[i] if given else None) for i, info in enumerate(infos)]
     answers = [m for m, _ in chosen]
     if any(cfg.pool % m for m in answers):
         raise ValueError(f"--pool ({cfg.pool}) must be a multiple of every checkpoint's m "
                          f"({', '.join(f'{label}: m = {m}, {why}' for label, (m, why) in zip(labels, chosen))})")
-    options = cfg.check([path for _, path in checkpoints])   # --backend/--device/--dtype, before any load
+    work = check_pool_workload(examples=len(examples), pool=cfg.pool, m=min(answers),
+                               objectives=task.num_objectives(examples[0]) if examples else 1,
+                               max_new_tokens=cfg.max_new_tokens, checkpoints=len(checkpoints))
     claim_out_dir(cfg.out, command="search best-of-n", overwrite=cfg.overwrite, resume_flag="")
     for label, (m, why) in zip(labels, chosen, strict=True):
         print(f"{label}: m = {m}: {why}", flush=True)
-    task = get_task(cfg.task, **params)
-    examples = task.examples(cfg.split, cfg.examples, seed=cfg.seed, source=cfg.source)
-    check_select(parse_select(cfg.select), task, examples)
+    print(f"sampling {work.chains:,} chains of up to {cfg.max_new_tokens} tokens ({len(checkpoints)} checkpoint(s) x "
+          f"{len(examples)} examples x {cfg.pool} answers)", flush=True)
     report = run_search_eval(checkpoints, task, examples, cfg.out, n=cfg.pool, m=answers, select=parse_select(cfg.select),
                              temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
                              seed=cfg.seed, options=options)

@@ -249,7 +249,7 @@ def _resume_path(value: str | None, out: str) -> str | None:
 
         last = latest_complete_checkpoint(out)  # one half-written when the run was killed is skipped
         if last is None:
-            raise FileNotFoundError(f"--resume-from-checkpoint latest: no complete checkpoint-N folder in {out} "
+            raise FileNotFoundError(f"--resume-from-checkpoint latest: no checkpoint-N folder (written to the end) in {out} "
                                     "(checkpoints are saved with --save-steps N)")
         return str(last)
     if not Path(value).is_dir():
@@ -307,7 +307,7 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     returns 0. Prints where the model went."""
     from vpo.estimators import get_spec
     from vpo.checkpoints import check_checkpoints
-    from vpo.formats import FORMAT_FILE, TaskFormat, load_format
+    from vpo.formats import FORMAT_FILE, TaskFormat, load_format, resolve_task_params
     from vpo.models import check_model_path, load_pretrained
     from vpo.runs import atomic_write_text, claim_out_dir
     from vpo.tasks import get_task
@@ -332,16 +332,17 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     check_fields(engine)
     check_engine(engine)
     engine.resume_from_checkpoint = _resume_path(engine.resume_from_checkpoint, cfg.out)
-    # the checkpoint is vouched for, and one that records its task (the demo's) is trained on that
-    # task, in its own format
-    params, (info,) = check_checkpoints([cfg.model], task=cfg.task, given=parse_params(cfg.task_params))
-    model_dir = info.path if info.kind in ("folder", "lora") and info.format_applies else None
+    # a checkpoint that records its task (the demo's) is trained on that task, in its own format
+    given = parse_params(cfg.task_params)
+    params = resolve_task_params(given, [cfg.model] if Path(cfg.model).is_dir() else [], task=cfg.task)
     task = get_task(cfg.task, **params)
-    claim_out_dir(cfg.out, command="train", record={"method": cfg.method, "task": task.name, "answers": answers},
-                  resume=engine.resume_from_checkpoint is not None, overwrite=cfg.overwrite, stale=("checkpoint-*",))
     args = grpo_args(cfg, rl, engine, task=task.name, answers=answers)  # TRL checks its values before the model loads
     rows = build_train_rows(task, answers, data=cfg.source, n=cfg.examples, seed=cfg.data_seed,
                             goals=weight_options if spec.conditions_prompt else None)
+    _, (info,) = check_checkpoints([cfg.model], task=cfg.task, given=given)  # vouched for before it loads
+    model_dir = info.path if info.kind in ("folder", "lora") and info.format_applies else None
+    claim_out_dir(cfg.out, command="train", record={"method": cfg.method, "task": task.name, "answers": answers},
+                  resume=engine.resume_from_checkpoint is not None, overwrite=cfg.overwrite, stale=("checkpoint-*",))
     from datasets import Dataset
 
     from vpo.integrations.trl import VPOTrainer, label_progress
