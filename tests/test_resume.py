@@ -127,3 +127,42 @@ def test_trackers_that_cannot_start_fail_before_the_model_loads(tmp_path, monkey
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "ftp://somewhere")
     assert main(base + ["--report-to", "mlflow"]) == 2
     assert "unknown scheme 'ftp'" in capsys.readouterr().err
+
+
+def _results(out):
+    """The numbers of a demo report that do not measure time (timings, load and paths differ)."""
+    metrics = json.loads((out / "metrics.json").read_text())
+
+    def strip(value):
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items()
+                    if not any(word in k for word in ("second", "wall", "cpu", "resumed_from"))}
+        return [strip(v) for v in value] if isinstance(value, list) else value
+
+    return {key: strip(metrics[key]) for key in ("methods", "paired", "training", "objective_space", "comparison",
+                                                 "findings", "runs", "warmup")}
+
+
+@pytest.mark.slow  # two demo runs of about a minute each on 2 idle cores (5 min on a loaded machine)
+def test_demo_killed_in_the_middle_of_rl_reports_what_an_uninterrupted_run_reports(tmp_path, capsys):
+    pytest.importorskip("trl")
+    flags = ["demo", "--quick", "--methods", "vpo", "--warmup-examples", "256", "--rl-steps", "6", "--save-steps",
+             "2", "--eval-examples", "2", "--pool", "6", "--workers", "1", "--no-progress"]
+    assert main([*flags, "--out", str(tmp_path / "whole")]) == 0
+    killed = tmp_path / "killed"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    process = subprocess.Popen([sys.executable, "-m", "vpo", *flags, "--out", str(killed)], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    run_dir = killed / "checkpoints" / "vpo-s0"
+    deadline = time.time() + 600
+    while not (run_dir / "trainer" / "checkpoint-2" / "trainer_state.json").is_file():
+        assert process.poll() is None, process.stderr.read().decode()[-2000:]
+        assert time.time() < deadline, "no RL checkpoint within 600 s"
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)
+    assert process.wait() == -signal.SIGKILL
+    assert not (run_dir / "done.json").exists()  # killed in the middle of RL
+    capsys.readouterr()
+    assert main([*flags, "--out", str(killed)]) == 0
+    assert "vpo seed 0: resuming from" in capsys.readouterr().out
+    assert _results(killed) == _results(tmp_path / "whole")
