@@ -11,25 +11,12 @@ import time
 
 import pytest
 
+from test_cli_train import _tiny_model_dir  # a tiny Qwen2 with a character tokenizer for 5x5 mazes
+
 from vpo.cli import main
 
 TIMING_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "step_time", "total_flos")
 """Log entries that measure time (they differ between any two runs)."""
-
-
-def _tiny_model_dir(tmp_path):
-    pytest.importorskip("trl")
-    from vpo.models import build_char_tokenizer, build_tiny_qwen2
-    from vpo.tasks import get_task
-
-    task = get_task("maze", size=5)
-    example = task.examples("train", 1, seed=0)[0]
-    tok = build_char_tokenizer(sorted(set(task.prompt(example, 3)) | set("UDLR")),
-                               extra_tokens=["UP", "DOWN", "LEFT", "RIGHT"])
-    folder = tmp_path / "model"
-    build_tiny_qwen2(tok, seed=0).save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
 
 
 def _train_argv(model, out, steps, *extra, method="vpo"):
@@ -166,3 +153,10 @@ def test_demo_killed_in_the_middle_of_rl_reports_what_an_uninterrupted_run_repor
     assert main([*flags, "--out", str(killed)]) == 0
     assert "vpo seed 0: resuming from" in capsys.readouterr().out
     assert _results(killed) == _results(tmp_path / "whole")
+    # a resumed demo vouches for the finished checkpoints it reads: a damaged one is one line
+    weights = killed / "checkpoints" / "warmup" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-50])
+    (killed / "eval" / "warmup-m1.npz").unlink()  # so this invocation samples from the warm start again
+    assert main([*flags, "--out", str(killed)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "checkpoints/warmup: damaged weights" in err and len(err.splitlines()) == 1

@@ -64,8 +64,8 @@ def reward_calls(math_problems: int = 6, hanging: int = 1, code_timeout: float =
                        task_params={"timeout": code_timeout, "max_tests": 2})
     for problem, row in zip(problems, rows, strict=True):
         truth, info = row["reward_model"]["ground_truth"], dict(row["extra_info"])
-        for code in (programs[problem["id"]], "print(0)\n", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n",
-                     "while True:\n    pass\n"):
+        hostile = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"  # tries to kill its worker
+        for code in (programs[problem["id"]], "print(0)\n", hostile, "while True:\n    pass\n"):
             calls.append(("code", f"```python\n{code}```", truth, info))
     return calls
 

@@ -87,14 +87,14 @@ def run_eval(cfg: EvalConfig) -> dict:
     check_out_dir(cfg.out)
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from vpo.evaluation import example_weights, load_format, pool_metrics, sample_pools, summarize
     from vpo.checkpoints import chain_answers, check_checkpoints
+    from vpo.evaluation import example_weights, load_format, pool_metrics, sample_pools, summarize
     from vpo.report import write_report
     from vpo.runs import claim_out_dir
-    from vpo.workload import check_pool_workload, human_bytes
     from vpo.sampling import check_sampling, open_sampler
     from vpo.search import levels_of_pools
     from vpo.tasks import get_task
+    from vpo.workload import check_pool_workload, human_bytes
 
     if not cfg.model:
         raise ValueError("--model is required (a checkpoint folder or a .gguf file)")

@@ -143,8 +143,8 @@ def run_best_of_n(cfg: BestOfNConfig) -> dict[str, Any]:
     from vpo.formats import resolve_task_params
     from vpo.runs import claim_out_dir
     from vpo.search import run_search_eval
-    from vpo.workload import check_pool_workload
     from vpo.tasks import get_task
+    from vpo.workload import check_pool_workload
 
     check_fields(cfg)
     check_out_dir(cfg.out)
@@ -164,7 +164,8 @@ def run_best_of_n(cfg: BestOfNConfig) -> dict[str, Any]:
     checkpoints = [(label, _resolve_model(model)) for label, model in zip(labels, cfg.model, strict=True)]
     options = cfg.check([path for _, path in checkpoints])   # --backend/--device/--dtype, before any load
     given_params = parse_params(cfg.task_params)
-    task = get_task(cfg.task, **resolve_task_params(given_params, [path for _, path in checkpoints], task=cfg.task))
+    paths = [path for _, path in checkpoints]
+    task = get_task(cfg.task, **resolve_task_params(given_params, paths, task=cfg.task))
     examples = task.examples(cfg.split, cfg.examples, seed=cfg.seed, source=cfg.source)
     check_select(parse_select(cfg.select), task, examples)
     _, infos = check_checkpoints([path for _, path in checkpoints], task=cfg.task, given=given_params)

@@ -249,8 +249,8 @@ def _resume_path(value: str | None, out: str) -> str | None:
 
         last = latest_complete_checkpoint(out)  # one half-written when the run was killed is skipped
         if last is None:
-            raise FileNotFoundError(f"--resume-from-checkpoint latest: no checkpoint-N folder (written to the end) in {out} "
-                                    "(checkpoints are saved with --save-steps N)")
+            raise FileNotFoundError(f"--resume-from-checkpoint latest: no checkpoint-N folder (written to the end) in "
+                                    f"{out} (checkpoints are saved with --save-steps N)")
         return str(last)
     if not Path(value).is_dir():
         raise FileNotFoundError(f"--resume-from-checkpoint {value}: no such folder")
@@ -305,8 +305,8 @@ def _reference_from_policy(model: Any, *, enabled: bool) -> Iterator[None]:
 def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     """Run ``vpo train`` from its configs (``engine``: TRL's run settings, default TRL's own);
     returns 0. Prints where the model went."""
-    from vpo.estimators import get_spec
     from vpo.checkpoints import check_checkpoints
+    from vpo.estimators import get_spec
     from vpo.formats import FORMAT_FILE, TaskFormat, load_format, resolve_task_params
     from vpo.models import check_model_path, load_pretrained
     from vpo.runs import atomic_write_text, claim_out_dir

@@ -32,7 +32,9 @@ from vpo.demo.config import METHODS, DemoConfig
 from vpo.demo.format import CompactMazeFormat, GoalPerChainFormat
 from vpo.demo.plots import headline_plots
 from vpo.demo.results import build_metrics, oracle_reference
-from vpo.runs import atomic_write_text, claim_out_dir, lock_folder, release_out_dir  # noqa: F401  (lock_folder re-exported)
+from vpo.checkpoints import check_checkpoint
+from vpo.runs import lock_folder  # noqa: F401  (re-exported: the demo's lock is every command's)
+from vpo.runs import atomic_write_text, claim_out_dir, release_out_dir
 
 
 class _Log:
@@ -144,6 +146,12 @@ def _run_demo(cfg: DemoConfig, out: Path) -> dict[str, Any]:
     training = {f"{method}-s{seed}" for _, method, seed in pending}  # these jobs sample their own pool
     pending += [("pool", name, None) for name, _, _ in _eval_jobs(cfg, methods, seeds, out)
                 if name not in training and not (out / "eval" / f"{name}.npz").is_file()]
+    # the finished checkpoints this invocation reads are vouched for first: one line for a damaged one
+    folders = {name: folder for name, folder, _ in _eval_jobs(cfg, methods, seeds, out)}
+    reads = {warm_dir} if any(job[0] == "rl" for job in pending) else set()
+    reads |= {folders[job[1]] for job in pending if job[0] == "pool"}
+    for folder in sorted(reads):
+        check_checkpoint(folder, task="maze")
     t_rl = time.time()
     n_rl = sum(job[0] == "rl" for job in pending)
     if pending and cfg.workers > 1 and len(pending) > 1:

@@ -26,8 +26,8 @@ Reward vector (D varies per example, ``objective_names(example)``):
   ``part_i``, precision = ``no_extra``); "solved" (every component 1) is the exact answer.
 
 Every comparison runs in a persistent worker process (a small pool, ``workers``, one per thread
-scoring at the same time) with a time limit (``timeout``, default 1 s): the worker interrupts itself with ``setitimer`` and the caller kills and restarts it
-when it does not answer within ``timeout + grace`` (a computation stuck in C, such as
+scoring at the same time) with a time limit (``timeout``, default 1 s): the worker interrupts
+itself with ``setitimer`` and the caller kills and restarts it when it does not answer within ``timeout + grace`` (a computation stuck in C, such as
 ``9^{9^{9}}``). This works from any thread, which math-verify's own signal-based limit does
 not (verl and TRL call reward functions in threads). Plain integers on both sides are compared
 in-process (exact, no sympy). Unparseable, empty, huge (over ``max_answer_chars``) or
