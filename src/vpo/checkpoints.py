@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vpo.formats import FORMAT_FILE
+
 __all__ = ["CheckpointError", "CheckpointInfo", "chain_answers", "check_checkpoint", "check_checkpoints",
            "checkpoint_answers", "latest_complete_checkpoint", "read_safetensors_header"]
 
-FORMAT_FILE = "vpo_format.json"  # the same name as vpo.formats.FORMAT_FILE (that module imports the task layer)
 TRAIN_RECORD = "vpo_train.json"
 """What ``vpo train`` writes beside the model it saves (its options and a summary with m)."""
 

@@ -8,7 +8,10 @@ Usage::
 
 A checkpoint written by ``vpo demo`` carries ``vpo_format.json`` and is prompted in its compact
 format; any other checkpoint gets the task's own prompts (wrapped in the tokenizer's chat
-template when it has one, unless --no-chat). Writes report.md, report.html, metrics.json,
+template when it has one, unless --no-chat). Without --answers, m is the one the checkpoint
+records (vpo_format.json or vpo_train.json; else 1), and the terminal says which and why. The
+checkpoint is checked before any work (``vpo.checkpoints``), and --out must not hold another
+run's results (--overwrite replaces them). Writes report.md, report.html, metrics.json,
 plots/ and the pool (pool.npz + pool.npz.jsonl with the raw generations) under --out.
 
 Sampling (``vpo.sampling``): on --device (auto: cuda when available) in --dtype (auto: bfloat16
