@@ -243,3 +243,9 @@ def test_the_workload_estimate_counts_chains_tokens_and_bytes():
     assert work.bytes >= 10 * 30 * 4 * 8 + 10 * 64 * 30 * 8  # vectors and the metrics' scores
     with pytest.raises(ValueError, match="--pool 30: 10 examples x 30 answers .* 1.0 KB available"):
         check_pool_workload(examples=10, pool=30, m=3, objectives=4, max_new_tokens=100, available=1024)
+
+
+def test_a_demo_whose_pools_cannot_fit_is_refused_before_its_folder_is_touched(tmp_path, capsys):
+    err, seconds = _one_line_error(capsys, ["demo", "--quick", "--pool", "300000000", "--out", str(tmp_path / "d")])
+    assert "--pool 300000000: 12 examples x 300000000 answers" in err and seconds < 10
+    assert not (tmp_path / "d").exists()

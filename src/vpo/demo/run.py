@@ -81,10 +81,24 @@ def _done(path: Path) -> dict[str, Any] | None:
     return json.loads(done.read_text()) if done.is_file() else None
 
 
+def _check_workload(cfg: DemoConfig) -> None:
+    """Refuse, before the folder is touched, evaluation pools that cannot fit in memory (the
+    estimate of ``vpo.workload``, for the largest pool: single-answer chains)."""
+    from vpo.tasks import get_task
+    from vpo.workload import check_pool_workload
+
+    task = get_task("maze", size=cfg.size, reward_mode=cfg.reward_mode)
+    examples = task.examples("test", cfg.eval_examples)
+    fmt = CompactMazeFormat(max_answers=max(3, cfg.answers))
+    check_pool_workload(examples=len(examples), pool=cfg.pool, m=1, objectives=task.num_objectives(examples[0]),
+                        max_new_tokens=fmt.completion_budget(examples, 1), eval_weights=cfg.eval_weights)
+
+
 def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     """Run (or resume) the whole demo; returns {"report": paths, "metrics": dict}."""
     cfg = cfg.resolved()
     out = Path(cfg.out)
+    _check_workload(cfg)
     # a re-run resumes (its config.json must match, see _prepare_out); --force starts over
     claim_out_dir(out, command="demo", resume=True, overwrite=cfg.force, resume_flag="", overwrite_flag="--force")
     try:
