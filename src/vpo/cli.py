@@ -72,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         again = "; run the same command again to resume" if args.command in RESUMABLE else ""
         print(f"vpo {args.command}: interrupted{again}", file=sys.stderr)
         return 130
+    finally:
+        from vpo.runs import release_out_dir
+
+        release_out_dir()  # the --out lock lasts as long as the command
     return int(result or 0)
 
 
