@@ -100,7 +100,7 @@ def test_group_norm_on_our_rewards_is_vpo(reward_module, exported):
         for text in chains(label["example"]):
             rewards.append(reward_module.reward_func([prompt + text], [prompt], [row["label"]])["rewards"])
             matrices.append(task.score_chain(text, label["example"], 3))
-            uids.append(label["index"])
+            uids.append(label["example_id"])  # the group key every engine uses
     r = torch.tensor(rewards, dtype=torch.float64).reshape(len(rows), -1)
     group_norm = ((r - r.mean(-1, keepdim=True)) / (r.std(-1, keepdim=True) + 1e-9)).reshape(-1).numpy()
     weights = {i: group_weights(i, 4, num_weights=100, seed=0) for i in set(uids)}

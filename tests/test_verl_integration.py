@@ -212,7 +212,7 @@ def test_registered_and_used_inside_a_ray_worker(ray_session, maze_rollouts, vpo
     assert result["registered"] == sorted(n for n in VERL_ESTIMATORS if get_spec(n).fn.__module__.startswith("vpo."))
     assert result["plugin_module"] == "vpo.integrations.verl"
     matrices = [task.score_chain(text, ex, 3) for _, ex, text in multi]
-    weights = {f"uid-{i}": group_weights(i, 4, num_weights=K, seed=SEED) for i in range(3)}
+    weights = {f"uid-{i}": group_weights(f"train-{i}", 4, num_weights=K, seed=SEED) for i in range(3)}
     expected = get_estimator("vpo")(matrices, uids, weights=weights).advantages
     np.testing.assert_allclose(result["advantages"], expected, rtol=1e-5, atol=1e-5)
 
@@ -236,7 +236,7 @@ def test_compute_advantage_matches_vpo_estimators(method, verl_names, maze_rollo
               for i, ex, text in rollouts]
     matrices = [task.score_chain(text, ex, m) for _, ex, text in rollouts]
     if method == "vpo":
-        weights = {f"uid-{i}": group_weights(i, 4, num_weights=K, seed=SEED) for i in range(3)}
+        weights = {f"uid-{i}": group_weights(f"train-{i}", 4, num_weights=K, seed=SEED) for i in range(3)}
         result = get_estimator("vpo")(matrices, uids, weights=weights)
     else:
         result = get_estimator(method)(matrices, uids, scalar=task.scalar)
@@ -328,7 +328,7 @@ def test_naive_reward_manager_maze_set_scores(naive_manager):
         (f"<route_1>{r['gold']}</route_1><route_2>{r['gold']}</route_2>", [vec["gold"]]),
         ("no route here", []),
     ]
-    weights = group_weights(5, 4, num_weights=K, seed=SEED)
+    weights = group_weights("train-5", 4, num_weights=K, seed=SEED)  # keyed on the row's example_id
     keys = None
     for text, rows in cases:
         out = run_naive(naive_manager, "maze", text, *maze_row(ex, 5, 3))
@@ -377,8 +377,8 @@ def test_naive_reward_manager_fails_loudly_on_a_misconfigured_row(naive_manager)
     task = get_task("maze", **MAZE_PARAMS)
     ex = task.examples("train", 1, seed=7)[0]
     truth, extra = maze_row(ex, 5, 3)
-    with pytest.raises(ValueError, match=r"extra_info\.index"):
-        run_naive(naive_manager, "maze", "UP", truth, {k: v for k, v in extra.items() if k != "index"})
+    with pytest.raises(ValueError, match=r"extra_info\.example_id"):
+        run_naive(naive_manager, "maze", "UP", truth, {k: v for k, v in extra.items() if k not in ("index", "example_id")})
     with pytest.raises(ValueError, match=r"reward_kwargs\.m=3.*extra_info\.answers=1"):
         run_naive(naive_manager, "maze", "UP", truth, {**extra, "answers": 1})
 
@@ -395,7 +395,8 @@ def test_compute_score_rejects_misconfigured_runs():
     bad = [
         (dict(data_source="mazes", extra_info={**extra, "task": "mazes"}), "data_source 'mazes' is not a vpo task"),
         (dict(extra_info={**extra, "answers": 2}, m=3), r"reward_kwargs\.m=3"),
-        (dict(extra_info={k: v for k, v in extra.items() if k != "index"}), r"extra_info\.index"),
+        (dict(extra_info={k: v for k, v in extra.items() if k not in ("index", "example_id")}),
+         r"extra_info\.example_id"),
         (dict(extra_info={k: v for k, v in extra.items() if k != "answers"}), r"extra_info\.answers"),
         (dict(method="grpo"), r"method='grpo'.*m=3"),
         (dict(method="ppo"), r"reward_kwargs\.method='ppo'"),
@@ -441,10 +442,10 @@ def test_random_weight_shares_one_w_per_prompt():
     b = compute_score("maze", r["gold"] + " ", truth, extra, method="random_weight")["score"]
     assert a == b  # another rollout text of the same prompt: the same w
     vector = simulate(ex, route_via_gold(ex)).vector
-    w = group_weights(4, 4, num_weights=1)[0]
+    w = group_weights("train-4", 4, num_weights=1)[0]
     assert a == pytest.approx(float(vector @ w)) and 0.0 <= a <= vector.max() + 1e-12
     other = compute_score("maze", r["gold"], *maze_row(ex, 5, 1), method="random_weight")["score"]
-    assert other == pytest.approx(float(vector @ group_weights(5, 4, num_weights=1)[0])) and other != a
+    assert other == pytest.approx(float(vector @ group_weights("train-5", 4, num_weights=1)[0])) and other != a
 
 
 def test_reward_kwargs_task_params_override_the_exported_ones():

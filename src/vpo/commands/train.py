@@ -155,7 +155,7 @@ def _load_rows(path: str) -> list[dict[str, Any]]:
 
 def build_train_rows(task: Any, answers: int, *, data: str | None = None, n: int | None = None,
                      seed: int = 42, goals: WeightOptions | None = None) -> list[dict[str, Any]]:
-    """Rows ``{prompt, example (JSON), task, answers, index}`` for TRL.
+    """Rows ``{prompt, example (JSON), task, answers, index, example_id}`` for TRL.
 
     ``data`` rows that already carry ``prompt`` and ``example`` (a TRL export) are used as they
     are (their ``answers`` must equal ``answers``); other rows are task examples and get their
@@ -194,8 +194,10 @@ def build_train_rows(task: Any, answers: int, *, data: str | None = None, n: int
             if goals is not None and GOAL_FIELD not in json.loads(text):
                 raise ValueError(f"row {i}: goal-conditioned training needs prompts that state goal weights; "
                                  "re-export with `vpo data export TASK --format trl --method goal_conditioned`")
-            rows.append({"prompt": row["prompt"], "example": text,
-                         "task": task.name, "answers": answers, "index": int(row.get("index", i))})
+            key = row.get("example_id")  # the group key every engine uses for this row's weights
+            rows.append({"prompt": row["prompt"], "example": text, "task": task.name, "answers": answers,
+                         "index": int(row.get("index", i)),
+                         "example_id": str(key) if key is not None else example_key(json.loads(text), "train", i)})
         else:
             example = task.validate(row, i)
             if goals is not None:

@@ -29,9 +29,11 @@ its constructor parameters; default none) and ``answers`` (m; default 1) from ea
 need no Python: every column of that export is what they read.
 
 Shared weights: the K Dirichlet weights of a prompt group are
-``vpo.weights.group_weights([prompt_key], K, D, seed=seed, step=global_step)``, the project's one
-keying, so every rollout of the group and every rank sees the same K vectors without
-communication, and ``VPOReward`` and ``VPOTrainer(estimator="vpo")`` give the same set scores.
+``vpo.weights.group_weights([example_id], K, D, seed=seed, step=global_step)``, the project's one
+keying (``example_id`` is the exported column verl and OpenRLHF key on too; data without it falls
+back to the prompt text, ``prompt_key``), so every rollout of the group and every rank sees the
+same K vectors without communication, and ``VPOReward``, ``VPOTrainer(estimator="vpo")`` and the
+other engines give the same set scores for the same row, seed and step.
 
 Data flows one way in ``VPOTrainer``: ``_calculate_rewards`` decodes each prompt's example once,
 scores the local rollouts with the public hook ``score_rollouts`` (override it to change the
@@ -60,7 +62,7 @@ from accelerate.utils import gather_object
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 from trl import GRPOConfig, GRPOTrainer
 
-from vpo.estimators import WeightOptions, get_spec
+from vpo.estimators import WeightOptions, get_spec, rollout_score
 from vpo.integrations.trl_config import TASK_EPOCHS, RLConfig
 from vpo.tasks.base import Example, Task
 
@@ -78,6 +80,7 @@ __all__ = [
     "group_weights",
     "label_progress",
     "parse_example",
+    "group_keys",
     "prompt_key",
     "score_and_log",
     "task_reward",
@@ -121,6 +124,16 @@ def prompt_key(prompt: str | Sequence[Mapping[str, Any]]) -> str:
     if isinstance(prompt, str):
         return prompt
     return json.dumps(list(prompt), sort_keys=True, ensure_ascii=False, default=str)
+
+
+def group_keys(prompts: Sequence[Any], example_ids: Sequence[Any] | None) -> list[str]:
+    """The group key of each row: its ``example_id`` (the key every engine uses) when the data
+    has that column, else the prompt text."""
+    if example_ids is None:
+        return [prompt_key(p) for p in prompts]
+    if len(example_ids) != len(prompts):
+        raise ValueError(f"column 'example_id' has {len(example_ids)} values for {len(prompts)} completions")
+    return [prompt_key(p) if e is None else str(e) for p, e in zip(prompts, example_ids, strict=True)]
 
 
 def completion_text(completion: str | Sequence[Mapping[str, Any]]) -> str:
@@ -229,9 +242,10 @@ class VPOReward:
 
     ``VPOReward(task, answers=m, seed=0, num_weights=100, alpha=1.0, sampler="iid")`` scores each
     completion with ``task.score_chain(text, example, m)`` -> (m, D) and returns
-    R = mean_k max_i w_k . r_i, with the K weights of a prompt keyed on (seed, prompt, global
-    step) (``group_weights``: identical for all N rollouts of the prompt on every rank). Needs
-    the dataset column ``example``. Logs through TRL's ``log_metric``: ``vpo/objective/<name>``
+    R = mean_k max_i w_k . r_i (``vpo.estimators.set_score``, VPO's registered reduction), with
+    the K weights of a prompt keyed on (seed, example_id, global step) (``group_weights``:
+    identical for all N rollouts of the prompt on every rank; the prompt text keys data without
+    an ``example_id`` column). Needs the dataset column ``example``. Logs through TRL's ``log_metric``: ``vpo/objective/<name>``
     (best answer's value per objective, mean over rollouts), ``vpo/answers_parsed`` and
     ``vpo/duplicate_rate``. The weight options are ``WeightOptions``'s, checked the same way.
     """
@@ -248,7 +262,7 @@ class VPOReward:
         self.options = WeightOptions(num_weights=num_weights, alpha=alpha, sampler=sampler, seed=seed)
 
     def weights(self, prompt: Any, step: int, dim: int) -> np.ndarray:
-        """The (K, D) weights of ``prompt``'s group at ``step``."""
+        """The (K, D) weights of the group keyed ``prompt`` (its example_id or prompt text) at ``step``."""
         o = self.options
         return group_weights(o.seed, prompt_key(prompt), step, o.num_weights, dim, alpha=o.alpha, sampler=o.sampler)
 
@@ -262,15 +276,13 @@ class VPOReward:
         texts = [completion_text(c) for c in completions]
         matrices = score_and_log(self.task, texts, examples, self.answers, kwargs.get("log_metric"))
         cache: dict[tuple[str, int], np.ndarray] = {}
-        row_weights = []
-        for prompt, matrix in zip(prompts, matrices, strict=True):
-            key = (prompt_key(prompt), matrix.shape[1])
-            if key not in cache:
-                cache[key] = self.weights(prompt, step, matrix.shape[1])
-            row_weights.append(cache[key])
-        from vpo.objective import set_scores
-
-        return [float(x) for x in set_scores(matrices, row_weights)] if matrices else []
+        spec = get_spec("vpo")
+        out = []
+        for key, matrix in zip(group_keys(prompts, kwargs.get("example_id")), matrices, strict=True):
+            if (key, matrix.shape[1]) not in cache:
+                cache[key, matrix.shape[1]] = self.weights(key, step, matrix.shape[1])
+            out.append(rollout_score(spec, matrix, weights=cache[key, matrix.shape[1]]))
+        return out
 
 
 class TaskReward:
@@ -344,11 +356,13 @@ def _row_rewards(kind: str, prompts: Sequence[Any], completions: Sequence[Any],
     for i, setting in enumerate(zip(names, params, answers, strict=True)):
         groups.setdefault((str(setting[0]), setting[1] or "{}", setting[2]), []).append(i)
     shared = {k: kwargs[k] for k in ("trainer_state", "log_metric") if k in kwargs}
+    ids = kwargs.get("example_id")
     out = [0.0] * n
     for (name, task_params, m), rows in groups.items():
         reward = _reward_for(kind, name, task_params, m)
         scores = reward([prompts[i] for i in rows], [completions[i] for i in rows],
-                        example=[kwargs["example"][i] for i in rows] if "example" in kwargs else None, **shared)
+                        example=[kwargs["example"][i] for i in rows] if "example" in kwargs else None,
+                        example_id=[ids[i] for i in rows] if ids is not None else None, **shared)
         for i, score in zip(rows, scores, strict=True):
             out[i] = score
     return out
@@ -371,10 +385,6 @@ def vpo_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
 # ----------------------------------------------------------------------------------------------
 # B. GRPOTrainer subclass with pluggable estimators
 # ----------------------------------------------------------------------------------------------
-_SET_BY_TRAINER = frozenset({"rng", "step", "weights", "weight_keys", "goal_weights"})
-"""Estimator options VPOTrainer fills in itself (keyed weights, steps, stated goals)."""
-
-
 class VPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` whose advantages come from a ``vpo.estimators`` estimator computed on the
     gathered (m, D) reward matrices of the whole generation batch.
@@ -386,9 +396,9 @@ class VPOTrainer(GRPOTrainer):
     ``estimator`` is any registered name; what the trainer passes follows its ``EstimatorSpec``:
     ``group_ids`` (G contiguous rows per prompt, in TRL's global order), ``scalar`` (the task's
     fixed scalarisation) where accepted, ``seed`` (default ``args.seed``), ``step`` (the global
-    step, for weights drawn per step) and ``weight_keys`` (the prompts, so the weights are keyed
-    on (seed, prompt, step) exactly as ``VPOReward`` keys them) for estimators with keyed
-    weights, and ``goal_weights`` (read from the examples) for goal-conditioned estimators.
+    step, for weights drawn per step) and ``weight_keys`` (the rows' ``example_id``, else the
+    prompts, so the weights are keyed on (seed, example_id, step) exactly as ``VPOReward``, verl
+    and OpenRLHF key them) for estimators with keyed weights, and ``goal_weights`` (read from the examples) for goal-conditioned estimators.
     ``estimator_options`` are the estimator's other options (``num_weights``, ``alpha``,
     ``sampler``, ``std``, ``eps``, ``degenerate``, ``scale``, ``k``, ...; each estimator's
     defaults are the authors'; TRL's normalisation is ``TRL_NORM``). Diagnostics are logged as
@@ -414,7 +424,7 @@ class VPOTrainer(GRPOTrainer):
         self.vpo_estimator_name = estimator
         self.vpo_estimator = spec.fn
         self.vpo_options = dict(estimator_options or {})
-        clash = sorted(_SET_BY_TRAINER & set(self.vpo_options))
+        clash = sorted(set(spec.injected_options) & set(self.vpo_options))
         if clash:
             raise ValueError(f"estimator_options {clash} are set by VPOTrainer (weights are keyed on (seed, prompt, "
                              "global_step); goal weights come from the examples); remove them")
@@ -452,7 +462,9 @@ class VPOTrainer(GRPOTrainer):
         if len(matrices) != len(completions):
             raise RuntimeError(f"score_rollouts returned {len(matrices)} matrices for {len(completions)} completions")
         goals = [_goal(ex) for ex in examples] if self.vpo_spec.conditions_prompt else [None] * len(matrices)
-        self._vpo_batch = list(zip([prompt_key(p) for p in prompts], matrices, goals, strict=True))
+        keys = group_keys(prompts, [row.get("example_id") for row in inputs] if any(
+            "example_id" in row for row in inputs) else None)
+        self._vpo_batch = list(zip(keys, matrices, goals, strict=True))
         rewards = torch.tensor(self.vpo_reward.from_matrices(matrices), dtype=torch.float32,
                                device=self.accelerator.device).reshape(-1, 1)
         return gather(rewards)
@@ -485,7 +497,8 @@ class VPOTrainer(GRPOTrainer):
     def compute_advantages(self, rewards: Sequence[np.ndarray], keys: Sequence[str], num_generations: int,
                            goals: Sequence[Any] | None = None) -> tuple[np.ndarray, dict[str, float]]:
         """Global advantages (B,) and diagnostics for matrices in TRL's global order (groups of
-        ``num_generations`` contiguous rows, prompts ``keys``). Identical on every rank."""
+        ``num_generations`` contiguous rows, group keys ``keys``: example ids or prompt texts).
+        Identical on every rank."""
         total = len(rewards)
         if total % num_generations:
             raise RuntimeError(f"VPOTrainer: {total} rollouts are not whole groups of {num_generations}")
@@ -502,7 +515,7 @@ class VPOTrainer(GRPOTrainer):
             options.pop("seed", None)
             options["goal_weights"] = np.stack(goals)
         elif spec.weights is not None:
-            # keyed on the prompt text, so two groups of one prompt get its weights, as VPOReward
+            # keyed on the row's example_id, so two groups of one row get its weights, as in every engine
             options["weight_keys"] = list(keys)
             if spec.weights == "per_step":
                 options["step"] = int(self.state.global_step)
