@@ -15,7 +15,8 @@ Rules (docs/algorithm.md §4, answer = space-separated UP/DOWN/LEFT/RIGHT):
 - A word that is ``UP``/``DOWN``/``LEFT``/``RIGHT`` (any case) is one move. A word made only of
   the ASCII letters ``U D L R`` (any case) is one move per letter, so ``"RRDD"``,
   ``"r r d d"`` and ``"D, D -> R"`` work. Every other word (``UPDOWN``, ``I'd``, ``a``, ``R's``,
-  ``Dé``) is a non-move word: ignored by default (the authors' release reads the four move
+  ``Dé``) is a non-move word, and so is a one-letter word between a non-move word and a full move
+  word (``Option D: RIGHT RIGHT``: a label in prose, not a move): ignored by default (the authors' release reads the four move
   words wherever they stand), or, with ``strict``, the whole answer is unparseable.
 
 Why the word rule: before it, the ``d`` of ``I'd`` and the ``ll`` of ``I'll`` were read as
@@ -84,12 +85,18 @@ def _iter_moves(text: str, strict: bool) -> list[str] | None:
     """
     moves: list[str] = []
     common = _COMMON
-    for word in _WORD.findall(text):
+    words = _WORD.findall(text)
+    after_prose = False
+    for i, word in enumerate(words):
         found = common.get(word) or _word_moves(word)
+        if (found is not None and after_prose and len(word) == 1 and i + 1 < len(words)
+                and words[i + 1].upper() in _WORDS):
+            found = None  # a label in prose before a route of full words ("Option D: RIGHT ..."), not a move
         if found is not None:
             moves.extend(found)
         elif strict:
             return None
+        after_prose = found is None
     return moves
 
 
