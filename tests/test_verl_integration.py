@@ -680,15 +680,15 @@ def test_per_step_reward_metrics_from_verls_reward_manager(naive_manager):
     infos, groups = reward_rows(keys, tags, extra)
     assert groups == ["uid0"] * 3 + ["uid1"] * 3 and infos == by_hand
     metrics = reward_step_metrics(infos, groups)
-    # parsed per chain, by hand: three tags, two tags, and the untagged text taken as the one answer
-    assert metrics["vpo/answers_parsed/mean"] == pytest.approx((3 + 2 + 1) / 3)
-    assert metrics["vpo/duplicate_answers/mean"] == pytest.approx(1 / 3)  # the repeated safe route
-    assert metrics["vpo/set_score/mean"] == pytest.approx(np.mean([i["set_score"] for i in by_hand]))
+    # in tags per chain, by hand: three, two, and none (the untagged text is scored, not counted)
+    assert metrics["vpo/answers_parsed"] == pytest.approx((3 + 2 + 0) / 3)
+    # the repeated safe route, among 3 + 2 + 1 scored answers per prompt
+    assert metrics["vpo/duplicate_rate"] == pytest.approx(2 / 12)
+    assert metrics["vpo/set_score"] == pytest.approx(np.mean([i["set_score"] for i in by_hand]))
     for name in task.objective_names(examples[0]):  # completion, gold, diamond, avoid_lava
-        key = f"best_{name}"
-        assert metrics[f"vpo/{key}/mean"] == pytest.approx(np.mean([i[key] for i in by_hand]))
+        assert metrics[f"vpo/objective/{name}"] == pytest.approx(np.mean([i[f"best_{name}"] for i in by_hand]))
     stds = [np.std([i["score"] for i in by_hand[g * 3:(g + 1) * 3]]) for g in range(2)]
-    assert metrics["vpo/group_score_std/mean"] == pytest.approx(np.mean(stds)) and min(stds) > 0.1
+    assert metrics["vpo/group_std"] == pytest.approx(np.mean(stds)) and min(stds) > 0.1
 
 
 def test_verl_main_runs_verls_task_runner_with_reward_metrics():

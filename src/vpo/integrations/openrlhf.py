@@ -38,8 +38,9 @@ With ``group_norm`` only estimators whose spec says ``group_norm`` train as the 
 describes; ``max_at_k`` and ``maxrl`` need their own advantage rules, which OpenRLHF cannot take
 (use verl or TRL for them).
 
-Return: ``{"rewards": float, "scores": float, "extra_logs": {name: float}}`` (the numeric
-fields of ``vpo.integrations.verl.score_rollout``).
+Return: ``{"rewards": float, "scores": float, "extra_logs": {name: float}}``, the logs under
+the names TRL and verl use (``vpo.step_metrics``: ``vpo/answers_parsed``, ``vpo/objective/<name>``,
+``vpo/score_mean``, ...).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from typing import Any
 
 from vpo.estimators.options import WeightOptions
 from vpo.integrations.verl import reward_methods, score_rollout
+from vpo.integrations.verl_recipe import reward_step_metrics
 
 logger = logging.getLogger("vpo.integrations.openrlhf")
 
@@ -188,7 +190,11 @@ def reward_func(queries: Sequence[str], prompts: Sequence[str], labels: Sequence
         print(f"vpo reward_func failed: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
         raise
     score = float(result["score"])
-    extra = {k: float(v) for k, v in result.items() if k != "score" and isinstance(v, int | float)}
+    # the names TRL and verl log (vpo.step_metrics); OpenRLHF averages each over the step's samples
+    # (so vpo/duplicate_rate is a mean of per-sample rates here), and a group's spread needs the
+    # whole group, which one sample does not have
+    extra = {k: v for k, v in reward_step_metrics([result], [0]).items()
+             if k not in ("vpo/group_std", "vpo/frac_zero_std")}
     return {"rewards": score, "scores": score, "extra_logs": extra}
 
 

@@ -216,21 +216,24 @@ def _check_answers(kwargs: Mapping[str, Any], answers: int, reward: str) -> None
 def score_and_log(task: Task, texts: Sequence[str], examples: Sequence[Example], m: int,
                   log: Callable[[str, float], None] | None) -> list[np.ndarray]:
     """The (m, D) matrices of ``texts`` (one parse and one scoring each) and, through ``log``,
-    the chain metrics of that same pass: ``vpo/answers_parsed`` (non-blank answers per chain),
-    ``vpo/duplicate_rate`` (share of them the task's dedup drops) and ``vpo/objective/<name>``
-    (mean over chains of the best answer's value per objective)."""
-    stats: dict[str, int] = {}
-    matrices = [np.asarray(task.score_chain(t, ex, m, stats=stats), dtype=np.float64)
-                for t, ex in zip(texts, examples, strict=True)]
+    the chain metrics of that same pass (``vpo.step_metrics.chain_metrics``, the names every
+    engine logs): ``vpo/answers_parsed`` (answers per chain found in its tags),
+    ``vpo/duplicate_rate`` (share of the answers the task's dedup drops) and
+    ``vpo/objective/<name>`` (mean over chains of the best answer's value per objective)."""
+    from vpo.step_metrics import chain_metrics
+
+    counts = {"answers": [], "parsed": [], "duplicates": []}
+    matrices = []
+    for text, example in zip(texts, examples, strict=True):
+        stats: dict[str, int] = {}
+        matrices.append(np.asarray(task.score_chain(text, example, m, stats=stats), dtype=np.float64))
+        for key, values in counts.items():
+            values.append(stats.get(key, 0))
     if callable(log):
-        parsed = stats.get("answers", 0)
-        log("vpo/answers_parsed", parsed / max(len(texts), 1))
-        log("vpo/duplicate_rate", stats.get("duplicates", 0) / parsed if parsed else 0.0)
         names = task.objective_names(examples[0]) if examples else ()
-        if names and all(mat.shape[1] == len(names) for mat in matrices):
-            best = np.stack([mat.max(axis=0) if mat.size else np.zeros(len(names)) for mat in matrices])
-            for j, name in enumerate(names):
-                log(f"vpo/objective/{name}", float(best[:, j].mean()))
+        best = [mat.max(axis=0) if mat.size else np.zeros(mat.shape[1]) for mat in matrices]
+        for name, value in chain_metrics(**counts, best=best, names=names).items():
+            log(name, value)
     return matrices
 
 
@@ -293,7 +296,7 @@ class TaskReward:
     answers=3)`` (with data whose prompts ask for 3 answers). Reads the ``example`` column, checks
     ``answers`` when present and logs the same chain metrics as ``VPOReward``
     (``vpo/objective/<name>``, ``vpo/answers_parsed``, ``vpo/duplicate_rate``). ``VPOTrainer``
-    logs it as ``rewards/task/mean`` and ``reward``.
+    hands TRL the estimator's own per-rollout score in its place (``reward``, ``rewards/task/mean``).
     """
 
     __name__ = "task"
@@ -453,7 +456,7 @@ class VPOTrainer(GRPOTrainer):
         return score_and_log(self.vpo_task, [completion_text(c) for c in completions], examples, self.vpo_answers,
                              self._log_metric)
 
-    # -- TRL hook 1: score the local rollouts once; TRL's reward is the best answer's scalar -----
+    # -- TRL hook 1: score the local rollouts once; TRL's reward is the estimator's per-rollout score --
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         from accelerate.utils import gather
 
@@ -465,9 +468,30 @@ class VPOTrainer(GRPOTrainer):
         keys = group_keys(prompts, [row.get("example_id") for row in inputs] if any(
             "example_id" in row for row in inputs) else None)
         self._vpo_batch = list(zip(keys, matrices, goals, strict=True))
-        rewards = torch.tensor(self.vpo_reward.from_matrices(matrices), dtype=torch.float32,
+        rewards = torch.tensor(self.rollout_scores(matrices, keys, goals), dtype=torch.float32,
                                device=self.accelerator.device).reshape(-1, 1)
         return gather(rewards)
+
+    def rollout_scores(self, matrices: Sequence[np.ndarray], keys: Sequence[str], goals: Sequence[Any]) -> list[float]:
+        """What TRL logs as ``reward``: the estimator's own per-rollout score (its registered
+        reduction, keyed as the estimator keys its weights), so the headline of a run is the
+        objective it trains; the best answer's fixed scalar for an estimator with no reduction."""
+        from vpo.estimators import WEIGHT_OPTIONS, reduction_context
+
+        spec = self.vpo_spec
+        if spec.reduce is None:
+            return self.vpo_reward.from_matrices(matrices)
+        options = self.vpo_options
+        own = {k: v for k, v in options.items() if k in spec.reduction_options and k not in WEIGHT_OPTIONS}
+        step = int(self.state.global_step)
+        scores = []
+        for matrix, key, goal in zip(matrices, keys, goals, strict=True):
+            context = reduction_context(spec, key=key, dim=matrix.shape[1], seed=options.get("seed", self.args.seed),
+                                        step=step, goal=goal, scalar=self.vpo_task.scalar,
+                                        num_weights=options.get("num_weights"), alpha=options.get("alpha"),
+                                        sampler=options.get("sampler"))
+            scores.append(rollout_score(spec, matrix, **context, **own))
+        return scores
 
     # -- TRL hook 2: replace the advantages with the estimator's, computed on the global batch --
     def _generate_and_score_completions(self, inputs):
@@ -527,7 +551,11 @@ class VPOTrainer(GRPOTrainer):
             raise RuntimeError(f"estimator {self.vpo_estimator_name!r} returned {advantages.shape[0]} "
                                f"advantages for {total} rollouts")
         advantages = np.nan_to_num(advantages, nan=0.0)
-        return advantages, dict(getattr(result, "diagnostics", {}) or {})
+        from vpo.step_metrics import score_metrics
+
+        diagnostics = dict(getattr(result, "diagnostics", {}) or {})
+        diagnostics.update(score_metrics(result.scores, group_ids))  # the names every engine logs
+        return advantages, diagnostics
 
     def _patch_logged_advantages(self, advantages: np.ndarray) -> None:
         logged = self._logs.get("advantages")

@@ -229,7 +229,8 @@ def score_rollout(task_name: str, text: str, example: Mapping[str, Any], *, m: i
     weights, logged for every method), ``fixed_scalar`` (best fixed scalar among the answers),
     ``fixed_scalar_sum``, ``nonzero_answers`` (distinct answers with a non-zero reward vector),
     ``acc`` (1.0 when some answer is solved), ``answers_parsed`` (non-blank answers found in the
-    text, at most m), ``duplicate_answers`` (those dropped as duplicates), ``best_<objective>``
+    chain's tags, at most m), ``scored_answers`` (non-blank answers scored, fallbacks included),
+    ``duplicate_answers`` (those dropped as duplicates), ``best_<objective>``
     per objective for tasks with fixed objective names, and ``objective_best`` (JSON list of the
     per-objective maxima, for every task). The keys depend only on the task class, so they are
     identical for every rollout of a run.
@@ -285,6 +286,7 @@ def score_rollout(task_name: str, text: str, example: Mapping[str, Any], *, m: i
         "nonzero_answers": int(np.count_nonzero(np.any(matrix != 0.0, axis=1))) if matrix.size else 0,
         "acc": float(any(task.solved(row) for row in rows)),
         "answers_parsed": int(parsed.get("answers", 0)),
+        "scored_answers": int(parsed.get("parsed", 0)),
         "duplicate_answers": int(parsed.get("duplicates", 0)),
     }
     if type(task).objectives:  # fixed objective names: one flat key per objective
