@@ -104,3 +104,31 @@ def test_random_weighting_and_goal_conditioning_share_one_w_per_row():
     conditioned, _ = _trl_trainer(task, "goal_conditioned", 1, STEP)(matrices, ids, 4, goals=goals)
     np.testing.assert_allclose(random, conditioned, atol=1e-4)
     assert np.ptp(random) > 0.5
+
+
+def test_the_dotted_path_vpo_reward_reads_the_runs_seed_and_the_rows_weight_options():
+    pytest.importorskip("trl")
+    from vpo.integrations.trl import VPOReward, vpo_reward
+
+    task, rows = _rows(3)
+    columns = {key: [r[key] for r, _, _ in rows] for key in ("task", "task_params", "answers", "example", "example_id")}
+    prompts, texts = [r["prompt"] for r, _, _ in rows], [text for _, _, text in rows]
+    state = SimpleNamespace(global_step=STEP)
+
+    class Run:  # TRL passes its trainer's bound _log_metric; the trainer holds the run's --seed
+        args = SimpleNamespace(seed=9)
+
+        def _log_metric(self, name, value):
+            pass
+
+    by_run = vpo_reward(prompts, texts, **columns, trainer_state=state, log_metric=Run()._log_metric)
+    expected = VPOReward(task, answers=3, seed=9)(prompts, texts, example=columns["example"],
+                                                  example_id=columns["example_id"], trainer_state=state)
+    np.testing.assert_allclose(by_run, expected, atol=1e-12)
+    assert not np.allclose(by_run, vpo_reward(prompts, texts, **columns, trainer_state=state))  # seed 0
+    n = len(rows)
+    by_row = vpo_reward(prompts, texts, **columns, num_weights=[10] * n, alpha=[0.5] * n, seed=[4] * n,
+                        trainer_state=state, log_metric=Run()._log_metric)
+    expected = VPOReward(task, answers=3, seed=4, num_weights=10, alpha=0.5)(
+        prompts, texts, example=columns["example"], example_id=columns["example_id"], trainer_state=state)
+    np.testing.assert_allclose(by_row, expected, atol=1e-12)

@@ -326,14 +326,17 @@ TaskScalarReward = TaskReward
 # ----------------------------------------------------------------------------------------------
 # A'. the same rewards by dotted path, for TRL's own CLI (``trl grpo --reward_funcs``)
 # ----------------------------------------------------------------------------------------------
-_ROW_REWARDS: dict[tuple[str, str, str, int], Any] = {}
-"""One reward object per (kind, task, task parameters, m) the rows name."""
+_ROW_REWARDS: dict[tuple[Any, ...], Any] = {}
+"""One reward object per (kind, task, task parameters, m, weight options) the rows name."""
+
+_WEIGHT_COLUMNS = ("num_weights", "alpha", "sampler", "seed")
+"""Columns a row may carry to set its weight options (``vpo_reward``)."""
 
 
-def _reward_for(kind: str, name: str, params: str, answers: int) -> Any:
+def _reward_for(kind: str, name: str, params: str, answers: int, weights: tuple[tuple[str, Any], ...] = ()) -> Any:
     from vpo.export import make_task
 
-    key = (kind, name, params, answers)
+    key = (kind, name, params, answers, weights)
     if key not in _ROW_REWARDS:
         try:
             decoded = json.loads(params)
@@ -342,27 +345,49 @@ def _reward_for(kind: str, name: str, params: str, answers: int) -> Any:
         if not isinstance(decoded, Mapping):
             raise ValueError(f"column 'task_params' must hold a JSON object, got {params!r}")
         task, _ = make_task(name, decoded)
-        _ROW_REWARDS[key] = VPOReward(task, answers=answers) if kind == "vpo" else TaskReward(task, answers=answers)
+        _ROW_REWARDS[key] = (VPOReward(task, answers=answers, **dict(weights)) if kind == "vpo"
+                             else TaskReward(task, answers=answers))
     return _ROW_REWARDS[key]
+
+
+def _run_seed(kwargs: Mapping[str, Any]) -> int | None:
+    """The seed of the TRL run calling the reward (``--seed``): TRL passes its trainer's bound
+    ``_log_metric`` as ``log_metric``, and the trainer holds the run's arguments."""
+    trainer = getattr(kwargs.get("log_metric"), "__self__", None)
+    seed = getattr(getattr(trainer, "args", None), "seed", None)
+    return int(seed) if isinstance(seed, int) and not isinstance(seed, bool) else None
 
 
 def _row_rewards(kind: str, prompts: Sequence[Any], completions: Sequence[Any],
                  kwargs: Mapping[str, Any]) -> list[float]:
     """Score each row with the reward its ``task``, ``task_params`` and ``answers`` columns name
-    (rows of one setting are scored together, so a mixed dataset works too)."""
+    (rows of one setting are scored together, so a mixed dataset works too). For ``vpo`` the
+    weight options come from the row's ``num_weights``, ``alpha``, ``sampler``, ``seed`` columns
+    when it has them, else the seed is the run's (TRL's ``--seed``) and the rest
+    ``WeightOptions``' defaults."""
     n = len(completions)
     names = _row_values(kwargs, "task", n)
     params = [p if isinstance(p, str) else json.dumps(p or {}, sort_keys=True)
               for p in (kwargs.get("task_params") or [None] * n)]
     answers = [1 if a is None else int(a) for a in (kwargs.get("answers") or [None] * n)]
-    groups: dict[tuple[str, str, int], list[int]] = {}
+    run_seed = _run_seed(kwargs) if kind == "vpo" else None
+
+    def weights_of(i: int) -> tuple[tuple[str, Any], ...]:
+        if kind != "vpo":
+            return ()
+        given = {c: kwargs[c][i] for c in _WEIGHT_COLUMNS if kwargs.get(c) is not None and kwargs[c][i] is not None}
+        if "seed" not in given and run_seed is not None:
+            given["seed"] = run_seed
+        return tuple(sorted((c, v.item() if isinstance(v, np.generic) else v) for c, v in given.items()))
+
+    groups: dict[tuple[Any, ...], list[int]] = {}
     for i, setting in enumerate(zip(names, params, answers, strict=True)):
-        groups.setdefault((str(setting[0]), setting[1] or "{}", setting[2]), []).append(i)
+        groups.setdefault((str(setting[0]), setting[1] or "{}", setting[2], weights_of(i)), []).append(i)
     shared = {k: kwargs[k] for k in ("trainer_state", "log_metric") if k in kwargs}
     ids = kwargs.get("example_id")
     out = [0.0] * n
-    for (name, task_params, m), rows in groups.items():
-        reward = _reward_for(kind, name, task_params, m)
+    for (name, task_params, m, weights), rows in groups.items():
+        reward = _reward_for(kind, name, task_params, m, weights)
         scores = reward([prompts[i] for i in rows], [completions[i] for i in rows],
                         example=[kwargs["example"][i] for i in rows] if "example" in kwargs else None,
                         example_id=[ids[i] for i in rows] if ids is not None else None, **shared)
@@ -380,8 +405,9 @@ def task_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: An
 def vpo_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
     """``VPOReward`` by dotted path (``trl grpo --reward_funcs vpo.integrations.trl.vpo_reward``):
     the set score of each row's m-answer chain (columns ``task``, ``task_params``, ``answers``,
-    ``example``), with ``WeightOptions``' defaults (K = 100, alpha 1, iid, seed 0; for others, pass
-    a ``VPOReward`` object from Python)."""
+    ``example``, ``example_id``). K, alpha, the sampler and the seed come from the row's
+    ``num_weights``, ``alpha``, ``sampler`` and ``seed`` columns when it has them; otherwise the
+    seed is the run's (``trl grpo --seed``) and the others ``WeightOptions``' defaults (100, 1, iid)."""
     return _row_rewards("vpo", prompts, completions, kwargs)
 
 
