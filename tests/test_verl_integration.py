@@ -511,8 +511,36 @@ def test_recipe_env_overrides_and_bad_arguments():
 
 
 # ---------------------------------------------------------------------------------------
-# GDPO: the core estimator with response lengths == verl's own gdpo (issue #12.7)
+# GDPO: the core estimator with response lengths == verl's own gdpo
 # ---------------------------------------------------------------------------------------
+def test_gdpo_through_verls_compute_advantage_on_compute_scores_objectives(maze_rollouts):
+    """verl's trainer step for GDPO: compute_score's per-objective ``best_<name>`` fields as
+    ``gdpo_reward_keys``, the response lengths from verl's batch; equal to the core estimator
+    given the same lengths (token-weighted whitening)."""
+    task, multi, _ = maze_rollouts
+    names = task.objective_names(multi[0][1])
+    infos = [compute_score("maze", text, *maze_row(ex, i, 3)) for i, ex, text in multi]
+    uids = [f"uid-{i}" for i, _, _ in multi]
+    data = as_dataproto([info["score"] for info in infos], uids)
+    mask = data.batch["response_mask"]
+    lengths = mask.sum(-1).long()
+    prompt_len = 4
+    data.batch["prompts"] = torch.zeros(len(uids), prompt_len, dtype=torch.long)
+    data.batch["attention_mask"] = torch.cat([torch.ones(len(uids), prompt_len), mask], dim=1).long()
+    for name in names:
+        data.non_tensor_batch[f"best_{name}"] = np.array([info[f"best_{name}"] for info in infos], dtype=object)
+    config = OmegaConf.create({"gdpo_reward_keys": [f"best_{n}" for n in names], "norm_adv_by_std_in_grpo": True})
+    out = compute_advantage(data, adv_estimator="gdpo", num_repeat=4, config=config)
+    got = out.batch["advantages"][:, 0].double().numpy()
+    matrices = [task.score_chain(text, ex, 3) for _, ex, text in multi]
+    ours = get_estimator("gdpo")(matrices, uids, response_lengths=lengths.numpy())
+    np.testing.assert_allclose(got, ours.advantages, rtol=1e-4, atol=1e-4)
+    assert np.ptp(ours.advantages) > 0.5
+    per_rollout = get_estimator("gdpo")(matrices, uids)  # what an engine without lengths (TRL) computes
+    assert not np.allclose(per_rollout.advantages, ours.advantages, atol=1e-3)
+
+
+
 def test_gdpo_matches_verls_own_gdpo_on_ragged_responses():
     from verl.trainer.ppo.core_algos import compute_gdpo_outcome_advantage
 

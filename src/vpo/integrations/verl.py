@@ -38,8 +38,14 @@ random_weight    1      ``weighted``: w . r, one keyed w per prompt            r
 goal_conditioned 1      ``weighted`` with the w the prompt states              goal_conditioned (or grpo)
 ================ ====== ===================================================== =================
 
-GDPO registers no reduction (it needs the per-objective rewards), so compute_score refuses it;
-verl's own ``gdpo`` estimator reads per-objective rewards that only verl's legacy trainer passes.
+GDPO registers no reduction (it needs the per-objective rewards), so compute_score refuses it
+as a method. verl runs it with its own ``gdpo`` estimator on compute_score's per-objective
+fields: ``algorithm.adv_estimator=gdpo`` and ``+algorithm.gdpo_reward_keys=[best_<name>, ...]``
+(any reward method; the ``best_<name>`` fields are the per-objective maxima over the answers,
+the rollout vector ``vpo.estimators`` gdpo uses). verl passes that estimator the response
+lengths, so its whitening is token-weighted, equal to ``get_estimator("gdpo")(...,
+response_lengths=...)``. TRL passes no lengths (per-rollout whitening, as TRL's own
+``normalize_then_sum``); OpenRLHF cannot run GDPO (one scalar reward per sample).
 
 Advantage estimators: every reward method with an advantage rule (``EstimatorSpec.advantage``)
 except verl's own ``grpo`` is registered in verl under its name (multi-turn rollouts need verl's
