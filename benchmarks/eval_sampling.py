@@ -29,7 +29,7 @@ import time
 import torch
 
 from vpo.demo.config import DemoConfig
-from vpo.demo.format import CompactMazeFormat
+from vpo.tasks.maze.format import CompactMazeFormat
 from vpo.evaluation import sample_pools
 from vpo.models import build_char_tokenizer, build_tiny_llama, resolve_device, resolve_dtype
 from vpo.tasks import get_task

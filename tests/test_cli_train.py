@@ -117,7 +117,7 @@ def test_eval_reads_lora_adapter_checkpoint(tmp_path, capsys):
 def test_train_from_a_demo_checkpoint_keeps_its_format_and_task(tmp_path, capsys):
     # issue #16.2: the compact demo format and the recorded 5x5 task, not the task's own prompts
     pytest.importorskip("trl")
-    from vpo.demo.format import CompactMazeFormat
+    from vpo.tasks.maze.format import CompactMazeFormat
     from vpo.formats import FORMAT_FILE, load_format
     from vpo.models import build_char_tokenizer, build_tiny_llama
 

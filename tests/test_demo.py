@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from vpo.demo.config import QUICK, DemoConfig
-from vpo.demo.format import CompactMazeFormat
+from vpo.tasks.maze.format import CompactMazeFormat
 from vpo.tasks import get_task
 
 
@@ -350,7 +350,7 @@ def test_a_second_demo_in_the_same_folder_is_refused(tmp_path, capsys):
 def test_compact_format_states_goal_weights_and_evaluation_varies_them_per_chain():
     # issue #12.2: goal-conditioned GRPO in the demo
     from vpo.demo.config import DemoConfig
-    from vpo.demo.format import CompactMazeFormat, GoalPerChainFormat
+    from vpo.tasks.maze.format import CompactMazeFormat, GoalPerChainFormat
     from vpo.goals import attach_goal
     from vpo.tasks import get_task
 

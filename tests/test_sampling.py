@@ -307,14 +307,14 @@ def test_eval_rejects_bad_sampling_values_by_flag(checkpoints, tmp_path, capsys)
 # ----- the vLLM adapter's own logic (vLLM itself needs a GPU) -----------------------------------
 
 def test_vllm_requests_share_a_prompt_or_go_per_chain():
-    from vpo.integrations.vllm import plan_requests
+    from vpo.sampling.vllm import plan_requests
 
     assert plan_requests([["p0"] * 3, ["q0", "q1"], ["r"]]) == [(0, [0, 1, 2], (0,)), (1, [0], (1, 0)),
                                                                  (1, [1], (1, 1)), (2, [0], (2,))]
 
 
 def test_vllm_completions_are_read_like_transformers_rows():
-    from vpo.integrations.vllm import read_completion
+    from vpo.sampling.vllm import read_completion
     from vpo.models import build_char_tokenizer
 
     tok = build_char_tokenizer("ab")

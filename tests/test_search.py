@@ -230,7 +230,7 @@ def test_vpo_eval_search_flag_plots_checkpoints_side_by_side(tmp_path, saved_che
 
 # ----- checkpoints that record their task (issue #16.1) ---------------------------------------
 def _compact_checkpoint(folder, size=5):
-    from vpo.demo.format import CompactMazeFormat
+    from vpo.tasks.maze.format import CompactMazeFormat
     from vpo.models import build_char_tokenizer, build_tiny_llama
 
     fmt = CompactMazeFormat(max_answers=3)

@@ -181,7 +181,7 @@ def best_of_n(model: Any, tokenizer: Any, task: Task, example: Example, *, n: in
     score every answer's reward vector and return the best one under ``select``.
 
     ``model``/``tokenizer``: any transformers causal LM and its tokenizer (or None and a
-    ``sampler``, e.g. ``vpo.integrations.vllm.VLLMSampler``). ``fmt``: a prompt format
+    ``sampler``, e.g. ``vpo.sampling.vllm.VLLMSampler``). ``fmt``: a prompt format
     (``vpo.evaluation.PromptFormat``); default the task's own prompts, wrapped in the
     tokenizer's chat template when it has one (``chat=None``) or when ``chat=True``.
     Sampling is ``vpo.evaluation.sample_chains`` (temperature, top-p, ``batch_size`` chains per

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from vpo.demo.config import METHODS, DemoConfig
-from vpo.demo.format import CompactMazeFormat, GoalPerChainFormat
+from vpo.tasks.maze.format import CompactMazeFormat, GoalPerChainFormat
 from vpo.demo.plots import headline_plots
 from vpo.demo.results import build_metrics, oracle_reference
 

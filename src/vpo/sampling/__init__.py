@@ -28,7 +28,7 @@ vLLM, where the automatic batch size depends on the free memory):
   reports made with it.
 
 Backends: ``hf`` (transformers ``generate``, the default and the reference) and ``vllm``
-(``vpo.integrations.vllm``, on a GPU; ``pip install 'vpo[vllm]'``).
+(``vpo.sampling.vllm``, on a GPU; ``pip install 'vpo[vllm]'``).
 
 Shapes: G examples, C chains per example, B chains per generate call, T new tokens, V vocabulary.
 """
@@ -337,7 +337,7 @@ def open_sampler(model: str | Path, options: SamplingOptions) -> tuple[Sampler, 
 
         torch.set_num_threads(options.threads)
     if options.backend == "vllm":
-        from vpo.integrations.vllm import VLLMSampler
+        from vpo.sampling.vllm import VLLMSampler
         from vpo.models import checkpoint_tokenizer
 
         tokenizer = checkpoint_tokenizer(model)
