@@ -45,9 +45,6 @@ and engine presets), ``normalize``, ``group_weights`` (keyed weights per group),
 
 from __future__ import annotations
 
-from vpo.estimators import baselines as _baselines  # noqa: F401  (registers the baselines)
-from vpo.estimators import vpo as _vpo  # noqa: F401  (registers vpo)
-from vpo.estimators.baselines import max_at_k_weights
 from vpo.estimators.common import ZERO_STD, EstimatorResult
 from vpo.estimators.normalize import group_normalize
 from vpo.estimators.options import (GRPO_NORM, OPENRLHF_NORM, TRL_NORM, VPO_NORM, NormOptions,
@@ -56,7 +53,7 @@ from vpo.estimators.reductions import (CONTEXT, fixed_scalar, reduction_context,
                                        set_score, weighted)
 from vpo.estimators.registry import (INJECTED_OPTIONS, WEIGHT_OPTIONS, EstimatorSpec, get_estimator, get_spec,
                                      list_estimators, register_estimator)
-from vpo.estimators.rules import advantages_from_scores, group_norm, max_at_k_rule, maxrl_rule
+from vpo.estimators.rules import advantages_from_scores, group_norm, max_at_k_rule, max_at_k_weights, maxrl_rule
 from vpo.estimators.vpo import vpo_reference
 
 __all__ = [

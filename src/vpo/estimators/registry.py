@@ -186,7 +186,7 @@ def register_estimator(name: str, *, multi_answer: bool = True, reduce: Callable
     against the signature here (``_check_against_signature``); ``vpo.estimators.check.
     check_estimator`` checks the behaviour. The registered callable rejects options that are
     not keyword-only parameters of ``fn`` with a ValueError naming them. Registering a
-    different function under a taken name raises. The defaults (multi-answer, no reduction)
+    function of another module or name under a taken name raises. The defaults (multi-answer, no reduction)
     are the safe ones: an adapter that cannot serve a rule says so instead of running it wrongly.
     """
     if not isinstance(name, str) or not name:
@@ -210,8 +210,9 @@ def register_estimator(name: str, *, multi_answer: bool = True, reduce: Callable
 
         estimator.options = accepted  # type: ignore[attr-defined]
         existing = _REGISTRY.get(name)
-        if existing is not None and getattr(existing.fn, "__wrapped__", None) is not fn:
-            raise ValueError(f"estimator {name!r} is already registered to {existing.fn.__wrapped__!r}")
+        before = getattr(existing.fn, "__wrapped__", None) if existing is not None else None
+        if before is not None and (before.__module__, before.__qualname__) != (fn.__module__, fn.__qualname__):
+            raise ValueError(f"estimator {name!r} is already registered to {before!r}")  # a reload may re-register
         doc = inspect.getdoc(fn) or ""
         _REGISTRY[name] = EstimatorSpec(
             name=name, fn=estimator, multi_answer=bool(multi_answer), reduce=reduce, advantage=advantage,
@@ -224,12 +225,21 @@ def register_estimator(name: str, *, multi_answer: bool = True, reduce: Callable
 
 
 def _load_plugins() -> None:
-    """Import the modules named by entry points of the group ``vpo.estimators`` (once)."""
+    """Import every module of this package (in-tree estimators register themselves on import,
+    so a new module here needs no other edit) and the modules named by entry points of the
+    group ``vpo.estimators`` (once)."""
     global _PLUGINS_LOADED
     if _PLUGINS_LOADED:
         return
     _PLUGINS_LOADED = True
+    import importlib
+    import pkgutil
     from importlib.metadata import entry_points
+
+    import vpo.estimators as package
+
+    for info in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"{package.__name__}.{info.name}")
 
     for ep in entry_points(group="vpo.estimators"):
         try:
