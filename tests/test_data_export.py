@@ -149,7 +149,7 @@ def test_maze_cli_defaults_give_paper_splits(tmp_path):
 
 @pytest.mark.parametrize("task_name", ["musique", "eureqa", "toolcall", "code"])
 def test_splits_do_not_overlap_and_short_splits_are_said(tmp_path, task_name, capsys):
-    # issue #16.4: a source that serves both splits the same rows is split, test first
+    # a source that serves both splits the same rows is split, test first
     from vpo.cli import main
 
     assert main(["data", "export", task_name, "--out", str(tmp_path), "--train", "1000", "--test", "2"]) == 0

@@ -163,7 +163,7 @@ def test_maxrl_hand_case():
 
 
 def test_random_weight_scores_are_w_dot_r_of_the_groups_keyed_weight():
-    # issue #12.1: one w per group (prompt), shared by its rollouts, keyed like VPO's weights
+    # one w per group (prompt), shared by its rollouts, keyed like VPO's weights
     from vpo.weights import group_weights, keyed_simplex, stream_keys
 
     rewards = rows([1.0, 0.0, 0.5], [0.2, 0.2, 0.2], [0.0, 1.0, 0.0])
@@ -183,7 +183,7 @@ def test_identical_rollouts_get_zero_advantages(name):
     groups = [0] * 5 + [1] * 3
     options = {"seed": 0} if get_spec(name).weights else {}
     result = get_estimator(name)(rewards, groups, **options)
-    # random_weight and goal_conditioned too (#12.1): one w per group, so identical answers tie
+    # random_weight and goal_conditioned too: one w per group, so identical answers tie
     np.testing.assert_allclose(result.advantages, 0.0, atol=1e-12)
     assert result.advantages.shape == (8,) and result.scores.shape == (8,)
 
@@ -296,7 +296,7 @@ def test_keyed_vpo_scores_are_set_scores_with_the_keyed_simplex_weights():
 
 
 # ----------------------------------------------------------------------------------------
-# the reference loop, the specs and the options (issue #11), per-group weights (issue #12)
+# the reference loop, the specs and the options, per-group weights
 # ----------------------------------------------------------------------------------------
 @given(st.integers(0, 10**6))
 @settings(max_examples=25, deadline=None)

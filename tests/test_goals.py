@@ -1,4 +1,4 @@
-"""Goal-conditioned GRPO (issue #12.2): the row's weights are stated in its prompt, stored in its
+"""Goal-conditioned GRPO: the row's weights are stated in its prompt, stored in its
 ground truth, and the reward uses exactly them, in TRL, verl and the exports."""
 
 import json

@@ -599,7 +599,7 @@ def test_score_chain_dedups_and_pads():
     assert mat[0].tolist() == [1, 0, 1, 1]
     assert mat[1].tolist() == pytest.approx([1, 1, 1 / 3, 1])
     assert mat[2].tolist() == [0, 0, 0, 0]                    # the duplicate became padding
-    # dedup compares the parsed move lists (docs/algorithm.md §3, issue #12.6): moves after E make a
+    # dedup compares the parsed move lists (docs/algorithm.md §3): moves after E make a
     # different route (same vector, so it counts for Multi-RLVR); an identical route does not
     padded = f"<route_1>{DIAMOND_ROUTE}</route_1><route_2>{DIAMOND_ROUTE} UP UP</route_2>"
     both = task.score_chain(padded, ex, 3)

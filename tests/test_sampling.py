@@ -2,7 +2,7 @@
 replayed exactly, option checks that fail before any model loads, and the vLLM adapter's pure parts.
 
 The pinned numbers below were recorded with ``vpo eval`` and ``vpo search best-of-n`` at commit
-0120449 (before issue #14 item 1), on the checkpoints ``letters_checkpoint`` builds.
+0120449 (before chains were seeded one by one), on the checkpoints ``letters_checkpoint`` builds.
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ def test_sampler_checks_its_arguments(checkpoints):
         HFSampler(model, tok).generate([["x"]], temperature=0.0, top_p=1.0, max_new_tokens=4, seed=0)
 
 
-# ----- the old stream, replayed (issue #14.1: same numbers as before) ---------------------------
+# ----- the old stream, replayed (same numbers as before) -------------------------------------------
 
 OLD_EVAL_M1_TEXTS = [
     ["R7g<ans_2>", "/6<ans_1>834EE_", "j<ans_1>eehA4>j", "R</ans_1>Eaa684gW", "e9", "48Eeg9_R8"],

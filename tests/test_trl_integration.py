@@ -285,7 +285,7 @@ def test_rl_config_presets():
         RLConfig(num_generations=1).to_grpo_config("o")
 
 
-# ---- TaskReward and the dotted-path rewards (issue #14.3) ------------------------------------
+# ---- TaskReward and the dotted-path rewards ------------------------------------
 def test_task_reward_is_the_best_answers_fixed_scalar(task):
     logged = {}
     reward = TaskReward(task, answers=2)
@@ -409,7 +409,7 @@ def test_trl_grpo_command_with_dotted_path_rewards(tmp_path):
 
 
 def test_stage_progress_labels_the_bar_and_can_keep_logs_off_the_terminal(capsys):
-    # issue #16.13: every progress bar names its stage
+    # every progress bar names its stage
     from transformers import TrainerControl, TrainerState
 
     from vpo.integrations.trl import StageProgress

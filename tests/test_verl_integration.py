@@ -432,7 +432,7 @@ def test_compute_score_serves_every_task_with_fixed_keys(name):
 
 
 def test_random_weight_shares_one_w_per_prompt():
-    # issue #12.1: one w per prompt (dataset row), shared by all its rollouts, fixed for the run
+    # one w per prompt (dataset row), shared by all its rollouts, fixed for the run
     task = get_task("maze", **MAZE_PARAMS)
     ex = task.examples("train", 1, seed=3)[0]
     r = routes(ex)
@@ -570,7 +570,7 @@ def test_gdpo_matches_verls_own_gdpo_on_ragged_responses():
 
 
 # ---------------------------------------------------------------------------------------
-# recipes: attention, memory and validation settings pass verl's own checks (issue #14.4)
+# recipes: attention, memory and validation settings pass verl's own checks
 # ---------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):

@@ -383,7 +383,7 @@ def run_search_eval(checkpoints: Sequence[tuple[str, Any]], task: Task, examples
 
     Sampling: with ``seeding="chain"`` every example's chains are sampled in the same batched
     calls (``options.batch_size`` chains each), chain c of example i seeded by (seed, i, c), as
-    ``vpo eval`` does; ``seeding="batch"`` replays the stream of vpo before issue #14 (one call
+    ``vpo eval`` does; ``seeding="batch"`` replays the older per-call stream (one call
     per example, seeded ``seed + i``). The JSON holds per label the curves with their 95%
     intervals over examples and, per example, the selected answer's index, score and reward vector.
     """

@@ -177,7 +177,7 @@ def build_metrics(cfg: DemoConfig, task: Any, methods: list[str], seeds: list[in
     }
     metrics["paper"], metrics["comparison"] = _paper_tables(entries, methods, pool, cfg)
     metrics["findings"] = findings(entries, paired_rows, methods, pool, cfg)
-    if cfg.quick:  # a smoke test's numbers say nothing about the method (issue #16.5)
+    if cfg.quick:  # a smoke test's numbers say nothing about the method
         metrics["findings"].insert(0, SMOKE_TEST)
         metrics["intro"] = SMOKE_TEST + " " + metrics["intro"]
     oracle = evaluated.get("oracle")

@@ -82,7 +82,7 @@ def _done(path: Path) -> dict[str, Any] | None:
 
 def lock_folder(out: Path) -> Any:
     """Hold an exclusive lock on ``out`` for this process (released when it exits or the returned
-    file is closed): two demos in one folder would race on the same checkpoints (issue #16.10)."""
+    file is closed): two demos in one folder would race on the same checkpoints."""
     import fcntl
 
     out.mkdir(parents=True, exist_ok=True)

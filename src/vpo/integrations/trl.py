@@ -42,7 +42,7 @@ task scalar as TRL's reward; ``_generate_and_score_completions`` gathers the mat
 replaces TRL's advantages with the estimator's.
 
 ``VPOTrainer`` relies on two private TRL methods, ``_calculate_rewards`` and
-``_generate_and_score_completions`` (maintainer-endorsed for subclassing, TRL #4525);
+``_generate_and_score_completions`` (the TRL maintainers endorse overriding them in subclasses);
 ``check_trl_hooks`` verifies their signatures at construction and fails with a clear message if
 a TRL release changed them.
 """
