@@ -66,7 +66,8 @@ def test_check_estimator_catches_a_reduction_that_is_not_the_scores():
         scores = np.array([rollout_score(get_spec("vpo"), m, **reduction_context(
             get_spec("vpo"), key=k, dim=np.asarray(m).shape[1], seed=seed, step=step, num_weights=num_weights))
             for m, k in zip(rewards, weight_keys or group_ids)])
-        return EstimatorResult(group_norm(scores, group_ids, std=std, eps=eps, degenerate=degenerate, scale=scale), scores)
+        advantages = group_norm(scores, group_ids, std=std, eps=eps, degenerate=degenerate, scale=scale)
+        return EstimatorResult(advantages, scores)
 
     with pytest.raises(AssertionError, match=r"check_estimator\('misreduced'\): its reduction _first_answer_mean"):
         check_estimator("misreduced")

@@ -378,7 +378,8 @@ def test_naive_reward_manager_fails_loudly_on_a_misconfigured_row(naive_manager)
     ex = task.examples("train", 1, seed=7)[0]
     truth, extra = maze_row(ex, 5, 3)
     with pytest.raises(ValueError, match=r"extra_info\.example_id"):
-        run_naive(naive_manager, "maze", "UP", truth, {k: v for k, v in extra.items() if k not in ("index", "example_id")})
+        unkeyed = {k: v for k, v in extra.items() if k not in ("index", "example_id")}
+        run_naive(naive_manager, "maze", "UP", truth, unkeyed)
     with pytest.raises(ValueError, match=r"reward_kwargs\.m=3.*extra_info\.answers=1"):
         run_naive(naive_manager, "maze", "UP", truth, {**extra, "answers": 1})
 

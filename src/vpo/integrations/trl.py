@@ -248,9 +248,9 @@ class VPOReward:
     R = mean_k max_i w_k . r_i (``vpo.estimators.set_score``, VPO's registered reduction), with
     the K weights of a prompt keyed on (seed, example_id, global step) (``group_weights``:
     identical for all N rollouts of the prompt on every rank; the prompt text keys data without
-    an ``example_id`` column). Needs the dataset column ``example``. Logs through TRL's ``log_metric``: ``vpo/objective/<name>``
-    (best answer's value per objective, mean over rollouts), ``vpo/answers_parsed`` and
-    ``vpo/duplicate_rate``. The weight options are ``WeightOptions``'s, checked the same way.
+    an ``example_id`` column). Needs the dataset column ``example``. Logs through TRL's
+    ``log_metric``: ``vpo/objective/<name>`` (best answer's value per objective, mean over
+    rollouts), ``vpo/answers_parsed`` and ``vpo/duplicate_rate``. The weight options are ``WeightOptions``'s, checked the same way.
     """
 
     __name__ = "vpo"
@@ -427,7 +427,8 @@ class VPOTrainer(GRPOTrainer):
     fixed scalarisation) where accepted, ``seed`` (default ``args.seed``), ``step`` (the global
     step, for weights drawn per step) and ``weight_keys`` (the rows' ``example_id``, else the
     prompts, so the weights are keyed on (seed, example_id, step) exactly as ``VPOReward``, verl
-    and OpenRLHF key them) for estimators with keyed weights, and ``goal_weights`` (read from the examples) for goal-conditioned estimators.
+    and OpenRLHF key them) for estimators with keyed weights, and ``goal_weights`` (read from
+    the examples) for goal-conditioned estimators.
     ``estimator_options`` are the estimator's other options (``num_weights``, ``alpha``,
     ``sampler``, ``std``, ``eps``, ``degenerate``, ``scale``, ``k``, ...; each estimator's
     defaults are the authors'; TRL's normalisation is ``TRL_NORM``). Diagnostics are logged as

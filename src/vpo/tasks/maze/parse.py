@@ -16,8 +16,9 @@ Rules (docs/algorithm.md §4, answer = space-separated UP/DOWN/LEFT/RIGHT):
   the ASCII letters ``U D L R`` (any case) is one move per letter, so ``"RRDD"``,
   ``"r r d d"`` and ``"D, D -> R"`` work. Every other word (``UPDOWN``, ``I'd``, ``a``, ``R's``,
   ``Dé``) is a non-move word, and so is a one-letter word between a non-move word and a full move
-  word (``Option D: RIGHT RIGHT``: a label in prose, not a move): ignored by default (the authors' release reads the four move
-  words wherever they stand), or, with ``strict``, the whole answer is unparseable.
+  word (``Option D: RIGHT RIGHT``: a label in prose, not a move): ignored by default (the
+  authors' release reads the four move words wherever they stand), or, with ``strict``, the
+  whole answer is unparseable.
 
 Why the word rule: before it, the ``d`` of ``I'd`` and the ``ll`` of ``I'll`` were read as
 DOWN and LEFT LEFT, so ordinary prose around a route changed the route. Parsing is one linear
