@@ -250,7 +250,8 @@ class VPOReward:
     identical for all N rollouts of the prompt on every rank; the prompt text keys data without
     an ``example_id`` column). Needs the dataset column ``example``. Logs through TRL's
     ``log_metric``: ``vpo/objective/<name>`` (best answer's value per objective, mean over
-    rollouts), ``vpo/answers_parsed`` and ``vpo/duplicate_rate``. The weight options are ``WeightOptions``'s, checked the same way.
+    rollouts), ``vpo/answers_parsed`` and ``vpo/duplicate_rate``. The weight options are
+    ``WeightOptions``'s, checked the same way.
     """
 
     __name__ = "vpo"
