@@ -455,9 +455,10 @@ class VPOTrainer(GRPOTrainer):
         self.vpo_estimator_name = estimator
         self.vpo_estimator = spec.fn
         self.vpo_options = dict(estimator_options or {})
-        clash = sorted(set(spec.injected_options) & set(self.vpo_options))
+        # a Python caller may give its own fixed scalar; the other injected options are the trainer's
+        clash = sorted((set(spec.injected_options) - {"scalar"}) & set(self.vpo_options))
         if clash:
-            raise ValueError(f"estimator_options {clash} are set by VPOTrainer (weights are keyed on (seed, prompt, "
+            raise ValueError(f"estimator_options {clash} are set by VPOTrainer (weights are keyed on (seed, example_id, "
                              "global_step); goal weights come from the examples); remove them")
         unknown = sorted(set(self.vpo_options) - set(spec.options))
         if unknown:
@@ -515,7 +516,7 @@ class VPOTrainer(GRPOTrainer):
         scores = []
         for matrix, key, goal in zip(matrices, keys, goals, strict=True):
             context = reduction_context(spec, key=key, dim=matrix.shape[1], seed=options.get("seed", self.args.seed),
-                                        step=step, goal=goal, scalar=self.vpo_task.scalar,
+                                        step=step, goal=goal, scalar=options.get("scalar", self.vpo_task.scalar),
                                         num_weights=options.get("num_weights"), alpha=options.get("alpha"),
                                         sampler=options.get("sampler"))
             scores.append(rollout_score(spec, matrix, **context, **own))
