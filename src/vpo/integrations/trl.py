@@ -458,8 +458,8 @@ class VPOTrainer(GRPOTrainer):
         # a Python caller may give its own fixed scalar; the other injected options are the trainer's
         clash = sorted((set(spec.injected_options) - {"scalar"}) & set(self.vpo_options))
         if clash:
-            raise ValueError(f"estimator_options {clash} are set by VPOTrainer (weights are keyed on (seed, example_id, "
-                             "global_step); goal weights come from the examples); remove them")
+            raise ValueError(f"estimator_options {clash} are set by VPOTrainer (weights are keyed on (seed, "
+                             "example_id, global_step); goal weights come from the examples); remove them")
         unknown = sorted(set(self.vpo_options) - set(spec.options))
         if unknown:
             raise ValueError(f"estimator {estimator!r} does not accept option(s) {unknown}; "
