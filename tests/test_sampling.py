@@ -188,7 +188,7 @@ def _eval(model, out, *extra):
 
 
 @pytest.mark.parametrize("seeding", [["--seeding", "batch"], []], ids=["batch", "default"])
-def test_vpo_eval_with_seeding_batch_reproduces_the_numbers_before_issue_14(checkpoints, tmp_path, seeding):
+def test_vpo_eval_with_seeding_batch_reproduces_the_numbers_before_chain_seeding(checkpoints, tmp_path, seeding):
     # the default (--seeding auto) is the old stream for --backend hf on CPU
     for extra, texts, numbers in ((["--answers", "1"], OLD_EVAL_M1_TEXTS, OLD_EVAL_M1),
                                   (["--answers", "2", "--batch-size", "4"], OLD_EVAL_M2_B4_TEXTS, OLD_EVAL_M2_B4)):
@@ -198,7 +198,7 @@ def test_vpo_eval_with_seeding_batch_reproduces_the_numbers_before_issue_14(chec
             assert entry[key]["mean"] == pytest.approx(value, abs=1e-12), key
 
 
-def test_vpo_search_with_seeding_batch_reproduces_the_numbers_before_issue_14(checkpoints, tmp_path):
+def test_vpo_search_with_seeding_batch_reproduces_the_numbers_before_chain_seeding(checkpoints, tmp_path):
     from vpo.cli import main
 
     assert main(["search", "best-of-n", "--task", "sampling-letters", "--model", ",".join(checkpoints),
