@@ -82,3 +82,49 @@ def test_check_estimator_catches_batch_dependent_weights():
 
     with pytest.raises(AssertionError, match="change with the rest of the batch|not permutation"):
         check_estimator("batch_drawn")
+
+
+def test_a_module_dropped_into_the_package_registers_itself(tmp_path, monkeypatch):
+    """In-tree estimators and tasks need no import edit: every module of the package loads on
+    first use of the registry (a temporary folder stands in for a new file in the package)."""
+    import sys
+
+    import vpo.estimators as estimators
+    import vpo.tasks as tasks
+    from vpo.estimators import registry
+
+    (tmp_path / "est").mkdir()
+    (tmp_path / "est" / "dropped_in.py").write_text(
+        "import numpy as np\n"
+        "from vpo.estimators import EstimatorResult, fixed_scalar, group_norm, register_estimator\n"
+        "@register_estimator('dropped_in', multi_answer=False, reduce=fixed_scalar, advantage=group_norm)\n"
+        "def dropped_in(rewards, group_ids, *, scalar=None, std='sample', eps=1e-6, degenerate='raw', "
+        "scale='group'):\n"
+        "    scores = np.array([fixed_scalar(m, scalar=scalar) for m in rewards])\n"
+        "    return EstimatorResult(group_norm(scores, group_ids, std=std, eps=eps, degenerate=degenerate, "
+        "scale=scale), scores)\n")
+    (tmp_path / "task").mkdir()
+    (tmp_path / "task" / "dropped_task.py").write_text(
+        "import numpy as np\n"
+        "from vpo.chains import RewriteRule\n"
+        "from vpo.tasks import Task, register_task\n"
+        "@register_task('dropped_task')\n"
+        "class DroppedTask(Task):\n"
+        "    objectives = ('x',)\n"
+        "    rewrite_rule = RewriteRule('dropped', template='{m} answers in <{tag}_i>', pattern='A:', tag='a')\n"
+        "    def prompt_single(self, example):\n"
+        "        return 'A:'\n"
+        "    def score(self, text, example):\n"
+        "        return np.array([float('x' in text)])\n")
+    monkeypatch.setattr(estimators, "__path__", [*estimators.__path__, str(tmp_path / "est")])
+    monkeypatch.setattr(tasks, "__path__", [*tasks.__path__, str(tmp_path / "task")])
+    monkeypatch.setattr(registry, "_PLUGINS_LOADED", False)
+    # the two registries get back their own dicts afterwards: the rest of the suite never sees these
+    monkeypatch.setattr(registry, "_REGISTRY", registry._REGISTRY.copy())
+    monkeypatch.setattr(tasks, "_REGISTRY", tasks._REGISTRY.copy())
+    for name in ("vpo.estimators.dropped_in", "vpo.tasks.dropped_task"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    assert "dropped_in" in list_estimators()
+    check_estimator("dropped_in")
+    assert tasks.get_task("dropped_task").score("x", {}).tolist() == [1.0]
+    assert "dropped_task" in tasks.list_tasks()
