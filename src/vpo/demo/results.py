@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from vpo.demo.config import METHODS, DemoConfig
-from vpo.demo.format import CompactMazeFormat
+from vpo.tasks.maze.format import CompactMazeFormat
 
 PAPER = {"grpo": 0.432, "max_at_k": 0.577, "multi_rlvr": 0.436, "vpo": 0.593}
 """The paper's maze best@30 (9x9, Qwen3-4B), docs/algorithm.md §6."""
@@ -177,7 +177,7 @@ def build_metrics(cfg: DemoConfig, task: Any, methods: list[str], seeds: list[in
     }
     metrics["paper"], metrics["comparison"] = _paper_tables(entries, methods, pool, cfg)
     metrics["findings"] = findings(entries, paired_rows, methods, pool, cfg)
-    if cfg.quick:  # a smoke test's numbers say nothing about the method (issue #16.5)
+    if cfg.quick:  # a smoke test's numbers say nothing about the method
         metrics["findings"].insert(0, SMOKE_TEST)
         metrics["intro"] = SMOKE_TEST + " " + metrics["intro"]
     oracle = evaluated.get("oracle")
