@@ -683,13 +683,13 @@ def score_chains(reward_funcs: Any, prompts: Sequence[Any], completions: Sequenc
                  reward_names: Sequence[Any] | None = None, scaling: Any = None,
                  group_ids: Sequence[Hashable] | None = None, reward_processing_classes: Any = None,
                  call: Callable[..., Any] | None = None, tag: Any = _DEFAULT_TAG,
-                 **columns: Sequence[Any]) -> ChainRewards:
+                 failures: RewardFailures | None = None, **columns: Sequence[Any]) -> ChainRewards:
     """The (M, D) reward matrix of each of B m-answer ``completions``, scored by ``reward_funcs``.
 
     ``prompts`` (B,) are the single-answer prompts the functions see; ``columns`` are dataset
     columns (B,) each, repeated per answer. ``group_ids`` (B,) defaults to ``group_keys`` (the
     ``example_id`` column, else the prompt). ``scaling``: see ``SCALINGS`` (None: no scaling).
-    ``call``: see ``score_answers``. ``tag``: the chains' numbered tag; by default ``CHAIN_TAG``
+    ``call`` and ``failures``: see ``score_answers``. ``tag``: the chains' numbered tag; by default ``CHAIN_TAG``
     for m > 1, and at m = 1 the whole completion is the one answer, as ``GRPOTrainer`` and
     ``VPOTrainer`` score it (pass ``tag=CHAIN_TAG`` to read a tagged single answer). Raises
     ValueError for misaligned inputs or bad options.
@@ -700,7 +700,8 @@ def score_chains(reward_funcs: Any, prompts: Sequence[Any], completions: Sequenc
     if tag is _DEFAULT_TAG:
         tag = CHAIN_TAG if answers > 1 else None
     scored = score_answers(reward_funcs, prompts, completions, answers, reward_names=reward_names,
-                           reward_processing_classes=reward_processing_classes, call=call, tag=tag, **columns)
+                           reward_processing_classes=reward_processing_classes, call=call, tag=tag,
+                           failures=failures, **columns)
     groups = group_keys(prompts, columns) if group_ids is None else list(group_ids)
     return finish_chains(scored, answers, groups, scaling=scaling)
 

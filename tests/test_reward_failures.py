@@ -1,0 +1,118 @@
+"""``vpo.reward_failures`` on its own (no engine): sync, async and multi-head functions, None is not
+a failure, the per-thread count, the window check, and the own_rewards task under the policy."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from vpo.reward_failures import RewardFailureError, RewardFailurePolicy, RewardFailures
+from vpo.rewards import score_chains
+
+
+def picky(completions, **kwargs):
+    """Raises on "x", NaN on "n", inf on "i", None on "-", else 1."""
+    if any("x" in c for c in completions):
+        raise ZeroDivisionError("x")
+    return [math.nan if c == "n" else math.inf if c == "i" else None if c == "-" else 1.0 for c in completions]
+
+
+def test_sync_failures_score_zero_none_passes_and_counts():
+    failures = RewardFailures(RewardFailurePolicy(max_failure_rate=1.0))
+    out = failures.guard(picky, "picky")(prompts=["p"] * 5, completions=["a", "x", "n", "i", "-"])
+    assert out == [1.0, 0.0, 0.0, 0.0, None]
+    assert failures.end_step() == {"vpo/reward_failures": 3.0, "vpo/reward_failures/picky": 3.0}
+    assert failures.end_step() == {"vpo/reward_failures": 0.0, "vpo/reward_failures/picky": 0.0}  # a fresh step
+
+
+def test_async_and_multi_head_functions():
+    async def slow_async(completions, **kwargs):
+        if "z" in completions:
+            await asyncio.sleep(5)
+        return [[1.0, math.nan] if c == "n" else [0.5, 0.5] for c in completions]
+
+    failures = RewardFailures(RewardFailurePolicy(max_failure_rate=1.0, time_limit=0.2))
+    guarded = failures.guard(slow_async, "pair", width=2)
+    assert asyncio.iscoroutinefunction(guarded)  # TRL runs it with its async functions
+    start = time.monotonic()
+    out = asyncio.run(guarded(prompts=["p"] * 3, completions=["a", "z", "n"]))
+    assert time.monotonic() - start < 2  # cancelled at the limit
+    assert out == [[0.5, 0.5], [0.0, 0.0], [1.0, 0.0]]
+    assert failures.end_step()["vpo/reward_failures/pair"] == 2
+
+
+def test_threshold_message_and_window():
+    failures = RewardFailures(RewardFailurePolicy(max_failure_rate=0.5, window=4))
+    guarded = failures.guard(picky, "picky")
+    guarded(prompts=["p"] * 2, completions=["x", "a"])
+    failures.tick()  # 2 calls: the window is not full
+    guarded(prompts=["p"] * 2, completions=["n", "x"])
+    with pytest.raises(RewardFailureError, match=r"3 of 4 reward calls .* 'picky' \(3\).*max_failure_rate=0.5"):
+        failures.tick()
+    failures.tick(step=1)
+    guarded(prompts=["p"], completions=["x"])
+    with pytest.raises(RewardFailureError):
+        failures.tick(step=2)  # a new step closes the last one
+
+
+def test_per_thread_count_and_traceback_once(caplog):
+    caplog.set_level(logging.WARNING, logger="vpo.rewards")
+    failures = RewardFailures(RewardFailurePolicy(max_failure_rate=1.0))
+    guarded = failures.guard(picky, "picky")
+    counts = {}
+
+    def rollout(name, completions):
+        mine = failures.track()
+        guarded(prompts=["p"] * len(completions), completions=completions)
+        counts[name] = dict(mine)
+
+    threads = [threading.Thread(target=rollout, args=(i, ["x"] * i + ["a"])) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert counts == {i: {"picky": i} for i in range(4)}
+    assert sum("ZeroDivisionError" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_time_limit_abandons_a_hanging_call():
+    release = threading.Event()
+
+    def hangs(completions, **kwargs):
+        if "h" in completions:
+            release.wait(10)
+        return [1.0] * len(completions)
+
+    failures = RewardFailures(RewardFailurePolicy(max_failure_rate=1.0, time_limit=0.2))
+    start = time.monotonic()
+    out = failures.guard(hangs, "hangs")(prompts=["p"] * 4, completions=["a", "h", "b", "h"])
+    assert time.monotonic() - start < 1.5  # the batch call, then its answers at once: about 2 limits
+    release.set()
+    assert out == [1.0, 0.0, 1.0, 0.0]
+
+
+def test_score_chains_and_own_rewards_task_under_the_policy():
+    from vpo.tasks.own_rewards import OwnRewardsTask
+
+    failures = RewardFailures(RewardFailurePolicy(max_failure_rate=1.0))
+    chains = ["<response_1>a</response_1><response_2>x</response_2>", "<response_1>-</response_1>"]
+    with pytest.raises(ZeroDivisionError):  # no policy: the function's error is the caller's
+        score_chains([picky], ["q", "q"], chains, answers=2)
+    result = score_chains([picky], ["q", "q"], chains, answers=2, failures=failures)
+    np.testing.assert_array_equal(result.matrices[0], [[1.0], [0.0]])
+    assert failures.end_step()["vpo/reward_failures/picky"] == 1
+    task = OwnRewardsTask([picky], max_failure_rate=0.9, time_limit=5)
+    example = {"prompt": "q"}
+    np.testing.assert_array_equal(task.score_chain("<response_1>x</response_1><response_2>a</response_2>",
+                                                   example, 2), [[0.0], [1.0]])
+    assert task.failures.end_step()["vpo/reward_failures"] == 1
+    with pytest.raises(ValueError, match="max_failure_rate"):
+        OwnRewardsTask([picky], max_failure_rate=-0.1)
+    with pytest.raises(ValueError, match="window"):
+        RewardFailurePolicy(window=0)
