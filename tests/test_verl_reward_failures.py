@@ -106,7 +106,6 @@ def test_failures_past_the_rate_stop_the_run_naming_function_count_and_option(us
     pair = manager(user_file, max_failure_rate=0.4, failure_window=4)
     bad = "<response_1>boom 1</response_1><response_2>boom 2</response_2><response_3>apple</response_3>"
     run_naive(pair, "my_data", bad, "apple", {"index": 0, "answers": 3})  # 2 of 3 calls: the window is not full
-    run_naive(pair, "my_data", bad, "apple", {"index": 1, "answers": 3})  # 4 of 6: full, checked at the next call
     with pytest.raises(RewardFailureError, match=r"4 of 6 reward calls failed .*'compute_score' \(4\).*"
                                                  r"max_failure_rate=0.4"):
-        run_naive(pair, "my_data", bad, "apple", {"index": 2, "answers": 3})
+        run_naive(pair, "my_data", bad, "apple", {"index": 1, "answers": 3})  # 4 of 6: the window is full

@@ -174,7 +174,8 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
                "extra_info": info}
     step = info.get("global_steps")
     step = FIXED if step is None else int(step.item() if isinstance(step, np.generic) else step)
-    task.failures.tick(None if step is FIXED else step)  # a new step (or a full window) checks the last one
+    if step is not FIXED:
+        task.failures.tick(step)  # a new step checks the last one (the task checks each window of calls)
     failed = task.failures.track()
     out = score_rollout(task, solution_str, example, m=m, key=key, method=method, num_weights=num_weights,
                         alpha=alpha, sampler=sampler, seed=seed, step=step,

@@ -146,6 +146,7 @@ class OwnRewardsTask(FileTask):
         outputs = call_reward_funcs(self.reward_funcs, [prompt] * n, [single_answer(form, a) for a in answers],
                                     columns, reward_processing_classes=self.reward_processing_classes,
                                     failures=self.failures)
+        self.failures.tick()  # a task knows no step: the failure rate is checked over each window of calls
         widths = [1 if np.ndim(out) == 1 else np.shape(out)[1] for out in outputs]
         names = objective_names(self.reward_funcs, self.reward_names, widths)
         if self._names is None:
