@@ -116,3 +116,14 @@ def test_score_chains_and_own_rewards_task_under_the_policy():
         OwnRewardsTask([picky], max_failure_rate=-0.1)
     with pytest.raises(ValueError, match="window"):
         RewardFailurePolicy(window=0)
+
+
+def test_a_broken_contract_is_raised_not_scored():
+    from vpo.reward_failures import RewardContractError
+
+    def short(completions, **kwargs):
+        return [1.0]
+
+    guarded = RewardFailures(RewardFailurePolicy(time_limit=1.0)).guard(short, "short")
+    with pytest.raises(RewardContractError, match="returned 1 rewards for 2 answers"):
+        guarded(prompts=["p"] * 2, completions=["a", "b"])

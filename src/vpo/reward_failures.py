@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FAILURE_METRIC", "RewardFailureError", "RewardFailurePolicy", "RewardFailures"]
+__all__ = ["FAILURE_METRIC", "RewardContractError", "RewardFailureError", "RewardFailurePolicy", "RewardFailures"]
 
 FAILURE_METRIC = "vpo/reward_failures"
 """The metric of failed reward calls; ``vpo/reward_failures/<name>`` per function."""
@@ -77,6 +77,11 @@ class RewardFailurePolicy:
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int | float)
                                   or not math.isfinite(limit) or limit <= 0):
             raise ValueError(f"time_limit must be None or a positive number of seconds, got {limit!r}")
+
+
+class RewardContractError(ValueError):
+    """A reward function (or VPO's adapter of it) broke its contract: a wrong number of rewards,
+    a missing reward key. A setup error, raised as it is rather than scored 0."""
 
 
 class NonFiniteReward(ValueError):
@@ -180,6 +185,8 @@ class RewardFailures:
         limit = self.policy.time_limit
         try:
             return self._clean(name, _checked(_run_limited(func, kwargs, limit), n, name), n)
+        except RewardContractError:
+            raise
         except Exception as err:  # noqa: BLE001 - every failure of a user's function is scored, not raised
             self.report(name, err)
             if n == 1:
@@ -188,12 +195,14 @@ class RewardFailures:
             timed_out = isinstance(err, TimeoutError)
         rows = [_row_kwargs(kwargs, p, n) for p in range(n)]
         if limit is not None and timed_out:
-            results = _run_parallel(func, rows, limit)
+            results = _run_parallel(func, rows, limit, name)
         else:
             results = []
             for row in rows:
                 try:
                     results.append(_checked(_run_limited(func, row, limit), 1, name)[0])
+                except RewardContractError:
+                    raise
                 except Exception as one:  # noqa: BLE001
                     results.append(one)
         return self._merge(name, zero, results)
@@ -207,6 +216,8 @@ class RewardFailures:
 
         try:
             return self._clean(name, await run(kwargs, n), n)
+        except RewardContractError:
+            raise
         except Exception as err:  # noqa: BLE001
             self.report(name, err)
             if n == 1:
@@ -220,6 +231,8 @@ class RewardFailures:
         failed = 0
         out: list[Any] = []
         for result in results:
+            if isinstance(result, RewardContractError):
+                raise result
             if isinstance(result, BaseException):
                 self.report(name, result)
                 failed += 1
@@ -247,9 +260,10 @@ def _checked(output: Any, n: int, name: str) -> list[Any]:
     try:
         values = list(output)
     except TypeError:
-        raise TypeError(f"reward function {name!r} returned {type(output).__name__}, expected a list") from None
+        raise RewardContractError(f"reward function {name!r} returned {type(output).__name__}, "
+                                  "expected a list") from None
     if len(values) != n:
-        raise ValueError(f"reward function {name!r} returned {len(values)} rewards for {n} answers")
+        raise RewardContractError(f"reward function {name!r} returned {len(values)} rewards for {n} answers")
     return values
 
 
@@ -278,10 +292,10 @@ def _run_limited(func: Callable[..., Any], kwargs: Mapping[str, Any], limit: flo
     ``limit`` seconds with TimeoutError."""
     if limit is None:
         return func(**kwargs)
-    return _run_parallel(func, [kwargs], limit, raw=True)[0]
+    return _run_parallel(func, [kwargs], limit, "", raw=True)[0]
 
 
-def _run_parallel(func: Callable[..., Any], rows: Sequence[Mapping[str, Any]], limit: float,
+def _run_parallel(func: Callable[..., Any], rows: Sequence[Mapping[str, Any]], limit: float, name: str,
                   raw: bool = False) -> list[Any]:
     """``func(**row)`` for each row, one daemon thread each, all within ``limit`` seconds: each
     result is the output (its one value unless ``raw``), or the exception (TimeoutError when late)."""
@@ -291,7 +305,7 @@ def _run_parallel(func: Callable[..., Any], rows: Sequence[Mapping[str, Any]], l
     def work(i: int, row: Mapping[str, Any]) -> None:
         try:
             out = func(**row)
-            results[i] = out if raw else list(out)[0]
+            results[i] = out if raw else _checked(out, 1, name)[0]
         except Exception as err:  # noqa: BLE001
             results[i] = err
 

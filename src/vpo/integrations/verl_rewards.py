@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from vpo.estimators.options import WeightOptions
-from vpo.reward_failures import FAILURE_METRIC, RewardFailurePolicy, RewardFailures
+from vpo.reward_failures import FAILURE_METRIC, RewardContractError, RewardFailurePolicy, RewardFailures
 from vpo.weights import FIXED
 
 __all__ = ["MultiAnswerDataset", "VerlScore", "compute_score", "load_user_score"]
@@ -84,13 +84,13 @@ class VerlScore:
             if isinstance(result, Mapping):
                 missing = [k for k in self.keys if k not in result]
                 if missing:
-                    raise ValueError(f"reward key(s) {missing} not in what {self.__name__} returned "
+                    raise RewardContractError(f"reward key(s) {missing} not in what {self.__name__} returned "
                                      f"(keys: {sorted(result)}); set reward_kwargs.reward_keys to keys it returns")
                 out.append([None if result[k] is None else float(result[k]) for k in self.keys])
             elif self.keys == ("score",):
                 out.append([None if result is None else float(result)])
             else:
-                raise ValueError(f"{self.__name__} returned a {type(result).__name__}, not a dict, so it has no keys "
+                raise RewardContractError(f"{self.__name__} returned a {type(result).__name__}, not a dict, so it has no keys "
                                  f"{list(self.keys)}; leave reward_keys unset to use its score")
         return out
 
