@@ -127,3 +127,36 @@ def test_a_broken_contract_is_raised_not_scored():
     guarded = RewardFailures(RewardFailurePolicy(time_limit=1.0)).guard(short, "short")
     with pytest.raises(RewardContractError, match="returned 1 rewards for 2 answers"):
         guarded(prompts=["p"] * 2, completions=["a", "b"])
+
+
+def test_cli_flags_reach_the_policy_and_stop_with_a_message(tmp_path, capsys):
+    import json
+
+    from vpo.cli import main
+
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("".join(json.dumps({"prompt": "p", "completion": c}) + "\n" for c in (
+        "<response_1>x</response_1><response_2>a</response_2>", "<response_1>n</response_1><response_2>-</response_2>")))
+    base = ["rewards", "check", "--reward-funcs", "test_reward_failures:picky", "--source", str(samples),
+            "--answers", "2"]
+    assert main([*base, "--out", str(tmp_path / "ok")]) == 0  # 2 of 4 calls fail: not more than 0.5
+    report = json.loads((tmp_path / "ok" / "metrics.json").read_text())
+    assert report["reward_failures"] == {"vpo/reward_failures": 2.0, "vpo/reward_failures/picky": 2.0}
+    assert report["matrices"][0] == [[0.0], [1.0]]
+    capsys.readouterr()
+    assert main([*base, "--max-failure-rate", "0.25"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "2 of 4 reward calls failed" in err and "'picky'" in err and "max_failure_rate=0.25" in err
+    assert len(err.splitlines()) == 1
+    assert main([*base, "--reward-time-limit", "0"]) == 2
+    assert "--reward-time-limit must be" in capsys.readouterr().err
+    assert main(["eval", "--task", "maze", "--model", str(tmp_path), "--max-failure-rate", "0.2"]) == 2
+    assert "--max-failure-rate is for the objectives of --reward-funcs" in capsys.readouterr().err
+
+
+def test_own_task_params_record_the_policy():
+    from vpo.commands.rewards import RewardFuncsOptions, own_task_params
+
+    assert own_task_params(RewardFuncsOptions(reward_funcs="m:f")) == {"reward_funcs": "m:f"}
+    params = own_task_params(RewardFuncsOptions(reward_funcs="m:f", max_failure_rate=0.1, reward_time_limit=3.0))
+    assert params == {"reward_funcs": "m:f", "max_failure_rate": 0.1, "time_limit": 3.0}

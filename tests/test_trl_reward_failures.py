@@ -110,3 +110,33 @@ def test_reward_failures_is_checked(tmp_path, tok):
     with pytest.raises(ValueError, match="RewardFailurePolicy"):
         VPOTrainer(build_tiny_qwen2(tok, seed=0), reward_funcs=[a_rate], args=make_config(tmp_path),
                    train_dataset=dataset(), processing_class=tok, reward_failures={"max_failure_rate": 0.1})
+
+
+def broken(completions, **kwargs):
+    """A reward function whose every call fails (an API that is down)."""
+    raise ConnectionError("reward server unreachable")
+
+
+def test_vpo_train_flags_stop_a_run_whose_reward_function_always_fails(tmp_path, capsys):
+    import json
+    import string
+
+    from vpo.cli import main
+    from vpo.models import build_char_tokenizer
+
+    char_tok = build_char_tokenizer(string.printable)
+    model = tmp_path / "model"
+    build_tiny_qwen2(char_tok, seed=0).save_pretrained(model)
+    char_tok.save_pretrained(model)
+    source = tmp_path / "prompts.jsonl"
+    source.write_text("".join(json.dumps({"prompt": f"Name a {w}."}) + "\n" for w in ("fruit", "colour")))
+    base = ["train", "--reward-funcs", "test_trl_reward_failures:broken,test_trl_reward_failures:shortness",
+            "--source", str(source), "--model", str(model), "--method", "grpo", "--max-steps", "1",
+            "--num-generations", "2", "--per-device-train-batch-size", "4", "--max-completion-length", "8",
+            "--force-cpu", "--no-save"]
+    # half of the step's calls fail (every call of one of two functions): not more than 0.5
+    assert main([*base, "--output-dir", str(tmp_path / "ok")]) == 0
+    capsys.readouterr()
+    assert main([*base, "--output-dir", str(tmp_path / "stopped"), "--max-failure-rate", "0.4"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "4 of 8 reward calls failed" in err and "'broken' (4)" in err and "max_failure_rate=0.4" in err
