@@ -135,8 +135,9 @@ def test_cli_flags_reach_the_policy_and_stop_with_a_message(tmp_path, capsys):
     from vpo.cli import main
 
     samples = tmp_path / "samples.jsonl"
-    samples.write_text("".join(json.dumps({"prompt": "p", "completion": c}) + "\n" for c in (
-        "<response_1>x</response_1><response_2>a</response_2>", "<response_1>n</response_1><response_2>-</response_2>")))
+    chains = ("<response_1>x</response_1><response_2>a</response_2>",
+              "<response_1>n</response_1><response_2>-</response_2>")
+    samples.write_text("".join(json.dumps({"prompt": "p", "completion": c}) + "\n" for c in chains))
     base = ["rewards", "check", "--reward-funcs", "test_reward_failures:picky", "--source", str(samples),
             "--answers", "2"]
     assert main([*base, "--out", str(tmp_path / "ok")]) == 0  # 2 of 4 calls fail: not more than 0.5

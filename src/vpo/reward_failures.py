@@ -33,6 +33,7 @@ import inspect
 import logging
 import math
 import threading
+import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -313,16 +314,10 @@ def _run_parallel(func: Callable[..., Any], rows: Sequence[Mapping[str, Any]], l
                for i, row in enumerate(rows)]
     for thread in threads:
         thread.start()
-    deadline = _now() + limit
+    deadline = time.monotonic() + limit
     for thread in threads:
-        thread.join(max(0.0, deadline - _now()))
+        thread.join(max(0.0, deadline - time.monotonic()))
     done = list(results)  # a late thread may still write into ``results``
     if raw and isinstance(done[0], BaseException):
         raise done[0]
     return done
-
-
-def _now() -> float:
-    import time
-
-    return time.monotonic()

@@ -113,14 +113,15 @@ def resolve_task(opts: Any, args: argparse.Namespace | None, *, source: str | No
     """``(task name, parameters)`` when ``--reward-funcs`` replaces the task, else ``(None, None)``.
 
     With ``--reward-funcs``: ``--task`` and ``--task-params`` typed too are refused (one of them
-    would be ignored), and ``--source`` is required (it holds the prompts). ``--reward-names`` or
-    ``--scaling`` without ``--reward-funcs`` is refused."""
+    would be ignored), and ``--source`` is required (it holds the prompts). ``--reward-names``,
+    ``--scaling``, ``--max-failure-rate`` or ``--reward-time-limit`` without ``--reward-funcs`` is
+    refused."""
     if not opts.reward_funcs:
-        given = [flag for flag, value in (("--reward-names", opts.reward_names), ("--scaling", opts.scaling),
-                                          ("--max-failure-rate", opts.max_failure_rate != RewardFuncsOptions.max_failure_rate),
-                                          ("--reward-time-limit", opts.reward_time_limit is not None)) if value]
-        if given:
-            flag = given[0]
+        given = (("--reward-names", opts.reward_names), ("--scaling", opts.scaling),
+                 ("--max-failure-rate", opts.max_failure_rate != RewardFuncsOptions.max_failure_rate),
+                 ("--reward-time-limit", opts.reward_time_limit is not None))
+        flag = next((flag for flag, value in given if value), None)
+        if flag is not None:
             raise ValueError(f"{flag} is for the objectives of --reward-funcs; give --reward-funcs too")
         return None, None
     typed = dict(getattr(args, TYPED_FLAGS, {}) or {}) if args is not None else {}

@@ -278,7 +278,8 @@ def search_from_eval_config(kind: str, cfg: Any) -> dict[str, Any]:
             reward_funcs=getattr(cfg, "reward_funcs", ""), reward_names=list(getattr(cfg, "reward_names", []) or []),
             scaling=list(getattr(cfg, "scaling", []) or []),
             max_failure_rate=getattr(cfg, "max_failure_rate", RewardFuncsOptions.max_failure_rate),
-            reward_time_limit=getattr(cfg, "reward_time_limit", None), source=cfg.source or None, split=cfg.split, examples=cfg.examples, pool=cfg.pool,
+            reward_time_limit=getattr(cfg, "reward_time_limit", None),
+            source=cfg.source or None, split=cfg.split, examples=cfg.examples, pool=cfg.pool,
             answers=[cfg.answers] if cfg.answers else [], temperature=cfg.temperature, top_p=cfg.top_p,
             max_new_tokens=cfg.max_new_tokens if cfg.max_new_tokens > 0 else 256 * (cfg.answers or 1),
             seed=cfg.seed, out=cfg.out, overwrite=bool(getattr(cfg, "overwrite", False)), **sampling))

@@ -495,7 +495,7 @@ class VPOTrainer(GRPOTrainer):
             self._vpo_scalar = task.scalar
             funcs: list[Any] = [self.vpo_reward]
         else:
-            from vpo.rewards import function_name, check_scaling, is_reward_model, load_reward_model, objective_names
+            from vpo.rewards import check_scaling, function_name, is_reward_model, load_reward_model, objective_names
 
             funcs = list(reward_funcs) if isinstance(reward_funcs, list | tuple) else [reward_funcs]
             if not funcs:
@@ -652,7 +652,7 @@ class VPOTrainer(GRPOTrainer):
         ``trainer_state`` / ``log_metric`` / ``log_extra``), with its cross-process gather off (the
         trainer gathers the answers itself); multi-head models and callables that declare
         ``objective_names`` are scored by ``vpo.rewards`` with every head."""
-        from vpo.rewards import function_name, call_reward_funcs, is_reward_model, score_with_model
+        from vpo.rewards import call_reward_funcs, function_name, is_reward_model, score_with_model
 
         ids, self._vpo_answer_ids = self._vpo_answer_ids, None
         if ids is None or len(ids) != len(completions):

@@ -84,14 +84,16 @@ class VerlScore:
             if isinstance(result, Mapping):
                 missing = [k for k in self.keys if k not in result]
                 if missing:
-                    raise RewardContractError(f"reward key(s) {missing} not in what {self.__name__} returned "
-                                     f"(keys: {sorted(result)}); set reward_kwargs.reward_keys to keys it returns")
+                    raise RewardContractError(
+                        f"reward key(s) {missing} not in what {self.__name__} returned (keys: {sorted(result)}); "
+                        "set reward_kwargs.reward_keys to keys it returns")
                 out.append([None if result[k] is None else float(result[k]) for k in self.keys])
             elif self.keys == ("score",):
                 out.append([None if result is None else float(result)])
             else:
-                raise RewardContractError(f"{self.__name__} returned a {type(result).__name__}, not a dict, so it has no keys "
-                                 f"{list(self.keys)}; leave reward_keys unset to use its score")
+                raise RewardContractError(
+                    f"{self.__name__} returned a {type(result).__name__}, not a dict, so it has no keys "
+                    f"{list(self.keys)}; leave reward_keys unset to use its score")
         return out
 
 
@@ -111,7 +113,8 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _task(score_path: str, score_name: str, keys: tuple[str, ...], scaling: Any, policy: RewardFailurePolicy) -> Any:
+def _task(score_path: str, score_name: str, keys: tuple[str, ...], scaling: Any,
+          policy: RewardFailurePolicy) -> Any:
     """The ``own_rewards`` task over the user's function, built once per process."""
     from vpo.tasks.own_rewards import OwnRewardsTask
 
@@ -148,8 +151,8 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
     unknown = set(engine_kwargs) - _ENGINE_KWARGS - set(own)
     if unknown:
         raise ValueError(f"unknown reward_kwargs option(s) {', '.join(sorted(unknown))}; known: score_path, "
-                         "score_name, reward_keys, answers, method, num_weights, alpha, sampler, seed, scaling, max_failure_rate, "
-                         "failure_window, time_limit"
+                         "score_name, reward_keys, answers, method, num_weights, alpha, sampler, seed, scaling, "
+                         "max_failure_rate, failure_window, time_limit"
                          + "".join(", " + o for o in own))
     if not score_path:
         raise ValueError("reward_kwargs.score_path is missing: the file (or pkg://module) of your compute_score, "
