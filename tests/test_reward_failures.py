@@ -161,3 +161,15 @@ def test_own_task_params_record_the_policy():
     assert own_task_params(RewardFuncsOptions(reward_funcs="m:f")) == {"reward_funcs": "m:f"}
     params = own_task_params(RewardFuncsOptions(reward_funcs="m:f", max_failure_rate=0.1, reward_time_limit=3.0))
     assert params == {"reward_funcs": "m:f", "max_failure_rate": 0.1, "time_limit": 3.0}
+
+
+def test_a_task_under_the_policy_pickles_for_workers():
+    import pickle
+
+    from vpo.tasks.own_rewards import OwnRewardsTask
+
+    task = OwnRewardsTask([picky], max_failure_rate=0.9, time_limit=5)
+    copy = pickle.loads(pickle.dumps(task))
+    assert copy.failures.policy == task.failures.policy
+    np.testing.assert_array_equal(copy.score_chain("<response_1>x</response_1>", {"prompt": "q"}, 1), [[0.0]])
+    assert copy.failures.end_step()["vpo/reward_failures/picky"] == 1

@@ -63,9 +63,7 @@ def run(tmp_path, tok, policy, steps=2):
 
 def test_failing_answers_score_zero_are_counted_and_logged_once(tmp_path, tok, caplog):
     caplog.set_level(logging.WARNING, logger="vpo.rewards")
-    start = time.monotonic()
     trainer = run(tmp_path, tok, RewardFailurePolicy(time_limit=0.3))
-    elapsed = time.monotonic() - start
     assert len(trainer.recorded) == 2
     expected_counts = []
     for index, (got_raises, got_nan, got_hangs), (a, b, short) in trainer.recorded:
@@ -90,8 +88,6 @@ def test_failing_answers_score_zero_are_counted_and_logged_once(tmp_path, tok, c
         assert len(hits) == 1, (name, messages)  # the first of each kind only, though it failed in both steps
     assert "Traceback" in next(m for m in messages if "'raises' failed" in m)
     assert "cannot score prompt" in next(m for m in messages if "'raises' failed" in m)
-    # the hang cost about 2 time limits (the batch call, then its answers at once), not the sleep per answer
-    assert elapsed < 60
 
 
 def test_too_many_failures_stop_the_run_naming_function_count_and_option(tmp_path, tok):

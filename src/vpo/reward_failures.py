@@ -102,6 +102,16 @@ class RewardFailures:
         self._step: Any = None
         self._local = threading.local()
 
+    def __getstate__(self) -> dict[str, Any]:
+        """A task holding this tally is pickled to Ray and DataLoader workers: the lock and the
+        per-thread counts stay behind (each worker counts its own calls)."""
+        return {key: value for key, value in self.__dict__.items() if key not in ("_lock", "_local")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
     # -- counting ------------------------------------------------------------------------------
     def record(self, name: str, calls: int, failed: int) -> None:
         """Count ``calls`` reward calls of function ``name``, ``failed`` of them failed."""
