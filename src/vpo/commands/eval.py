@@ -84,7 +84,7 @@ def run_eval(cfg: EvalConfig) -> dict:
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from vpo.evaluation import example_weights, load_format, pool_metrics, sample_pools, summarize
-    from vpo.formats import resolve_task_params
+    from vpo.formats import recorded_method, resolve_task_params
     from vpo.report import write_report
     from vpo.sampling import check_sampling, open_sampler
     from vpo.search import levels_of_pools
@@ -128,7 +128,8 @@ def run_eval(cfg: EvalConfig) -> dict:
     label = cfg.label or (model_dir.stem if gguf else model_dir.name)
     objectives = list(task.objective_names(examples[0]))
     entry = summarize([per_example], label=f"{label} (m={cfg.answers})", m=cfg.answers, objectives=objectives,
-                      extra={"tokens_per_chain": pools.completion_tokens, "truncated": pools.truncated})
+                      extra={"tokens_per_chain": pools.completion_tokens, "truncated": pools.truncated,
+                             "method": None if gguf else recorded_method(model_dir)})   # its colour in the plots
     shown = list(range(min(3, len(examples))))
     metrics = {
         "title": f"Evaluation of {label} on {cfg.task}",

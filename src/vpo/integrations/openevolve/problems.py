@@ -168,12 +168,15 @@ def plot_solved(report: Mapping[str, Any], path: str | Path) -> Path | None:
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    from vpo.report import line_styles
+
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.6))
     total = len(report["problems"])
+    styles = line_styles({label: str(label) for label in report["labels"]})
     for label, entry in report["labels"].items():
         steps = list(range(len(entry["solved_by_iteration"])))
-        ax1.step(steps, entry["solved_by_iteration"], where="post", label=str(label))
-        ax2.plot(steps, entry["mean_best_by_iteration"], label=str(label))
+        ax1.step(steps, entry["solved_by_iteration"], where="post", label=str(label), **styles[label])
+        ax2.plot(steps, entry["mean_best_by_iteration"], label=str(label), **styles[label])
     ax1.set_xlabel("iteration (0 = the policy's own samples)")
     ax1.set_ylabel(f"problems solved (of {total})")
     ax1.set_ylim(-0.05 * max(1, total), total * 1.05 + 0.05)
@@ -182,9 +185,11 @@ def plot_solved(report: Mapping[str, Any], path: str | Path) -> Path | None:
     ax2.set_ylabel("mean best fraction of tests passed")
     ax2.set_ylim(-0.02, 1.02)
     for ax in (ax1, ax2):
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))  # iterations are whole
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(f"OpenEvolve: {total} problems, {report['iterations']} iterations")
+        ax.legend(fontsize=9)
+    iterations = report["iterations"]
+    fig.suptitle(f"OpenEvolve: {total} problem{'s' * (total != 1)}, {iterations} iteration{'s' * (iterations != 1)}")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
