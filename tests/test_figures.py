@@ -4,10 +4,6 @@ stays readable (at least 9 px) at the width a figure is shown, inside the canvas
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -201,38 +197,3 @@ def test_every_figure_reads_at_the_width_it_is_shown(drawn, tmp_path):
     for figure in figures:
         assert figure["text_px"] >= MIN_TEXT_PX, figure
         assert not figure["outside"], figure
-
-
-def _untrained_demo_checkpoint(path: Path, method: str) -> Path:
-    from vpo.demo.format import CompactMazeFormat
-    from vpo.models import build_char_tokenizer, build_tiny_llama
-
-    fmt = CompactMazeFormat()
-    tokenizer = build_char_tokenizer(fmt.alphabet(), extra_tokens=fmt.extra_tokens())
-    model = build_tiny_llama(tokenizer, hidden=32, layers=1, heads=2, mlp=64, max_positions=256, seed=0)
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    fmt.save(path, task="maze", task_params={"size": 5, "reward_mode": "linear"}, method=method)
-    return path
-
-
-def test_eval_no_progress_shows_no_library_bars(tmp_path):
-    """``vpo eval --no-progress`` in a fresh interpreter: no bar from transformers (loading the
-    weights) or anyone else on either stream, and the report's pool is coloured by the method the
-    checkpoint records."""
-    pytest.importorskip("transformers")
-    import vpo
-
-    model = _untrained_demo_checkpoint(tmp_path / "run-7", "vpo")
-    src = str(Path(vpo.__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
-    run = subprocess.run([sys.executable, "-m", "vpo", "eval", "--model", str(model), "--answers", "3", "--pool", "3",
-                          "--examples", "2", "--threads", "1", "--no-progress", "--out", str(tmp_path / "eval")],
-                         capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
-    assert run.returncode == 0, run.stderr
-    terminal = run.stdout + run.stderr
-    for mark in ("%|", "it/s", "s/it", "Loading weights", "\r"):
-        assert mark not in terminal, terminal
-    assert run.stderr == "", run.stderr
-    metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
-    assert metrics["methods"]["run-7"]["method"] == "vpo"

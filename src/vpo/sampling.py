@@ -328,6 +328,25 @@ class HFSampler:
 
 # ----- opening a checkpoint -----------------------------------------------------------------
 
+def hide_library_progress() -> None:
+    """No progress bar from the libraries in this process (and the processes it spawns after
+    this call, through the environment): transformers' weight loading and saving, datasets' maps,
+    the hub's downloads. ``--no-progress`` means no bar from anyone; our own bars take a
+    ``progress`` argument."""
+    import os
+
+    os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] = "1"
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"   # transformers in a spawned worker reads it too
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        import datasets
+    except ImportError:
+        return
+    datasets.disable_progress_bars()
+
+
 def open_sampler(model: str | Path, options: SamplingOptions) -> tuple[Sampler, Any]:
     """``(sampler, tokenizer)`` of a checkpoint for checked ``options`` (``SamplingOptions.check``):
     ``hf`` loads it with ``vpo.models.load_checkpoint`` on the device in the dtype; ``vllm``
@@ -350,4 +369,4 @@ def open_sampler(model: str | Path, options: SamplingOptions) -> tuple[Sampler, 
 
 __all__ = ["BACKENDS", "SEEDINGS", "ChainDraw", "DeviceOptions", "Generation", "HFSampler", "Sampler",
            "SamplingOptions", "chain_seed", "chain_uniforms", "chains_per_call", "check_sampling", "check_vllm",
-           "check_vllm_inputs", "finish_chain", "kv_bytes_per_token", "open_sampler"]
+           "check_vllm_inputs", "finish_chain", "hide_library_progress", "kv_bytes_per_token", "open_sampler"]

@@ -388,8 +388,8 @@ def run_search_eval(checkpoints: Sequence[tuple[str, Any]], task: Task, examples
 
     Sampling: with ``seeding="chain"`` every example's chains are sampled in the same batched
     calls (``options.batch_size`` chains each), chain c of example i seeded by (seed, i, c), as
-    ``vpo eval`` does; ``seeding="batch"`` replays the stream of vpo before issue #14 (one call
-    per example, seeded ``seed + i``). The JSON holds per label the curves with their 95%
+    ``vpo eval`` does; ``seeding="batch"`` replays the stream of the first releases of vpo (one
+    call per example, seeded ``seed + i``). The JSON holds per label the curves with their 95%
     intervals over examples and, per example, the selected answer's index, score and reward vector.
     """
     import gc
@@ -436,8 +436,13 @@ def run_search_eval(checkpoints: Sequence[tuple[str, Any]], task: Task, examples
         settings = dict(m=m_label, chains=n // m_label, fmt=fmt, temperature=temperature, top_p=top_p,
                         max_new_tokens=max_new_tokens, sampler=sampler, progress=progress, desc=f"best-of-n {label}")
         if options.seeding == "batch":     # the old stream: one call per example, seeded seed + i
-            rows = [sample_chains(None, None, [example], seed=seed + i, **settings)[0]
-                    for i, example in enumerate(examples)]
+            from tqdm.auto import tqdm
+
+            settings["progress"] = False   # one bar over the examples, not one per example
+            rows = []
+            for i, example in enumerate(tqdm(examples, desc=f"best-of-n {label}", unit="example",
+                                             disable=not progress, leave=False)):
+                rows.append(sample_chains(None, None, [example], seed=seed + i, **settings)[0])
         else:
             rows = sample_chains(None, None, examples, seed=seed, **settings)
         del sampler

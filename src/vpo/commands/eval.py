@@ -98,9 +98,9 @@ def run_eval(cfg: EvalConfig) -> dict:
         raise FileNotFoundError(f"no checkpoint folder or .gguf file {model_dir}")
     options = cfg.check([model_dir])              # --backend/--device/--dtype fail here, before any load
     if not cfg.progress:
-        import transformers
+        from vpo.sampling import hide_library_progress
 
-        transformers.utils.logging.disable_progress_bar()
+        hide_library_progress()
     params = resolve_task_params(parse_params(cfg.task_params), [] if gguf else [model_dir])
     task = get_task(cfg.task, **params)
     examples = task.examples(cfg.split, cfg.examples, source=cfg.source or None)

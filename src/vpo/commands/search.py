@@ -56,6 +56,8 @@ class BestOfNConfig(SamplingOptions):
     max_new_tokens: int = field(default=256, metadata={"help": "tokens per chain", "min": 1})
     seed: int = field(default=0, metadata={"help": "seed of the examples and of sampling", "min": 0})
     out: str = field(default="runs/search", metadata={"help": "output folder"})
+    progress: bool = field(default=True, metadata={
+        "help": "one progress bar per checkpoint (--no-progress: no bar from any library either)"})
 
 
 @dataclass
@@ -157,13 +159,17 @@ def run_best_of_n(cfg: BestOfNConfig) -> dict[str, Any]:
         raise ValueError(f"--max-new-tokens {cfg.max_new_tokens}: must be >= 1")
     checkpoints = [(label, _resolve_model(model)) for label, model in zip(labels, cfg.model, strict=True)]
     options = cfg.check([path for _, path in checkpoints])   # --backend/--device/--dtype, before any load
+    if not cfg.progress:
+        from vpo.sampling import hide_library_progress
+
+        hide_library_progress()
     params = resolve_task_params(parse_params(cfg.task_params), [path for _, path in checkpoints])
     task = get_task(cfg.task, **params)
     examples = task.examples(cfg.split, cfg.examples, seed=cfg.seed, source=cfg.source)
     check_select(parse_select(cfg.select), task, examples)
     report = run_search_eval(checkpoints, task, examples, cfg.out, n=cfg.pool, m=answers, select=parse_select(cfg.select),
                              temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
-                             seed=cfg.seed, options=options)
+                             seed=cfg.seed, options=options, progress=cfg.progress)
     for label, entry in report["checkpoints"].items():
         print(curve_line(label, entry["curves"]))
     print(f"wrote {Path(cfg.out) / 'search.json'} and {Path(cfg.out) / report['plot']}")
@@ -243,7 +249,7 @@ def search_from_eval_config(kind: str, cfg: Any) -> dict[str, Any]:
             source=cfg.source or None, split=cfg.split, examples=cfg.examples, pool=cfg.pool, answers=[cfg.answers],
             temperature=cfg.temperature, top_p=cfg.top_p,
             max_new_tokens=cfg.max_new_tokens if cfg.max_new_tokens > 0 else 256 * cfg.answers,
-            seed=cfg.seed, out=cfg.out, **sampling))
+            seed=cfg.seed, out=cfg.out, progress=bool(getattr(cfg, "progress", True)), **sampling))
     if kind == "openevolve":
         if cfg.task != "code":
             raise ValueError(f"--search openevolve needs --task code, got {cfg.task!r}")
