@@ -9,9 +9,9 @@ with a pool of ``--pool`` answers (pool / m chains of m answers, m from ``--answ
 ``vpo eval`` scores them. Paths:
 
 * ``per example (old search)``: one generate call per example (its pool / m chains), seeded per
-  call, what ``vpo search best-of-n`` did before issue #16.12;
+  call, what the first releases of ``vpo search best-of-n`` did;
 * ``batched, batch seeding``: ``--batch-size`` chains of all examples per call, one seed per
-  call: ``vpo eval`` before issue #14 (``--seeding batch``);
+  call: the first releases of ``vpo eval`` (``--seeding batch``);
 * ``batched, chain seeding``: the same calls, every chain drawn from its own seeded stream
   (``--seeding chain``, the default now), so the pool does not depend on the batch size.
 

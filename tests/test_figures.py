@@ -85,6 +85,15 @@ def drawn(monkeypatch):
         figures.append({"path": Path(path).name, "width_px": width_px, "text_px": min(sizes),
                         "outside": outside})
 
+    set_title = Axes.set_title
+
+    def titling(self, label, *args, **kwargs):  # objective-space panels: the title carries the colour
+        if "color" in kwargs:
+            lines.append({"label": label.split(", ")[0], "color": to_hex(kwargs["color"]), "linestyle": "None",
+                          "marker": "title", "x": []})
+        return set_title(self, label, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "set_title", titling)
     monkeypatch.setattr(Axes, "plot", recording(Axes.plot))
     monkeypatch.setattr(Axes, "step", recording(Axes.step))
     monkeypatch.setattr(Figure, "savefig", saving)
@@ -143,6 +152,12 @@ def test_one_colour_and_line_style_per_method_in_every_figure(drawn, tmp_path):
     metrics = demo_metrics()
     write_report(metrics, tmp_path / "demo")
     headline_plots(metrics, tmp_path / "demo")
+    # vpo eval of a checkpoint whose folder name says nothing: its recorded method colours it
+    one = demo_metrics()
+    one["methods"] = {"run-7": dict(one["methods"]["vpo"], label="run-7 (m=3)", method="vpo")}
+    one["objective_space"]["vectors"] = {"run-7": one["objective_space"]["vectors"]["vpo"]}
+    del one["training"]
+    write_report(one, tmp_path / "eval")
     curve = {"ks": [1, 2, 4], "best_at_k": [0.1, 0.2, 0.3], "pass_at_k": [0.0, 0.1, 0.1],
              "coverage_at_k": [0.1, 0.2, 0.2]}
     # vpo search: checkpoints named as the demo names them, one of them known only by its record
@@ -156,7 +171,7 @@ def test_one_colour_and_line_style_per_method_in_every_figure(drawn, tmp_path):
                                             "story_diversity.png", "search.png", "solved.png"}
     styles: dict[str, set] = {}
     for line in lines:
-        method = "max_at_k" if line["label"] == "best" else _method_of_label(line["label"])
+        method = {"best": "max_at_k", "run-7 (m=3)": "vpo"}.get(line["label"]) or _method_of_label(line["label"])
         if method is None:
             continue
         styles.setdefault(method, set()).add(line["color"])

@@ -23,7 +23,7 @@ The metrics dict (what ``vpo demo`` and ``vpo eval`` build; every key but ``meth
   reward vectors of a few examples' pools, drawn in objective space;
 * ``references``: list of {label, best_at_k, pref_best_at_k}: constant levels (e.g. the pool
   of a task's oracle answers) drawn as dashed lines in the best@k plot;
-* ``findings``, ``notes``: lists of sentences; ``timings``: {stage: seconds}; ``config``.
+* ``findings``, ``notes``: lists of sentences; ``checks``: lines of a smoke run's pipeline checks; ``timings``: {stage: seconds}; ``config``.
 
 Plots need matplotlib (the ``plot`` extra); without it the report is written without them and
 says so. Numbers that are missing (NaN, a CI from one seed) print as "n/a".
@@ -323,11 +323,11 @@ OBJECTIVE_SPACE_COLUMNS = 3
 shown at about 1000 px with 6 px text; three per row stay near full size."""
 
 
-def _plot_objective_space(space: Mapping[str, Any], objectives: Sequence[str], labels: Mapping[str, str],
+def _plot_objective_space(space: Mapping[str, Any], objectives: Sequence[str], entries: Mapping[str, Any],
                           path: Path) -> None:
     """One panel per (pool, example): a row per pool with a column per example, or, for one
-    example, the pools in rows of ``OBJECTIVE_SPACE_COLUMNS``. Panel titles carry the pool's
-    method colour (``line_styles``)."""
+    example, the pools in rows of ``OBJECTIVE_SPACE_COLUMNS``. ``entries``: the report's methods
+    ({key: entry with its label and method}); panel titles carry the method's colour (``line_styles``)."""
     import textwrap
 
     import matplotlib.pyplot as plt
@@ -339,7 +339,9 @@ def _plot_objective_space(space: Mapping[str, Any], objectives: Sequence[str], l
     panels = [(key, row) for key in keys for row in range(n_examples)]
     cols = n_examples if n_examples > 1 else min(OBJECTIVE_SPACE_COLUMNS, len(keys))
     rows = -(-len(panels) // cols)
-    styles = line_styles({key: labels.get(key, key) for key in keys})
+    styles = line_styles({key: entries.get(key, key) for key in keys})
+    labels = {key: entries[key].get("label", key) if isinstance(entries.get(key), Mapping) else str(entries.get(key, key))
+              for key in keys}
     xi, yi = objectives.index(space["x"]), objectives.index(space["y"])
     ci = objectives.index(space["color"]) if space.get("color") in objectives else None
     fig, axes = plt.subplots(rows, cols, figsize=(3.3 * cols + (0.9 if ci is not None else 0), 3.0 * rows + 0.8),
@@ -402,8 +404,7 @@ def make_plots(metrics: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
     space = metrics.get("objective_space")
     objectives = list((metrics.get("task") or {}).get("objectives") or [])
     if space and space.get("vectors") and objectives:
-        labels = {k: v.get("label", k) for k, v in metrics["methods"].items()}
-        _plot_objective_space(space, objectives, labels, plot_dir / "objective_space.png")
+        _plot_objective_space(space, objectives, metrics["methods"], plot_dir / "objective_space.png")
         paths.append(plot_dir / "objective_space.png")
     return paths
 
@@ -450,6 +451,9 @@ def build_document(metrics: Mapping[str, Any], plots: Sequence[Path]) -> _Doc:
     if metrics.get("findings"):
         doc.h(2, "Findings")
         doc.ul(metrics["findings"])
+    if metrics.get("checks"):
+        doc.h(2, "Pipeline checks")
+        doc.ul(metrics["checks"])
     if metrics.get("comparison") or metrics.get("paper"):
         doc.h(2, "Next to the paper")
         for key in ("paper", "comparison"):

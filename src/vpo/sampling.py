@@ -14,7 +14,7 @@ Usage::
 checkpoint was trained. A chain ends at EOS or after ``max_new_tokens``.
 
 Seeding (``seeding``; the commands' ``--seeding auto`` picks ``"batch"`` for the hf backend on
-CPU, so CPU reports reproduce those made before issue #14, and ``"chain"`` on a GPU and with
+CPU, so CPU reports reproduce those of the first releases, and ``"chain"`` on a GPU and with
 vLLM, where the automatic batch size depends on the free memory):
 
 * ``"chain"`` (the library default): chain c of example g has its own stream of uniforms u, from numpy's
@@ -24,7 +24,7 @@ vLLM, where the automatic batch size depends on the free memory):
   or on the device's random generator (only float rounding of the logits, which can differ
   between batch shapes and devices, can move a draw that sits on a boundary).
 * ``"batch"``: one ``torch.manual_seed(seed)`` per call, then ``generate(do_sample=True)``: the
-  stream of ``vpo eval`` before issue #14, which depends on the batch size; kept to reproduce
+  stream of the first releases of ``vpo eval``, which depends on the batch size; kept to reproduce
   reports made with it.
 
 Backends: ``hf`` (transformers ``generate``, the default and the reference) and ``vllm``
@@ -87,10 +87,12 @@ class SamplingOptions(DeviceOptions):
                 f"free memory on a GPU, at most {MAX_CHAINS_PER_CALL})", "min": 0})
     seeding: str = field(default="auto", metadata={
         "help": "chain: every chain has its own seeded stream, so pools do not depend on --batch-size; "
-                "batch: one seed per generate() call, the stream of vpo eval before issue #14 (reproduces old "
-                "reports; hf only); auto: batch for --backend hf on CPU, chain on a GPU and with vLLM",
+                "batch: one seed per generate() call, the stream of the first releases of vpo eval (reproduces "
+                "old reports; hf only); auto: batch for --backend hf on CPU, chain on a GPU and with vLLM",
         "choices": ["auto", *SEEDINGS]})
-    threads: int = field(default=0, metadata={"help": "torch CPU threads (0: torch default)", "min": 0})
+    threads: int = field(default=0, metadata={
+        "help": "torch CPU threads (0: the cores free now, from the load average; shown when sampling starts)",
+        "min": 0})
 
     def check(self, models: Sequence[str | Path] = ()) -> SamplingOptions:
         """A copy with device and dtype resolved; one-line ValueError naming the flag for any
@@ -103,7 +105,7 @@ class SamplingOptions(DeviceOptions):
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 0:
             raise ValueError(f"--batch-size {self.batch_size}: must be a positive number of chains, or 0 (auto)")
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 0:
-            raise ValueError(f"--threads {self.threads}: must be >= 0 (0: torch default)")
+            raise ValueError(f"--threads {self.threads}: must be >= 0 (0: the cores free now)")
         if self.backend == "vllm":
             check_vllm(models, device=self.device, seeding="chain" if self.seeding == "auto" else self.seeding)
         resolved = self.check_device()
@@ -113,6 +115,12 @@ class SamplingOptions(DeviceOptions):
         if self.backend == "vllm" and not resolved.device.startswith("cuda"):
             raise ValueError(f"--backend vllm: needs a GPU (--device cuda), got --device {self.device}"
                              + (" and CUDA is not available" if self.device == "auto" else ""))
+        if resolved.threads == 0:
+            from vpo.cores import pick_threads
+
+            threads, why = pick_threads()
+            resolved = replace(resolved, threads=threads)
+            print(f"torch threads: {threads} ({why}; --threads sets them)")
         return resolved
 
 

@@ -433,8 +433,9 @@ def run_search_eval(checkpoints: Sequence[tuple[str, Any]], task: Task, examples
         if not isinstance(source, tuple) and Path(source).is_dir():
             fmt = load_format(source, task, tokenizer=tokenizer, chat=chat)   # e.g. the demo's compact maze
         fmt = _task_format(task, fmt, tokenizer, chat)
+        budget = max_new_tokens if max_new_tokens > 0 else fmt.completion_budget(examples, m_label)  # 0: the format's
         settings = dict(m=m_label, chains=n // m_label, fmt=fmt, temperature=temperature, top_p=top_p,
-                        max_new_tokens=max_new_tokens, sampler=sampler, progress=progress, desc=f"best-of-n {label}")
+                        max_new_tokens=budget, sampler=sampler, progress=progress, desc=f"best-of-n {label}")
         if options.seeding == "batch":     # the old stream: one call per example, seeded seed + i
             from tqdm.auto import tqdm
 

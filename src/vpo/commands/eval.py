@@ -24,7 +24,7 @@ import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, parse_params
+from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, parse_params, task_help
 from vpo.sampling import SamplingOptions
 
 
@@ -32,7 +32,7 @@ from vpo.sampling import SamplingOptions
 class EvalConfig(SamplingOptions):
     """Options of ``vpo eval`` (the sampling ones, --device to --threads, from ``SamplingOptions``)."""
 
-    task: str = field(default="maze", metadata={"help": "task name (see vpo.tasks.list_tasks)"})
+    task: str = field(default="maze", metadata={"help": task_help})
     task_params: str = field(default="", metadata={
         "help": "task parameters as key=value pairs, comma-separated (e.g. size=5,reward_mode=linear); "
                 "default: those recorded in the checkpoint's vpo_format.json, if any"})

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, parse_params
+from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, parse_params, task_help
 from vpo.sampling import DeviceOptions, SamplingOptions
 
 
@@ -38,13 +38,13 @@ from vpo.sampling import DeviceOptions, SamplingOptions
 class BestOfNConfig(SamplingOptions):
     """Options of ``vpo search best-of-n`` (the sampling ones, --device to --threads, from ``SamplingOptions``)."""
 
-    task: str = field(default="maze", metadata={"help": "task name (vpo.tasks)"})
+    task: str = field(default="maze", metadata={"help": task_help})
     task_params: str = field(default="", metadata={"help": "task parameters, e.g. 'size=5,reward_mode=linear'"})
     model: list[str] = field(default_factory=list, metadata={"help": "checkpoint folders or .gguf files"})
     labels: list[str] = field(default_factory=list, metadata={"help": "one label per --model (default: folder names)"})
     source: str | None = field(default=None, metadata={"help": "data source of the task (None: its default)"})
     split: str = field(default="test", metadata={"help": "split of the examples"})
-    examples: int = field(default=20, metadata={"help": "number of examples", "min": 1})
+    examples: int = field(default=100, metadata={"help": "number of examples (as vpo eval)", "min": 1})
     pool: int = field(default=30, metadata={"help": "answers per example (pool // answers chains)",
                                             "aliases": ("--n",), "min": 1})
     answers: list[int] = field(default_factory=lambda: [1], metadata={
@@ -53,7 +53,9 @@ class BestOfNConfig(SamplingOptions):
     select: str = field(default="scalar", metadata={"help": "'scalar' or comma-separated weights, one per objective"})
     temperature: float = field(default=0.7, metadata={"help": "sampling temperature", "above": 0.0})
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling", "above": 0.0, "max": 1.0})
-    max_new_tokens: int = field(default=256, metadata={"help": "tokens per chain", "min": 1})
+    max_new_tokens: int = field(default=0, metadata={
+        "help": "generation budget per chain (0, as vpo eval: the prompt format's own, 256 x m for the task's "
+                "prompts, the step budget for the demo's compact maze format)", "min": 0})
     seed: int = field(default=0, metadata={"help": "seed of the examples and of sampling", "min": 0})
     out: str = field(default="runs/search", metadata={"help": "output folder"})
     progress: bool = field(default=True, metadata={
@@ -155,8 +157,6 @@ def run_best_of_n(cfg: BestOfNConfig) -> dict[str, Any]:
         raise ValueError(f"--temperature {cfg.temperature}: must be > 0 (sampling)")
     if not 0 < cfg.top_p <= 1:
         raise ValueError(f"--top-p {cfg.top_p}: must be in (0, 1]")
-    if cfg.max_new_tokens < 1:
-        raise ValueError(f"--max-new-tokens {cfg.max_new_tokens}: must be >= 1")
     checkpoints = [(label, _resolve_model(model)) for label, model in zip(labels, cfg.model, strict=True)]
     options = cfg.check([path for _, path in checkpoints])   # --backend/--device/--dtype, before any load
     if not cfg.progress:
@@ -248,7 +248,7 @@ def search_from_eval_config(kind: str, cfg: Any) -> dict[str, Any]:
             task=cfg.task, task_params=getattr(cfg, "task_params", ""), model=models, labels=labels,
             source=cfg.source or None, split=cfg.split, examples=cfg.examples, pool=cfg.pool, answers=[cfg.answers],
             temperature=cfg.temperature, top_p=cfg.top_p,
-            max_new_tokens=cfg.max_new_tokens if cfg.max_new_tokens > 0 else 256 * cfg.answers,
+            max_new_tokens=cfg.max_new_tokens,
             seed=cfg.seed, out=cfg.out, progress=bool(getattr(cfg, "progress", True)), **sampling))
     if kind == "openevolve":
         if cfg.task != "code":

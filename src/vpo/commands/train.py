@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, field_like, parse_params
+from vpo.config import (add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, field_like,
+                        parse_params, task_help)
 from vpo.estimators.options import WeightOptions
 from vpo.integrations.trl_config import TASK_EPOCHS, VPO_OWNED, RLConfig, TRLOptions, check_engine, read_grpo_yaml
 
@@ -53,7 +54,7 @@ def _estimator_names() -> list[str]:
 class TrainArgs:
     """What to train, on what, and where to write it (the RL hyperparameters are RLConfig's)."""
 
-    task: str = field(default="", metadata={"help": "task name (maze, musique, eureqa, toolcall, code, ...)"})
+    task: str = field(default="", metadata={"help": task_help})
     model: str = field(default="", metadata={"help": "model folder, cached hub id, or .gguf file"})
     method: str = field(default="vpo", metadata={"help": "advantage estimator (any registered in vpo.estimators)",
                                                  "choices": _estimator_names})

@@ -103,8 +103,7 @@ def _diversity(metrics: Mapping[str, Any], path: Path) -> None:
 def _objective_space(metrics: Mapping[str, Any], path: Path) -> None:
     from vpo.report import _plot_objective_space
 
-    labels = {key: entry.get("label", key) for key, entry in metrics["methods"].items()}
-    _plot_objective_space(metrics["story_space"], list(metrics["task"]["objectives"]), labels, path)
+    _plot_objective_space(metrics["story_space"], list(metrics["task"]["objectives"]), metrics["methods"], path)
 
 
 CAPTIONS = {

@@ -31,7 +31,7 @@ import numpy as np
 from vpo.demo.config import METHODS, DemoConfig
 from vpo.demo.format import CompactMazeFormat, GoalPerChainFormat
 from vpo.demo.plots import headline_plots
-from vpo.demo.results import build_metrics, oracle_reference
+from vpo.demo.results import build_metrics, oracle_reference, pipeline_checks
 
 
 class _Log:
@@ -82,7 +82,7 @@ def _done(path: Path) -> dict[str, Any] | None:
 
 def lock_folder(out: Path) -> Any:
     """Hold an exclusive lock on ``out`` for this process (released when it exits or the returned
-    file is closed): two demos in one folder would race on the same checkpoints (issue #16.10)."""
+    file is closed): two demos in one folder would race on the same checkpoints."""
     import fcntl
 
     out.mkdir(parents=True, exist_ok=True)
@@ -129,10 +129,17 @@ def _run_demo(cfg: DemoConfig, out: Path) -> dict[str, Any]:
 
     load_start = os.getloadavg()[0]
     t0 = time.time()
+    if cfg.workers:
+        workers, why = cfg.workers, "--workers"
+    else:  # oversubscribed cores are the enemy: a worker per free core
+        from vpo.cores import pick_workers
+
+        workers, why = pick_workers(len(cfg.method_list()) * cfg.seeds + 2, max(1, cfg.threads))
     task = get_task("maze", size=cfg.size, reward_mode=cfg.reward_mode)
     fmt = CompactMazeFormat(max_answers=max(3, cfg.answers))
     methods, seeds = cfg.method_list(), cfg.seed_list()
     log(f"demo: methods {methods}, seeds {seeds}, maze {cfg.size}x{cfg.size} ({cfg.reward_mode}), out {out}")
+    log(f"demo: {workers} worker process(es) of {cfg.threads or 'torch default'} torch thread(s) ({why})")
 
     # 1. warm-up ------------------------------------------------------------------------
     warm_dir = out / "checkpoints" / "warmup"
@@ -142,7 +149,7 @@ def _run_demo(cfg: DemoConfig, out: Path) -> dict[str, Any]:
         log(f"warm-up: SFT on {cfg.warmup_examples} examples of {data} "
             f"({cfg.warmup_single_fraction:.0%} single-route)")
         if cfg.threads > 0:  # the warm-up runs alone: it gets every worker's threads
-            torch.set_num_threads(cfg.threads * max(1, cfg.workers))
+            torch.set_num_threads(cfg.threads * workers)
         warm = run_warmup(cfg, task, fmt, warm_dir, log=log)
         if cfg.threads > 0:
             torch.set_num_threads(cfg.threads)
@@ -168,12 +175,12 @@ def _run_demo(cfg: DemoConfig, out: Path) -> dict[str, Any]:
                 if name not in training and not (out / "eval" / f"{name}.npz").is_file()]
     t_rl = time.time()
     n_rl = sum(job[0] == "rl" for job in pending)
-    if pending and cfg.workers > 1 and len(pending) > 1:
+    if pending and workers > 1 and len(pending) > 1:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        log(f"RL and evaluation: {len(pending)} jobs on {min(cfg.workers, len(pending))} worker processes")
-        with ProcessPoolExecutor(max_workers=min(cfg.workers, len(pending)),
+        log(f"RL and evaluation: {len(pending)} jobs on {min(workers, len(pending))} worker processes")
+        with ProcessPoolExecutor(max_workers=min(workers, len(pending)),
                                  mp_context=multiprocessing.get_context("spawn")) as pool:
             futures = {job: pool.submit(_job, cfg, job, log) for job in pending}
             for job, future in futures.items():
@@ -189,7 +196,7 @@ def _run_demo(cfg: DemoConfig, out: Path) -> dict[str, Any]:
     if n_rl:
         log(f"RL: {n_rl} runs (and their pools) took {time.time() - t_rl:.0f} s wall")
         _write_json(rl_wall_path, {"wall": time.time() - t_rl, "runs": n_rl,
-                                   "workers": min(max(cfg.workers, 1), len(pending))})
+                                   "workers": min(workers, len(pending))})
     for seed in seeds:
         for method in methods:
             log(f"RL: {method} seed {seed} done ({runs[(method, seed)]['seconds']:.0f} s)")
@@ -221,17 +228,37 @@ def _run_demo(cfg: DemoConfig, out: Path) -> dict[str, Any]:
     timings["evaluation (sampling, all pools; sum over pools)"] = both(list(evaluated["seconds"].values()))
     metrics["timings"] = timings
     paths = write_report(metrics, out)
+    if cfg.quick:  # plumbing checks instead of findings, plots included
+        drawn = [p for p in paths["plots"]] + [out / figure["file"] for figure in metrics["headline_plots"]]
+        metrics["checks"] = pipeline_checks(metrics, cfg, [p.name for p in drawn if p.is_file()])
     timings["report (this invocation)"] = {"wall": time.time() - t_report, "cpu": None}
     timings["this invocation"] = {"wall": time.time() - t0, "cpu": time.process_time()}
-    metrics["load_average"] = {"start": load_start, "end": os.getloadavg()[0], "cpus": os.cpu_count()}
-    metrics["notes"].append(
-        f"Timings measured on this machine ({os.cpu_count()} CPUs, torch threads {cfg.threads}); the 1-minute "
-        f"load average was {load_start:.1f} at the start and {os.getloadavg()[0]:.1f} at the end, so the "
-        "stages may have shared the CPUs with other work. Stages finished by an earlier invocation keep "
-        "their original time.")
+    load_end = os.getloadavg()[0]
+    metrics["load_average"] = {"start": load_start, "end": load_end, "cpus": os.cpu_count()}
+    # every invocation's wall time, so a resumed run still knows what the whole run took
+    invocations_path = out / "logs" / "invocations.json"
+    invocations = json.loads(invocations_path.read_text()) if invocations_path.is_file() else []
+    invocations.append({"wall": time.time() - t0, "load_start": load_start, "load_end": load_end,
+                        "cpus": os.cpu_count(), "workers": workers, "threads": cfg.threads})
+    _write_json(invocations_path, invocations)
+    metrics["run_wall"] = {"seconds": sum(i["wall"] for i in invocations), "invocations": invocations}
+    metrics["notes"].append(load_note(os.cpu_count() or 1, workers, cfg.threads, load_start, load_end))
     paths = write_report(metrics, out)
     log(f"report: {paths['md']} ({time.time() - t0:.0f} s this invocation)")
     return {"report": paths, "metrics": metrics}
+
+
+IDLE_LOAD = 0.5
+"""A 1-minute load average below this (half a core busy) reads as an otherwise idle machine."""
+
+
+def load_note(cpus: int, workers: int, threads: int, load_start: float, load_end: float) -> str:
+    """The report's sentence on the machine the timings were measured on, read off the load average."""
+    load = f"1-minute load average {load_start:.1f} at the start and {load_end:.1f} at the end"
+    machine = (f"the CPUs were otherwise idle ({load})" if max(load_start, load_end) < IDLE_LOAD else
+               f"other work shared the CPUs ({load}), so the stages ran slower than they would on an idle machine")
+    return (f"Timings measured on this machine ({cpus} CPUs, {workers} worker process(es), torch threads "
+            f"{threads or 'default'}): {machine}. Stages finished by an earlier invocation keep their original time.")
 
 
 def _job(cfg: DemoConfig, job: tuple[str, Any, Any], log: Any, task: Any = None) -> dict[str, Any]:

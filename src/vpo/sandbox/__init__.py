@@ -18,7 +18,7 @@ Modules: ``limits`` (``Limits``, ``Verdict``, ``Program``), ``compare`` (LiveCod
 comparison, in the parent), ``isolation`` (bubblewrap, uid, environment), ``pool`` (warm
 workers), ``driver`` (stdlib-only, runs inside the sandbox).
 
-How a program runs. Warm workers (issue #17): a worker is a sandbox started once (bubblewrap
+How a program runs. Warm workers: a worker is a sandbox started once (bubblewrap
 and the system interpreter, the driver and the preamble's modules imported) that runs
 programs one at a time, sent over a pipe. For each program it forks a fresh *leader*, which
 forks one fresh *test* process per test with the test's limits and a wall deadline, so a

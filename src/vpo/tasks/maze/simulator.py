@@ -388,7 +388,7 @@ def random_exit_walk(example: Mapping[str, Any], rng: Any) -> list[str]:
     into an open cell from which E is still reachable in the steps left, so the walk never hits a
     wall, may revisit cells and walk on lava, and ends on the step that enters E. It is what a
     policy knows that has learned the format and the walls but was never shown a good route (the
-    demo's default warm-up data, issue #13).
+    demo's default warm-up data).
     """
     grid = checked_grid(example)
     size, exit_ = grid.size, grid.exit
