@@ -35,7 +35,7 @@ BAD = [
     (["demo", "--eval-weights", "0"], "--eval-weights"),
     (["demo", "--eval-temperature", "0"], "--eval-temperature"),
     (["demo", "--eval-examples", "1"], "--eval-examples"),
-    (["demo", "--workers", "0"], "--workers"),
+    (["demo", "--workers", "-1"], "--workers"),
     (["demo", "--threads", "-1"], "--threads"),
     (["demo", "--methods", "grpo,ppo"], "--methods"),
     (["demo", "--reward-mode", "cubic"], "--reward-mode"),

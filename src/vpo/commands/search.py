@@ -82,7 +82,8 @@ class OpenEvolveConfig(DeviceOptions):
     workers: int = field(default=1, metadata={"help": "OpenEvolve worker processes (each loads the model)",
                                               "min": 1})
     islands: int = field(default=2, metadata={"help": "OpenEvolve islands", "min": 1})
-    threads: int = field(default=0, metadata={"help": "torch threads per process (0: cores // workers)", "min": 0})
+    threads: int = field(default=0, metadata={
+        "help": "torch threads per process (0: the cores free now // workers, from the load average)", "min": 0})
     test_timeout: float = field(default=6.0, metadata={"help": "CPU seconds per test", "above": 0.0})
     max_tests: int = field(default=16, metadata={"help": "tests kept per problem (the smallest)", "min": 1})
     temperature: float = field(default=0.7, metadata={"help": "sampling temperature (0: greedy)", "min": 0.0})
@@ -91,7 +92,9 @@ class OpenEvolveConfig(DeviceOptions):
     diff: bool = field(default=False, metadata={"help": "SEARCH/REPLACE diffs instead of full rewrites"})
     seed: int = field(default=0, metadata={"help": "seed of sampling and of OpenEvolve", "min": 0})
     out: str = field(default="runs/openevolve", metadata={"help": "output folder"})
-    progress: bool = field(default=True, metadata={"help": "a progress bar per policy (the stage lines always print)"})
+    progress: bool = field(default=True, metadata={
+        "help": "a progress bar per policy (the stage lines always print; --no-progress: no bar from any library, "
+                "OpenEvolve's errors only)"})
 
 
 def _labels(models: list[str], labels: list[str]) -> list[str]:

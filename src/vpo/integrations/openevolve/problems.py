@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import re
 import tempfile
 import time
@@ -62,8 +61,8 @@ def search_problems(problems: Sequence[Mapping[str, Any]], *, models: Sequence[t
     problem are the policy's own programs (``chains`` x ``m`` answers, all kept) unless
     ``seeds[label]`` gives them (one list of programs per problem); then each problem is evolved
     with the policy as the mutation LLM (``client`` overrides that, e.g. a ``scripted_client`` in
-    tests). ``threads``: torch threads per worker (default: cores // workers; on a machine shared
-    with other jobs 1 is often much faster, since idle torch threads spin). ``device``/``dtype``:
+    tests). ``threads``: torch threads per worker (default: the free cores // workers,
+    ``vpo.cores.pick_threads``; more threads than free cores spin against each other). ``device``/``dtype``:
     where every process loads the policy (``vpo.models.load_checkpoint``; "auto" for either). A ``.gguf`` policy is
     saved as a transformers folder in a temporary folder for the workers while its problems run,
     then removed (``worker_model``). ``progress``: where the stage lines go (None: nowhere);
@@ -90,7 +89,17 @@ def search_problems(problems: Sequence[Mapping[str, Any]], *, models: Sequence[t
         raise ValueError("problem ids must be distinct")
     out = Path(output_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    threads = threads or max(1, (os.cpu_count() or 1) // workers)
+    if threads is None:
+        from vpo.cores import pick_threads
+
+        threads, why = pick_threads(workers)
+        if progress is not None:
+            progress(f"torch threads per process: {threads} ({why}; --threads sets them)")
+    quiet_shutdown_warning()
+    if not progress_bar:
+        from vpo.sampling import hide_library_progress
+
+        hide_library_progress()
 
     def say(message: str) -> None:
         if progress is print and progress_bar:
@@ -131,6 +140,7 @@ def search_problems(problems: Sequence[Mapping[str, Any]], *, models: Sequence[t
                              output_dir=out / _safe_name(label) / _safe_name(pid), workers=workers,
                              num_islands=num_islands, seed=seed, limits=limits, diff_based=diff_based,
                              temperature=temperature, top_p=top_p, max_tokens=max_tokens, start_method=start_method,
+                             log_level="WARNING" if progress_bar else "ERROR",   # quiet: OpenEvolve's errors only
                              on_iteration=lambda t, done=done: advance(done + min(t, iterations)))
                 advance(done + iterations)
                 say(f"[{label}] problem {pid}: best {res.best_score:.3f}, solved at "
@@ -148,6 +158,18 @@ def search_problems(problems: Sequence[Mapping[str, Any]], *, models: Sequence[t
     report["plot"] = plot.name if plot is not None else None
     (out / "openevolve_search.json").write_text(json.dumps(report, indent=1))
     return report
+
+
+def quiet_shutdown_warning() -> None:
+    """No "resource_tracker: There appear to be 1 leaked semaphore objects" at exit: OpenEvolve's
+    process pool leaves a semaphore that multiprocessing's resource tracker then removes itself, so
+    the warning reports a clean-up, not a leak. The tracker process takes this interpreter's -W
+    options when it starts (with the first semaphore), hence the filter in ``sys.warnoptions``."""
+    import sys
+
+    rule = "ignore:resource_tracker:UserWarning"
+    if rule not in sys.warnoptions:
+        sys.warnoptions.append(rule)
 
 
 def _safe_name(text: str) -> str:
