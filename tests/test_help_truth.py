@@ -132,4 +132,5 @@ def test_the_report_reads_the_load_average():
     from vpo.demo.run import load_note
 
     assert "otherwise idle" in load_note(2, 2, 1, 0.2, 0.3)
-    assert "other work shared the CPUs" in load_note(2, 2, 1, 0.2, 3.1)
+    assert "otherwise idle" in load_note(2, 2, 1, 0.2, 2.1)  # the end counts the run's own two workers
+    assert "other work shared the CPUs" in load_note(2, 2, 1, 3.1, 3.3)

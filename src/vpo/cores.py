@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import os
 
+IDLE_LOAD = 0.5
+"""A 1-minute load average below this (half a core busy) reads as an otherwise idle machine."""
+
 
 def free_cores() -> tuple[int, int, float]:
     """(free, usable, load): the cores this process may run on, the 1-minute load average, and
@@ -45,4 +48,4 @@ def pick_workers(jobs: int, threads: int = 1) -> tuple[int, str]:
     return max(1, min(jobs, free // max(1, threads))), _why(free, usable, load)
 
 
-__all__ = ["free_cores", "pick_threads", "pick_workers"]
+__all__ = ["IDLE_LOAD", "free_cores", "pick_threads", "pick_workers"]

@@ -40,8 +40,10 @@ def measured_time(kind: str) -> str:
     run = MEASURED_RUNS[kind]
     minutes, seconds = divmod(round(run["seconds"]), 60)
     took = f"{minutes} min {seconds} s" if minutes else f"{seconds} s"
+    from vpo.cores import IDLE_LOAD
+
     load = run.get("load")
-    if load is None or load < 0.5:
+    if load is None or load < IDLE_LOAD:
         where = f"{run['cpus']} idle cores"
     else:
         where = f"{run['cpus']} cores at load average {load:.1f}"

@@ -204,7 +204,7 @@ def pipeline_checks(metrics: dict[str, Any], cfg: DemoConfig, plots: list[str]) 
     def line(ok: bool, text: str) -> str:
         return ("ok: " if ok else "FAILED: ") + text
 
-    methods = {k: e for k, e in metrics["methods"].items()}
+    methods = metrics["methods"]
     training = metrics.get("training") or {}
     steps_ok = all(run.get("steps") and run["steps"][-1] == cfg.rl_steps for run in training.values())
     shapes_ok = all(len(e["best_at_k"]["mean"]) == cfg.pool for e in methods.values())

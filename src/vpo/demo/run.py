@@ -229,7 +229,7 @@ def _run_demo(cfg: DemoConfig, out: Path) -> dict[str, Any]:
     metrics["timings"] = timings
     paths = write_report(metrics, out)
     if cfg.quick:  # plumbing checks instead of findings, plots included
-        drawn = [p for p in paths["plots"]] + [out / figure["file"] for figure in metrics["headline_plots"]]
+        drawn = list(paths["plots"]) + [out / figure["file"] for figure in metrics["headline_plots"]]
         metrics["checks"] = pipeline_checks(metrics, cfg, [p.name for p in drawn if p.is_file()])
     timings["report (this invocation)"] = {"wall": time.time() - t_report, "cpu": None}
     timings["this invocation"] = {"wall": time.time() - t0, "cpu": time.process_time()}
@@ -248,14 +248,14 @@ def _run_demo(cfg: DemoConfig, out: Path) -> dict[str, Any]:
     return {"report": paths, "metrics": metrics}
 
 
-IDLE_LOAD = 0.5
-"""A 1-minute load average below this (half a core busy) reads as an otherwise idle machine."""
-
-
 def load_note(cpus: int, workers: int, threads: int, load_start: float, load_end: float) -> str:
-    """The report's sentence on the machine the timings were measured on, read off the load average."""
-    load = f"1-minute load average {load_start:.1f} at the start and {load_end:.1f} at the end"
-    machine = (f"the CPUs were otherwise idle ({load})" if max(load_start, load_end) < IDLE_LOAD else
+    """The report's sentence on the machine the timings were measured on, read off the load
+    average at the start (the one at the end counts this run's own work)."""
+    from vpo.cores import IDLE_LOAD
+
+    load = (f"1-minute load average {load_start:.1f} at the start, {load_end:.1f} at the end with this run's "
+            "own work")
+    machine = (f"the CPUs were otherwise idle ({load})" if load_start < IDLE_LOAD else
                f"other work shared the CPUs ({load}), so the stages ran slower than they would on an idle machine")
     return (f"Timings measured on this machine ({cpus} CPUs, {workers} worker process(es), torch threads "
             f"{threads or 'default'}): {machine}. Stages finished by an earlier invocation keep their original time.")
