@@ -11,6 +11,12 @@ the weights); pools of 30 answers (10 chains of m = 3) on ``--examples`` 5x5 maz
 prints the 1-minute load average before it ran and what ``--threads 0`` / ``--workers 0`` picked,
 because other processes on the machine change every number: run it on an idle machine and
 under load (e.g. ``stress --cpu 2``) to see both sides.
+
+Measured on 2 cores shared with other jobs (load average 7 to 13), ``--repeats 2 --examples 60``
+(wall seconds of each repeat): ``--threads 0`` picked 1 thread and took 23.6 and 22.3; ``--threads
+1`` 62.0 and 61.2 (the load rose between the rows); ``--threads 2``, what torch's default gave
+before, 297.1 and 245.2: on a busy machine the second thread spins against the other jobs. Not
+measured yet: the same on 2 idle cores (``--threads 0`` then picks 2), and ``--demo``.
 """
 
 from __future__ import annotations
@@ -49,7 +55,8 @@ def timed(argv: list[str], cwd: Path) -> tuple[float, str]:
     seconds = time.perf_counter() - start
     if run.returncode:
         raise SystemExit(f"vpo {' '.join(argv)} failed:\n{run.stderr[-2000:]}")
-    picked = [line for line in (run.stdout + run.stderr).splitlines() if "torch threads:" in line or "worker process" in line]
+    picked = [line for line in (run.stdout + run.stderr).splitlines()
+              if "torch threads:" in line or "worker process" in line]
     return seconds, picked[0].split("] ")[-1] if picked else ""
 
 

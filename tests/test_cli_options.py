@@ -61,7 +61,7 @@ BAD = [
     (["search", "best-of-n", "--model", "{model}", "--m", "0"], "--m"),
     (["search", "best-of-n", "--model", "{model}", "--pool", "10", "--answers", "3"], "--pool"),
     (["search", "best-of-n", "--model", "{model}", "--temperature", "-1"], "--temperature"),
-    (["search", "best-of-n", "--model", "{model}", "--max-new-tokens", "0"], "--max-new-tokens"),
+    (["search", "best-of-n", "--model", "{model}", "--max-new-tokens", "-1"], "--max-new-tokens"),
     # vpo search openevolve
     (["search", "openevolve", "--model", "{model}", "--iterations", "0"], "--iterations"),
     (["search", "openevolve", "--model", "{model}", "--chains", "0"], "--chains"),

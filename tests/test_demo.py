@@ -202,7 +202,8 @@ def quick_run(tmp_path_factory):
     start = time.time()
     stdout, stderr = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-        result = run_demo(DemoConfig(quick=True, out=str(out), progress=False))
+        # two workers whatever the load, so the parallel path runs (--workers 0 picks from the free cores)
+        result = run_demo(DemoConfig(quick=True, out=str(out), progress=False, workers=2))
     # what this process showed on the terminal (the RL workers print from their own processes)
     out.with_name(out.name + "-terminal.json").write_text(json.dumps({"stdout": stdout.getvalue(),
                                                                       "stderr": stderr.getvalue()}))

@@ -174,7 +174,8 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, *, skip: tupl
             (item_type, *_) = typing.get_args(tp) or (str,)
             parser.add_argument(*flags, dest=f.name, default=default, action=_StoreTyped,
                                 type=lambda s, t=item_type: [t(x) for x in _split_csv(s)],
-                                help=f"{help_text} (comma-separated{_default_text(help_text, ','.join(map(str, default or [])))})")
+                                help=f"{help_text} (comma-separated"
+                                     f"{_default_text(help_text, ','.join(map(str, default or [])))})")
         else:
             choices = f.metadata.get("choices")
             if callable(choices):  # computed when the parser is built (e.g. the estimator registry)

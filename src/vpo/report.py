@@ -23,7 +23,8 @@ The metrics dict (what ``vpo demo`` and ``vpo eval`` build; every key but ``meth
   reward vectors of a few examples' pools, drawn in objective space;
 * ``references``: list of {label, best_at_k, pref_best_at_k}: constant levels (e.g. the pool
   of a task's oracle answers) drawn as dashed lines in the best@k plot;
-* ``findings``, ``notes``: lists of sentences; ``checks``: lines of a smoke run's pipeline checks; ``timings``: {stage: seconds}; ``config``.
+* ``findings``, ``notes``: lists of sentences; ``checks``: a smoke run's pipeline checks (lines);
+  ``timings``: {stage: seconds}; ``config``.
 
 Plots need matplotlib (the ``plot`` extra); without it the report is written without them and
 says so. Numbers that are missing (NaN, a CI from one seed) print as "n/a".
@@ -302,7 +303,8 @@ def training_figure(training: Mapping[str, Any]) -> Any:
         ax.set_title(name)
         ax.grid(alpha=0.3)
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    ncol = min(len(labels), 3) or 1  # four "Multi-RLVR (m=3)"-long entries overran the figure's width
+    # four "Multi-RLVR (m=3)"-long entries in one row overran the figure's width: two rows of two
+    ncol = max(1, len(labels) if len(labels) <= 3 else 2 if len(labels) == 4 else 3)
     legend_rows = -(-len(labels) // ncol)
     fig.set_figheight(fig.get_figheight() + 0.25 * (legend_rows - 1))
     fig.legend(handles, labels, loc="upper center", ncol=ncol, fontsize=10, frameon=False)
@@ -340,8 +342,8 @@ def _plot_objective_space(space: Mapping[str, Any], objectives: Sequence[str], e
     cols = n_examples if n_examples > 1 else min(OBJECTIVE_SPACE_COLUMNS, len(keys))
     rows = -(-len(panels) // cols)
     styles = line_styles({key: entries.get(key, key) for key in keys})
-    labels = {key: entries[key].get("label", key) if isinstance(entries.get(key), Mapping) else str(entries.get(key, key))
-              for key in keys}
+    labels = {key: entries[key].get("label", key) if isinstance(entries.get(key), Mapping)
+              else str(entries.get(key, key)) for key in keys}
     xi, yi = objectives.index(space["x"]), objectives.index(space["y"])
     ci = objectives.index(space["color"]) if space.get("color") in objectives else None
     fig, axes = plt.subplots(rows, cols, figsize=(3.3 * cols + (0.9 if ci is not None else 0), 3.0 * rows + 0.8),

@@ -188,6 +188,8 @@ def _run_demo(cfg: DemoConfig, out: Path) -> dict[str, Any]:
                 if job[0] == "rl":
                     runs[(job[1], job[2])] = result
     else:
+        if pending:
+            log(f"RL and evaluation: {len(pending)} jobs in this process")
         for job in pending:
             result = _job(cfg, job, log, task=task)
             if job[0] == "rl":
