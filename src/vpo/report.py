@@ -357,10 +357,9 @@ def _plot_objective_space(space: Mapping[str, Any], objectives: Sequence[str], e
         if vec.size:
             uniq, counts = np.unique(np.round(vec, 4), axis=0, return_counts=True)
             zero = ~np.any(uniq > 0, axis=1)
-            colors = uniq[:, ci] if ci is not None else None
-            mappable = ax.scatter(uniq[~zero, xi], uniq[~zero, yi], s=25 + 18 * counts[~zero],
-                                  c=None if colors is None else colors[~zero], cmap="viridis", vmin=0, vmax=1,
-                                  edgecolors="k", linewidths=0.4)
+            shade = {} if ci is None else {"c": uniq[~zero, ci], "cmap": "viridis", "vmin": 0, "vmax": 1}
+            mappable = ax.scatter(uniq[~zero, xi], uniq[~zero, yi], s=25 + 18 * counts[~zero], edgecolors="k",
+                                  linewidths=0.4, **shade)
             if zero.any():
                 ax.scatter([0], [0], marker="x", color="red", s=25 + 18 * counts[zero].sum())
                 ax.annotate(f"{int(counts[zero].sum())} zero", (0.04, 0.04), fontsize=9, color="red")
