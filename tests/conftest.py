@@ -1,5 +1,5 @@
 """Shared test setup: offline hub, quiet engines, deterministic hashing; the ``numbers_in`` and
-``survivors`` fixtures."""
+``survivors`` fixtures; tests marked ``gpu`` skip without CUDA."""
 
 import os
 
@@ -46,3 +46,23 @@ def _survivors(token: str) -> list[int]:
 def survivors():
     """``survivors(token)``: pids of the processes whose command line contains ``token``."""
     return _survivors
+
+
+NO_CUDA_REASON = "needs a CUDA GPU: torch.cuda.is_available() is False here (scripts/gpu_check.sh runs these on one)"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` skip, with the reason, where torch sees no CUDA device (a machine
+    without torch skips them too)."""
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_items:
+        return
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except ImportError:
+        has_cuda = False
+    if not has_cuda:
+        for item in gpu_items:
+            item.add_marker(pytest.mark.skip(reason=NO_CUDA_REASON))

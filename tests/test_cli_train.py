@@ -264,7 +264,6 @@ def test_config_yaml_values_then_typed_flags(tmp_path):
 
 @pytest.mark.parametrize("text,needle", [
     ("not_an_option: 1\n", "unknown key 'not_an_option'"),
-    ("scale_rewards: group\n", "scale_rewards is not a vpo train option: VPOTrainer replaces TRL's advantages"),
     ("multi_objective_aggregation: normalize_then_sum\n", "multi_objective_aggregation is not a vpo train option"),
     ("reward_weights: [1.0]\n", "reward_weights is not a vpo train option"),
     ("reward_funcs: [accuracy_reward]\n", "--reward_funcs vpo.integrations.trl.vpo_reward"),
@@ -289,8 +288,6 @@ def test_config_yaml_refusals_name_the_key_at_once(tmp_path, capsys, text, needl
 
 
 @pytest.mark.parametrize("argv,typed,instead", [
-    (["--scale-rewards", "group"], "--scale-rewards", "--method"),
-    (["--scale_rewards", "none"], "--scale_rewards", "--method"),
     (["--multi-objective-aggregation", "normalize_then_sum"], "--multi-objective-aggregation", "E_w[max_i w.r_i]"),
     (["--reward-weights", "1.0", "0.5"], "--reward-weights", "Dirichlet"),
 ])
@@ -300,6 +297,21 @@ def test_refused_flags_fail_at_step_0(tmp_path, capsys, argv, typed, instead):
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"vpo train: error: {typed} is not a vpo train option:") and instead in err, err
     assert len(err.splitlines()) == 1
+
+
+def test_scale_rewards_is_mapped_onto_the_estimator_scale(tmp_path, capsys):
+    pytest.importorskip("trl")
+    *_, grpo = _grpo_from_argv(["--scale-rewards", "none"])
+    assert grpo.scale_rewards == "none"   # VPOTrainer maps it onto the estimator's scale (test_own_rewards.py)
+    yaml_file = tmp_path / "grpo.yaml"
+    yaml_file.write_text("scale_rewards: batch\n")
+    *_, grpo = _grpo_from_argv(["--config", str(yaml_file)])
+    assert grpo.scale_rewards == "batch"
+    # an estimator without a group scale refuses it before the model loads
+    assert main(["train", "--task", "maze", "--method", "maxrl", "--model", str(tmp_path / "no-model"),
+                 "--scale-rewards", "none"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--scale-rewards none: --method maxrl has no group scale" in err and len(err.splitlines()) == 1, err
 
 
 def test_engine_packages_are_checked_before_the_model_loads(tmp_path, capsys):

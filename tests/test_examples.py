@@ -10,7 +10,7 @@ import pytest
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
-@pytest.mark.parametrize("script", ["grpo_to_vpo_trl.py", "maze_loop.py"])
+@pytest.mark.parametrize("script", ["grpo_to_vpo_trl.py", "own_rewards_trl.py", "maze_loop.py"])
 def test_example_runs(script, tmp_path):
     pytest.importorskip("trl")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}

@@ -8,7 +8,8 @@ from vpo.chains import RewriteRule
 from vpo.tasks import Task, get_task, list_tasks, register_task
 from vpo.tasks.check import check_task
 
-DEFAULT_PARAMS = {"maze": {"size": 5}}
+DEFAULT_PARAMS = {"maze": {"size": 5},
+                  "own_rewards": {"reward_funcs": "own_reward_funcs:keyword,own_reward_funcs:brevity"}}
 
 
 @pytest.mark.parametrize("name", list_tasks())

@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "vpo.commands.train",
     "vpo.commands.eval",
     "vpo.commands.search",
+    "vpo.commands.rewards",
 )
 
 

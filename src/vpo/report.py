@@ -21,6 +21,9 @@ The metrics dict (what ``vpo demo`` and ``vpo eval`` build; every key but ``meth
   over RL steps (e.g. the reward diversity of the training rollouts);
 * ``objective_space``: {x, y, color, examples: [titles], vectors: {key: [(P, D) lists]}}:
   reward vectors of a few examples' pools, drawn in objective space;
+* ``objective_diagnostics``: {objectives: [D names], correlation: (D, D) lists, effective_dim,
+  answers: how many answer vectors they come from}: whether the objectives are worth a vector
+  (``vpo.rewards.objective_diagnostics``), shown as a table and a correlation heatmap;
 * ``references``: list of {label, best_at_k, pref_best_at_k}: constant levels (e.g. the pool
   of a task's oracle answers) drawn as dashed lines in the best@k plot;
 * ``findings``, ``notes``: lists of sentences; ``checks``: a smoke run's pipeline checks (lines);
@@ -388,6 +391,52 @@ def _plot_objective_space(space: Mapping[str, Any], objectives: Sequence[str], e
     plt.close(fig)
 
 
+def plot_correlation(objectives: Sequence[str], correlation: Any, path: str | Path, *,
+                     title: str = "Correlation of the objectives") -> Path:
+    """A (D, D) correlation matrix as a heatmap with the values written in; returns ``path``.
+    NaN cells (an objective constant over the answers) are grey and read "n/a"."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    corr = np.asarray(correlation, dtype=float)
+    dim = corr.shape[0]
+    side = 1.6 + 0.7 * dim
+    fig, ax = plt.subplots(figsize=(side + 1.2, side))
+    cmap = matplotlib.colormaps["RdBu_r"].with_extremes(bad="#cccccc")
+    image = ax.imshow(np.ma.masked_invalid(corr), cmap=cmap, vmin=-1, vmax=1)
+    ax.set_xticks(range(dim), list(objectives), rotation=45, ha="right")
+    ax.set_yticks(range(dim), list(objectives))
+    for i in range(dim):
+        for j in range(dim):
+            value = corr[i, j]
+            ax.text(j, i, "n/a" if not np.isfinite(value) else f"{value:.2f}", ha="center", va="center",
+                    fontsize=9, color="white" if np.isfinite(value) and abs(value) > 0.6 else "black")
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+def diagnostics_section(doc: _Doc, diagnostics: Mapping[str, Any], plot: str | None = None) -> None:
+    """The objectives' correlation and effective dimension: are they worth a vector?"""
+    names = list(diagnostics["objectives"])
+    dim = len(names)
+    doc.h(2, "Are the objectives worth a vector?")
+    doc.p(f"Effective dimension {_num(diagnostics.get('effective_dim'), 2)} of D = {dim}, over "
+          f"{diagnostics.get('answers', '?')} answer vectors: the participation ratio of the eigenvalues of their "
+          "covariance, 1 when the objectives are collinear (the simplex collapses to a line and a vector reward "
+          f"adds nothing over their sum) and {dim} when they vary independently.")
+    rows = [[name] + [_num(v, 2) for v in row] for name, row in zip(names, diagnostics["correlation"], strict=True)]
+    doc.table(["correlation"] + names, rows)
+    if plot:
+        doc.img(plot, "Correlation of the objectives over the answers (grey: an objective that did not vary).")
+
+
 def make_plots(metrics: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
     """Write the PNG plots the metrics allow under ``out_dir/plots``; returns their paths."""
     import matplotlib
@@ -407,6 +456,13 @@ def make_plots(metrics: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
     if space and space.get("vectors") and objectives:
         _plot_objective_space(space, objectives, metrics["methods"], plot_dir / "objective_space.png")
         paths.append(plot_dir / "objective_space.png")
+    diagnostics = metrics.get("objective_diagnostics")
+    if diagnostics and len(diagnostics.get("objectives") or ()) >= 2:
+        paths.append(plot_correlation(diagnostics["objectives"], diagnostics["correlation"],
+                                      plot_dir / "objective_correlation.png",
+                                      title=f"Correlation of the objectives (effective dimension "
+                                            f"{_num(diagnostics.get('effective_dim'), 2)} of "
+                                            f"{len(diagnostics['objectives'])})"))
     return paths
 
 
@@ -490,6 +546,10 @@ def build_document(metrics: Mapping[str, Any], plots: Sequence[Path]) -> _Doc:
         rows = [[e.get("label", key)] + [_cell(e["objective_mean"][o]) for o in objectives]
                 + [_num(e["objective_best"][o]["mean"]) for o in objectives] for key, e in methods.items()]
         doc.table(cols, rows)
+    if metrics.get("objective_diagnostics"):
+        shown = f"{PLOT_DIR}/objective_correlation.png" if any(p.name == "objective_correlation.png"
+                                                                for p in plots) else None
+        diagnostics_section(doc, metrics["objective_diagnostics"], shown)
     if metrics.get("paired"):
         doc.h(2, "Paired differences (same examples)")
         doc.p("a - b, per example averaged over seeds, then mean ±95% half-width over examples; "

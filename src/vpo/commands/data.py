@@ -7,11 +7,17 @@ Usage::
         --source 'musique_ans_v1.0_{split}.jsonl' --train 20000 --test 300
     vpo data export maze --out data/maze7 --size 7 --task-params reward_mode=convex_bonus
     vpo data preview toolcall --answers 3
+    vpo data export --reward-funcs mypkg.rewards:accuracy,mypkg.rewards:brevity --source prompts.jsonl \
+        --out data/mine --format verl --answers 3
 
 The test split's seed is ``100 * seed + 42`` (``vpo.export.test_seed``). ``--size`` only
 reaches tasks that take a size (maze). ``--source`` is a local jsonl/json/parquet file or
 folder (``{split}`` is replaced by the split name) or a Hugging Face dataset name; without it
 the text tasks read their shipped fixtures, which are tiny samples, not the benchmarks.
+``--reward-funcs`` (your own reward functions, TRL's contract) with ``--source`` (the prompts)
+replace the task: the rows are the ``own_rewards`` task's, with the functions recorded in
+``task_params``, so verl's ``compute_score``, OpenRLHF's reward file and ``trl grpo``'s
+dotted-path rewards score them with your functions.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from vpo.commands.rewards import RewardFuncsOptions, resolve_task
 from vpo.config import add_dataclass_args, check_out_dir, dataclass_from_args, field_like, parse_params, task_help
 from vpo.estimators.options import WeightOptions
 
@@ -34,7 +41,7 @@ def _estimator_names() -> list[str]:
 
 
 @dataclass
-class ExportConfig:
+class ExportConfig(RewardFuncsOptions):
     """Flags of ``vpo data export``."""
 
     out: str | None = field(default=None,
@@ -94,6 +101,18 @@ def _check_task(name: str, params: dict[str, Any], size: int) -> None:
         raise ValueError(f"--size {size}: {err}") from None
 
 
+def _task_name(args: argparse.Namespace, cfg: Any) -> tuple[str, dict[str, Any] | None]:
+    """The task to export and, for ``--reward-funcs``, its parameters (the positional TASK and
+    ``--reward-funcs`` are alternatives)."""
+    if cfg.reward_funcs:
+        args.task_given = bool(args.task)
+        name, params = resolve_task(cfg, args, source=cfg.source, task_flag="TASK")
+        return name or "", params
+    if not args.task:
+        raise ValueError("give a TASK (maze, musique, eureqa, toolcall, code, math) or --reward-funcs with --source")
+    return args.task, None
+
+
 def run_export(args: argparse.Namespace) -> int:
     from vpo.export import export
 
@@ -101,15 +120,16 @@ def run_export(args: argparse.Namespace) -> int:
     if not cfg.out:
         raise ValueError("--out is required")
     check_out_dir(cfg.out)
+    task_name, own_params = _task_name(args, cfg)
     if cfg.require_source:
         from vpo.export import reads_shipped_sample
 
-        if reads_shipped_sample(args.task, cfg.source):
-            raise ValueError(f"task {args.task} needs real data: pass --source FILE (e.g. with EXPORT_ARGS in the "
+        if reads_shipped_sample(task_name, cfg.source):
+            raise ValueError(f"task {task_name} needs real data: pass --source FILE (e.g. with EXPORT_ARGS in the "
                              f"recipes); without it vpo exports the shipped sample, a few invented rows for tests"
                              + (f", and --source {cfg.source} is that sample" if cfg.source else ""))
-    task_params = parse_params(cfg.task_params)
-    _check_task(args.task, task_params, cfg.size)
+    task_params = own_params if own_params is not None else parse_params(cfg.task_params)
+    _check_task(task_name, task_params, cfg.size)
     goals = None
     if cfg.method:
         from vpo.estimators import get_spec
@@ -119,7 +139,7 @@ def run_export(args: argparse.Namespace) -> int:
             raise ValueError(f"--method {cfg.method} scores one answer per rollout; use --answers 1")
         if spec.conditions_prompt:
             goals = WeightOptions(alpha=cfg.alpha, seed=cfg.goal_seed)
-    result = export(args.task, cfg.out, fmt=cfg.format, train=cfg.train, test=cfg.test, seed=cfg.seed,
+    result = export(task_name, cfg.out, fmt=cfg.format, train=cfg.train, test=cfg.test, seed=cfg.seed,
                     answers=cfg.answers, source=cfg.source, task_params=task_params,
                     size=cfg.size, goals=goals, overlap=cfg.overlap)
     for split in ("train", "test"):
@@ -130,7 +150,7 @@ def run_export(args: argparse.Namespace) -> int:
               "(--overlap keeps them)")
     for line in result["short"]:
         print(f"warning: {line}")
-    print(f"task {args.task} params {json.dumps(result['task_params'])}, format {cfg.format}, "
+    print(f"task {task_name} params {json.dumps(result['task_params'])}, format {cfg.format}, "
           f"answers {cfg.answers}")
     return 0
 
@@ -163,7 +183,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="data_command", metavar="ACTION")
     export_parser = sub.add_parser("export", help="write train.parquet and test.parquet for a task")
-    export_parser.add_argument("task", help=task_help())
+    export_parser.add_argument("task", nargs="?", default="", help=f"{task_help()}; or --reward-funcs")
     add_dataclass_args(export_parser, ExportConfig)
     export_parser.set_defaults(func=run_export)
     preview_parser = sub.add_parser("preview", help="print one example's prompt")

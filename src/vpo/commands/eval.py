@@ -5,11 +5,17 @@ Usage::
     vpo eval --task maze --task-params size=5 --model runs/demo/checkpoints/vpo-s0 --answers 3
     vpo eval --task maze --model PATH --pool 30 --examples 100 --out runs/eval-vpo
     vpo eval --task math --model PATH --pool 30 --examples 300 --max-new-tokens 2048 --backend vllm
+    vpo eval --reward-funcs mypkg.rewards:accuracy,mypkg.rewards:brevity --source prompts.jsonl --model PATH
+
+``--reward-funcs`` (your own reward functions, TRL's contract) with ``--source`` (the prompts)
+replace ``--task``: the report's metrics are then on your objectives (``vpo rewards check``).
 
 A checkpoint written by ``vpo demo`` carries ``vpo_format.json`` and is prompted in its compact
 format; any other checkpoint gets the task's own prompts (wrapped in the tokenizer's chat
 template when it has one, unless --no-chat). Writes report.md, report.html, metrics.json,
-plots/ and the pool (pool.npz + pool.npz.jsonl with the raw generations) under --out.
+plots/ and the pool (pool.npz + pool.npz.jsonl with the raw generations) under --out. With two or
+more objectives the report also gives their correlation over the pool's answers, a heatmap, and
+their effective dimension (1: collinear, a vector reward adds nothing; D: independent).
 
 Sampling (``vpo.sampling``): on --device (auto: cuda when available) in --dtype (auto: bfloat16
 on a GPU, float32 on CPU), --batch-size chains per generate() call (0: auto). --seeding auto replays the old stream (one
@@ -24,12 +30,14 @@ import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, parse_params, task_help
+from vpo.commands.rewards import RewardFuncsOptions, resolve_task
+from vpo.config import (add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, parse_params,
+                        task_help)
 from vpo.sampling import SamplingOptions
 
 
 @dataclass
-class EvalConfig(SamplingOptions):
+class EvalConfig(RewardFuncsOptions, SamplingOptions):
     """Options of ``vpo eval`` (the sampling ones, --device to --threads, from ``SamplingOptions``)."""
 
     task: str = field(default="maze", metadata={"help": task_help})
@@ -72,8 +80,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def run_eval(cfg: EvalConfig) -> dict:
-    """Evaluate ``cfg.model``; returns {"report": paths, "metrics": dict}."""
+def run_eval(cfg: EvalConfig, args: argparse.Namespace | None = None) -> dict:
+    """Evaluate ``cfg.model``; returns {"report": paths, "metrics": dict}. ``args``: the parsed
+    command line, whose typed flags tell ``--task`` given alongside ``--reward-funcs``."""
     import os
     import time
 
@@ -81,10 +90,11 @@ def run_eval(cfg: EvalConfig) -> dict:
     if cfg.pool % cfg.answers:
         raise ValueError(f"--pool ({cfg.pool}) must be a multiple of --answers ({cfg.answers}) for equal pools")
     check_out_dir(cfg.out)
+    own_name, own_params = resolve_task(cfg, args, source=cfg.source)
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from vpo.evaluation import example_weights, load_format, pool_metrics, sample_pools, summarize
-    from vpo.formats import recorded_method, resolve_task_params
+    from vpo.formats import TaskFormat, recorded_method, resolve_task_params
     from vpo.report import write_report
     from vpo.sampling import check_sampling, open_sampler
     from vpo.search import levels_of_pools
@@ -101,14 +111,21 @@ def run_eval(cfg: EvalConfig) -> dict:
         from vpo.sampling import hide_library_progress
 
         hide_library_progress()
-    params = resolve_task_params(parse_params(cfg.task_params), [] if gguf else [model_dir])
-    task = get_task(cfg.task, **params)
+    if own_name is not None:
+        params = own_params
+        task = get_task(own_name, **params)
+    else:
+        params = resolve_task_params(parse_params(cfg.task_params), [] if gguf else [model_dir])
+        task = get_task(cfg.task, **params)
     examples = task.examples(cfg.split, cfg.examples, source=cfg.source or None)
     if not examples:
-        raise ValueError(f"task {cfg.task!r} gave no examples for split {cfg.split!r}")
+        raise ValueError(f"task {task.name!r} gave no examples for split {cfg.split!r}")
     start = time.time()
     sampler, tokenizer = open_sampler(model_dir, options)
     fmt = load_format(None if gguf else model_dir, task, tokenizer=tokenizer, chat=cfg.chat)
+    if own_name is not None and not isinstance(fmt, TaskFormat):
+        raise ValueError(f"--reward-funcs evaluates on the prompts of --source, but {model_dir} was trained on the "
+                         f"{fmt.name!r} prompt format")
     max_new = cfg.max_new_tokens
     if max_new <= 0:
         max_new = fmt.completion_budget(examples, cfg.answers)
@@ -120,7 +137,7 @@ def run_eval(cfg: EvalConfig) -> dict:
     pools.save(out / "pool.npz")
     dims = {task.num_objectives(e) for e in examples}
     if len(dims) != 1:
-        raise ValueError(f"task {cfg.task!r}: examples have different numbers of objectives {sorted(dims)}; "
+        raise ValueError(f"task {task.name!r}: examples have different numbers of objectives {sorted(dims)}; "
                          "pool metrics need one D")
     weights = example_weights(len(examples), dims.pop(), cfg.eval_weights, seed=cfg.seed)
     per_example = pool_metrics(pools.vectors, task, eval_weights=weights)
@@ -132,10 +149,10 @@ def run_eval(cfg: EvalConfig) -> dict:
                              "method": None if gguf else recorded_method(model_dir)})   # its colour in the plots
     shown = list(range(min(3, len(examples))))
     metrics = {
-        "title": f"Evaluation of {label} on {cfg.task}",
+        "title": f"Evaluation of {label} on {task.name}",
         "intro": f"Checkpoint {model_dir} ({fmt.name} prompts), {len(examples)} examples of split {cfg.split!r}, "
                  f"pools of {cfg.pool} answers ({cfg.pool // cfg.answers} chains x m = {cfg.answers}).",
-        "task": {"name": cfg.task, "params": params, "objectives": objectives},
+        "task": {"name": task.name, "params": params, "objectives": objectives},
         "eval": {"examples": len(examples), "pool": cfg.pool, "temperature": cfg.temperature, "top_p": cfg.top_p,
                  "eval_weights": cfg.eval_weights, "ks_shown": [1, 3, 10, cfg.pool]},
         "methods": {label: entry},
@@ -148,6 +165,9 @@ def run_eval(cfg: EvalConfig) -> dict:
         "notes": [f"{pools.truncated:.0%} of the chains hit the generation budget ({max_new} tokens) without EOS."],
     }
     if len(objectives) >= 2:
+        from vpo.commands.rewards import diagnostics_of
+
+        metrics["objective_diagnostics"] = diagnostics_of(pools.vectors.reshape(-1, len(objectives)), objectives)
         x, y = objectives[1:3] if len(objectives) >= 3 else objectives[:2]
         metrics["objective_space"] = {
             "x": x, "y": y, "color": objectives[3] if len(objectives) >= 4 else None,
@@ -159,12 +179,13 @@ def run_eval(cfg: EvalConfig) -> dict:
 def run(args: argparse.Namespace) -> int:
     cfg = dataclass_from_args(EvalConfig, args)
     if cfg.search:
+        resolve_task(cfg, args, source=cfg.source)  # --task typed alongside --reward-funcs fails here too
         from vpo.commands.search import search_from_eval_config
 
         search_from_eval_config(cfg.search, cfg)
         print(f"search results: {cfg.out}")
         return 0
-    result = run_eval(cfg)
+    result = run_eval(cfg, args)
     paths = result["report"]
     print(f"report: {paths['md']}  (html: {paths['html']}, metrics: {paths['json']})")
     return 0

@@ -5,6 +5,8 @@ Usage::
     vpo search best-of-n --task maze --model runs/grpo,runs/vpo --labels GRPO,VPO --pool 30 --answers 3
     vpo search best-of-n --task maze --model runs/vpo --select 0.1,0.6,0.2,0.1 --examples 50
     vpo search best-of-n --task math --model runs/grpo,runs/vpo --pool 30 --max-new-tokens 2048 --backend vllm
+    vpo search best-of-n --reward-funcs mypkg.rewards:accuracy,mypkg.rewards:brevity --source prompts.jsonl \
+        --model runs/grpo,runs/vpo --answers 1,3
     vpo search openevolve --task code --source problems.jsonl --model runs/vpo --iterations 200
     vpo search openevolve --task code --source fixtures --model smollm2 --iterations 10 --threads 1
 
@@ -12,7 +14,8 @@ Usage::
 the best under ``--select`` and writes ``search_curves.png`` (best@k, pass@k, coverage@k
 against k, one line per checkpoint, with 95% bands over examples) and ``search.json`` to ``--out``;
 it samples as ``vpo eval`` does (``vpo.sampling``: --device, --dtype, --batch-size chains per call
-across all examples, --seeding, --backend hf|vllm, --threads).
+across all examples, --seeding, --backend hf|vllm, --threads). ``--reward-funcs`` (your own reward
+functions) with ``--source`` (the prompts) replace ``--task``: the curves are then on your objectives.
 
 ``openevolve`` seeds OpenEvolve with each policy's own programs (``--chains`` x ``--answers``
 answers per problem, all kept), evolves every problem for ``--iterations`` with the policy as
@@ -30,12 +33,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, parse_params, task_help
+from vpo.commands.rewards import RewardFuncsOptions, resolve_task
+from vpo.config import (add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, parse_params,
+                        task_help)
 from vpo.sampling import DeviceOptions, SamplingOptions
 
 
 @dataclass
-class BestOfNConfig(SamplingOptions):
+class BestOfNConfig(RewardFuncsOptions, SamplingOptions):
     """Options of ``vpo search best-of-n`` (the sampling ones, --device to --threads, from ``SamplingOptions``)."""
 
     task: str = field(default="maze", metadata={"help": task_help})
@@ -140,7 +145,9 @@ def check_select(select: Any, task: Any, examples: list[Any]) -> None:
                          f"{' or '.join(map(str, dims))} objectives ({names})")
 
 
-def run_best_of_n(cfg: BestOfNConfig) -> dict[str, Any]:
+def run_best_of_n(cfg: BestOfNConfig, args: argparse.Namespace | None = None) -> dict[str, Any]:
+    """Best-of-n curves of ``cfg.model``; ``args``: the parsed command line (its typed flags tell
+    ``--task`` given alongside ``--reward-funcs``)."""
     from vpo.search import run_search_eval
     from vpo.tasks import get_task
 
@@ -148,6 +155,7 @@ def run_best_of_n(cfg: BestOfNConfig) -> dict[str, Any]:
 
     check_fields(cfg)
     check_out_dir(cfg.out)
+    own_name, own_params = resolve_task(cfg, args, source=cfg.source)
     labels = _labels(cfg.model, cfg.labels)
     answers = list(cfg.answers) * len(cfg.model) if len(cfg.answers) == 1 else list(cfg.answers)
     if len(answers) != len(cfg.model) or min(answers) < 1:
@@ -166,8 +174,11 @@ def run_best_of_n(cfg: BestOfNConfig) -> dict[str, Any]:
         from vpo.sampling import hide_library_progress
 
         hide_library_progress()
-    params = resolve_task_params(parse_params(cfg.task_params), [path for _, path in checkpoints])
-    task = get_task(cfg.task, **params)
+    if own_name is not None:
+        task = get_task(own_name, **own_params)
+    else:
+        params = resolve_task_params(parse_params(cfg.task_params), [path for _, path in checkpoints])
+        task = get_task(cfg.task, **params)
     examples = task.examples(cfg.split, cfg.examples, seed=cfg.seed, source=cfg.source)
     check_select(parse_select(cfg.select), task, examples)
     report = run_search_eval(checkpoints, task, examples, cfg.out, n=cfg.pool, m=answers, select=parse_select(cfg.select),
@@ -249,11 +260,14 @@ def search_from_eval_config(kind: str, cfg: Any) -> dict[str, Any]:
     if kind == "best-of-n":
         return run_best_of_n(BestOfNConfig(
             task=cfg.task, task_params=getattr(cfg, "task_params", ""), model=models, labels=labels,
+            reward_funcs=getattr(cfg, "reward_funcs", ""), reward_names=list(getattr(cfg, "reward_names", []) or []),
             source=cfg.source or None, split=cfg.split, examples=cfg.examples, pool=cfg.pool, answers=[cfg.answers],
             temperature=cfg.temperature, top_p=cfg.top_p,
             max_new_tokens=cfg.max_new_tokens,
             seed=cfg.seed, out=cfg.out, progress=bool(getattr(cfg, "progress", True)), **sampling))
     if kind == "openevolve":
+        if getattr(cfg, "reward_funcs", ""):
+            raise ValueError("--search openevolve scores code problems in the sandbox; --reward-funcs is for best-of-n")
         if cfg.task != "code":
             raise ValueError(f"--search openevolve needs --task code, got {cfg.task!r}")
         if sampling.get("backend", "hf") != "hf":
@@ -281,7 +295,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     kinds = parser.add_subparsers(dest="search_kind", metavar="KIND")
     best = kinds.add_parser("best-of-n", help="best@k / pass@k / coverage@k curves of several checkpoints")
     add_dataclass_args(best, BestOfNConfig)
-    best.set_defaults(func=lambda args: run_best_of_n(dataclass_from_args(BestOfNConfig, args)) and 0)
+    best.set_defaults(func=lambda args: run_best_of_n(dataclass_from_args(BestOfNConfig, args), args) and 0)
     evo = kinds.add_parser("openevolve", help="OpenEvolve on code problems, seeded by the policy")
     add_dataclass_args(evo, OpenEvolveConfig)
     evo.set_defaults(func=lambda args: run_openevolve(dataclass_from_args(OpenEvolveConfig, args)) and 0)

@@ -5,6 +5,7 @@ Usage::
     vpo train --task maze --task-params size=5 --model ./tiny-model --method vpo --answers 3
     vpo train --task musique --data data/musique_trl --model Qwen/Qwen3-1.7B --method grpo --lora
     vpo train --task maze --model ./m --config grpo.yaml --report-to tensorboard --use-vllm --vllm-mode server
+    vpo train --reward-funcs mypkg.rewards:accuracy,mypkg.rewards:brevity --source prompts.jsonl --model ./m
 
 The run uses ``vpo.integrations.trl.VPOTrainer`` (TRL's GRPOTrainer with the advantage
 replaced by the chosen estimator) and the paper's presets (docs/algorithm.md §7: lr 1e-6 constant,
@@ -14,11 +15,13 @@ their names (``--report-to``, ``--use-vllm``/``--vllm-mode``, ``--bf16``, ``--gr
 ``--steps-per-generation``, ``--num-iterations``, ``--save-steps``, ``--resume-from-checkpoint``), and
 ``--config`` reads a TRL ``GRPOConfig`` YAML as ``trl grpo --config`` does: flags typed on the
 command line win over its values, its values over the presets; unknown keys and the options
-VPOTrainer replaces (``scale_rewards``, ``multi_objective_aggregation``, ``reward_weights``) fail
-at once, naming the key. Data: ``--data`` names a TRL export
+VPOTrainer replaces (``multi_objective_aggregation``, ``reward_weights``) fail at once, naming the
+key; ``--scale-rewards`` sets the estimator's scale. Data: ``--data`` names a TRL export
 (``prompt`` + ``example`` columns, from ``vpo data``; a ``datasets`` folder or a JSONL/JSON/
 parquet file) or a file of raw task examples; without it the task generates (maze) or loads its
-own training split. Models: a local folder, a cached hub id (the hub is offline here) or a
+own training split. ``--reward-funcs`` (your own reward functions, TRL's contract) with
+``--source`` (a prompt dataset: JSONL, parquet or a saved Hugging Face dataset folder with a
+``prompt`` column) replace ``--task``: each function is one objective. Models: a local folder, a cached hub id (the hub is offline here) or a
 ``.gguf`` file. Prompts get the tokenizer's chat template (thinking off) when it has one.
 """
 
@@ -35,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vpo.commands.rewards import RewardFuncsOptions, resolve_task
 from vpo.config import (add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, field_like,
                         parse_params, task_help)
 from vpo.estimators.options import WeightOptions
@@ -51,7 +55,7 @@ def _estimator_names() -> list[str]:
 
 
 @dataclass
-class TrainArgs:
+class TrainArgs(RewardFuncsOptions):
     """What to train, on what, and where to write it (the RL hyperparameters are RLConfig's)."""
 
     task: str = field(default="", metadata={"help": task_help})
@@ -141,17 +145,6 @@ def resolve_answers(method: str, answers: int | None) -> int:
 
 
 def _load_rows(path: str) -> list[dict[str, Any]]:
-    folder = Path(path)
-    if folder.is_dir() and ((folder / "dataset_info.json").exists() or (folder / "state.json").exists()
-                            or (folder / "dataset_dict.json").exists()):
-        from datasets import DatasetDict, load_from_disk
-
-        loaded = load_from_disk(str(folder))
-        if isinstance(loaded, DatasetDict):
-            if "train" not in loaded:
-                raise ValueError(f"{path}: dataset dict has no 'train' split ({list(loaded)})")
-            loaded = loaded["train"]
-        return [dict(row) for row in loaded]
     from vpo.tasks.io import load_records
 
     return [dict(row) for row in load_records(path, split="train")]
@@ -261,8 +254,8 @@ def _resume_path(value: str | None, out: str) -> str | None:
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     cfg, rl, engine = train_configs(args)
-    if not cfg.task:
-        raise ValueError("--task is required")
+    if not cfg.task and not cfg.reward_funcs:
+        raise ValueError("--task is required (or --reward-funcs with --source)")
     if not cfg.model:
         raise ValueError("--model is required")
     return train(cfg, rl, engine)
@@ -323,6 +316,10 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
                          "groups")
     weight_options = WeightOptions(num_weights=cfg.num_weights, alpha=cfg.alpha, sampler=cfg.sampler, seed=rl.seed)
     spec = get_spec(cfg.method)
+    scale = getattr(engine, "scale_rewards", None)
+    if scale not in (None, "group") and "scale" not in spec.options:  # VPOTrainer maps it onto the estimator's
+        raise ValueError(f"--scale-rewards {scale}: --method {cfg.method} has no group scale to set "
+                         f"(its options: {', '.join(spec.options)})")
     answers = resolve_answers(cfg.method, cfg.answers)
     check_model_path(cfg.model)
     if cfg.save:
@@ -332,12 +329,29 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     check_engine(engine)
     engine.resume_from_checkpoint = _resume_path(engine.resume_from_checkpoint, cfg.out)
     model_dir = Path(cfg.model) if Path(cfg.model).is_dir() else None
-    # a checkpoint that records its task (the demo's) is trained on that task, in its own format
-    params = resolve_task_params(parse_params(cfg.task_params), [model_dir] if model_dir else [])
-    task = get_task(cfg.task, **params)
+    if cfg.reward_funcs and cfg.task:
+        raise ValueError("--task and --reward-funcs are alternatives: give one")
+    own_name, own_params = resolve_task(cfg, None, source=cfg.source)
+    scaling = None
+    if own_name is not None:
+        params = own_params
+        scaling = params.pop("scaling", None)  # the trainer's (minmax too: it has a batch); the task only reads rows
+        task = get_task(own_name, **params)
+    else:
+        # a checkpoint that records its task (the demo's) is trained on that task, in its own format
+        params = resolve_task_params(parse_params(cfg.task_params), [model_dir] if model_dir else [])
+        task = get_task(cfg.task, **params)
     args = grpo_args(cfg, rl, engine, task=task.name, answers=answers)  # TRL checks its values before the model loads
-    rows = build_train_rows(task, answers, data=cfg.source, n=cfg.examples, seed=cfg.data_seed,
-                            goals=weight_options if spec.conditions_prompt else None)
+    if own_name is not None:  # the rows as they are: VPOTrainer(reward_funcs=) asks for m answers and passes columns
+        from vpo.tasks.io import select
+
+        rows = [task.validate(row, i) for i, row in enumerate(_load_rows(cfg.source))]
+        rows = select(rows, n=cfg.examples, seed=cfg.data_seed if cfg.examples is not None else None)
+        if not rows:
+            raise ValueError(f"--source {cfg.source}: no training rows")
+    else:
+        rows = build_train_rows(task, answers, data=cfg.source, n=cfg.examples, seed=cfg.data_seed,
+                                goals=weight_options if spec.conditions_prompt else None)
     from datasets import Dataset
 
     from vpo.integrations.trl import StepLines, VPOTrainer, label_progress
@@ -349,7 +363,20 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     model, tokenizer = load_pretrained(cfg.model)
     fmt = load_format(model_dir, task, tokenizer=tokenizer, chat=False)
     grpo_overrides: dict[str, Any] = {}
-    if not isinstance(fmt, TaskFormat):
+    if own_name is not None:
+        if not isinstance(fmt, TaskFormat):
+            raise ValueError(f"--reward-funcs trains on the prompts of --source, but {cfg.model} was trained on the "
+                             f"{fmt.name!r} prompt format; start from a checkpoint without {FORMAT_FILE}")
+        if cfg.chat_template and getattr(tokenizer, "chat_template", None):
+            for row in rows:  # conversational, as TRL applies the chat template to it
+                if isinstance(row["prompt"], str):
+                    row["prompt"] = [{"role": "user", "content": row["prompt"]}]
+            grpo_overrides["chat_template_kwargs"] = {"enable_thinking": False}
+        elif any(not isinstance(row["prompt"], str) for row in rows):
+            raise ValueError(f"--source {cfg.source} has chat-turn prompts, but "
+                             + ("--no-chat-template is set" if not cfg.chat_template else
+                                f"the tokenizer of {cfg.model} has no chat template") + " to render them")
+    elif not isinstance(fmt, TaskFormat):
         if spec.conditions_prompt:
             raise ValueError(f"--method {cfg.method} states goal weights in the task's prompts, but {cfg.model} was "
                              f"trained on the {fmt.name!r} prompt format, which has no place for them")
@@ -378,9 +405,12 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     options = {name: getattr(weight_options, name) for name in ("num_weights", "alpha", "sampler")
                if name in spec.options}
     with _reference_from_policy(model, enabled=peft_config is None and float(args.beta) != 0.0):
-        trainer = VPOTrainer(model, task=task, answers=answers, estimator=cfg.method, estimator_options=options,
+        objectives: dict[str, Any] = (
+            {"task": task} if own_name is None else  # your functions, each called once per step on all answers
+            {"reward_funcs": task.reward_funcs, "reward_names": task.reward_names, "scaling": scaling})
+        trainer = VPOTrainer(model, answers=answers, estimator=cfg.method, estimator_options=options,
                              args=args, train_dataset=dataset, processing_class=tokenizer,
-                             peft_config=peft_config)
+                             peft_config=peft_config, **objectives)
     # transformers hides the bar below its WARNING log level; its 40-key dicts per step go to the log file
     label_progress(trainer, f"train {cfg.method}", show=cfg.progress and not trainer.args.disable_tqdm, logs=False)
     Path(cfg.out).mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,9 @@
 """Configuration of ``vpo demo``: one dataclass, one documented CLI flag per field.
 
 ``--quick`` swaps in the ``QUICK`` values for every field still at its default (explicit flags
-win), sized for a CI smoke test of a few minutes.
+win), sized for a CI smoke test of a few minutes. ``--preset paper-maze`` swaps in ``PRESETS``
+values the same way (the paper's 9x9 mazes at GPU scale); with ``--quick`` it takes the preset's
+own tiny values (``PRESET_QUICK``) instead of ``QUICK``.
 """
 
 from __future__ import annotations
@@ -62,6 +64,14 @@ class DemoConfig:
     quick: bool = field(default=False, metadata={
         "help": f"CI-sized smoke run ({measured_time('quick')}): the QUICK values replace every field left at "
                 "its default; it prints plumbing checks, not findings"})
+    preset: str = field(default="none", metadata={
+        "help": "a named configuration whose values replace every field left at its default: paper-maze = the "
+                "paper's 1,000 train and 100 test 9x9 mazes, a 27M-parameter model, all four methods, 2 seeds, "
+                "sized for one H100 (not yet run there)",
+        "choices": ["none", "paper-maze"]})
+    device: str = field(default="auto", metadata={
+        "help": "where the warm-up, RL and evaluation run: auto (cuda when available), cpu or cuda (the first "
+                "visible GPU; pick one with CUDA_VISIBLE_DEVICES)", "choices": ["auto", "cpu", "cuda"]})
     methods: str = field(default="all", metadata={
         "help": "RL methods, comma-separated from grpo, vpo, multi_rlvr, max_at_k, goal_conditioned; 'all' (the "
                 "default) = the paper's four (all but goal_conditioned)"})
@@ -138,6 +148,21 @@ class DemoConfig:
     def method_answers(self, method: str) -> int:
         return self.answers if METHODS[method][1] > 1 else 1
 
+    def torch_device(self) -> str:
+        """``device`` resolved: "cuda" or "cpu" (ValueError for cuda on a machine without CUDA)."""
+        from vpo.models import resolve_device
+
+        return resolve_device(self.device)
+
+    def stream_seed(self, offset: int) -> int:
+        """Seed of a stream of fresh mazes (warm-up: offset 1000, RL: 2000). Under the "paper"
+        protocol (size 9) a stream tries attempt seeds upwards from its seed, and the paper's own
+        train and test mazes are attempts 42..1119 and 4242..4345, so its streams start at
+        ``offset * 1000`` instead, far above both."""
+        from vpo.tasks.maze.generator import default_protocol
+
+        return self.seed + (offset * 1000 if default_protocol(self.size) == "paper" else offset)
+
     def seed_list(self) -> list[int]:
         return [self.seed + i for i in range(self.seeds)]
 
@@ -154,6 +179,7 @@ class DemoConfig:
                              f"({self.warmup_batch})")
         if self.pool % self.answers:
             raise ValueError(f"--pool ({self.pool}) must be a multiple of --answers ({self.answers}) for equal pools")
+        self.torch_device()  # a bad name, or cuda on a machine without it, stops here
         if self.hidden % self.heads:
             raise ValueError(f"--hidden ({self.hidden}) must be a multiple of --heads ({self.heads})")
         try:
@@ -163,16 +189,21 @@ class DemoConfig:
         return self
 
     def resolved(self) -> DemoConfig:
-        """This config with the QUICK values applied (when ``quick``) to fields at their default."""
-        if not self.quick:
+        """This config with the preset's values (``--preset``) and the QUICK values (when ``quick``;
+        a preset's own ``PRESET_QUICK``) applied to fields at their default."""
+        overrides = dict(PRESETS.get(self.preset, {}))
+        if self.quick:
+            overrides.update(PRESET_QUICK[self.preset] if self.preset in PRESETS else QUICK)
+        if not overrides:
             return self.validate()
         defaults = DemoConfig()
-        changes = {k: v for k, v in QUICK.items() if getattr(self, k) == getattr(defaults, k)}
+        changes = {k: v for k, v in overrides.items() if getattr(self, k) == getattr(defaults, k)}
         return dataclasses.replace(self, **changes).validate()
 
     def fingerprint(self) -> dict[str, Any]:
         """Fields that change results (a resumed run must match them)."""
-        skip = {"out", "quick", "force", "progress", "threads", "workers", "eval_batch", "methods", "seeds"}
+        skip = {"out", "quick", "force", "progress", "threads", "workers", "eval_batch", "methods", "seeds",
+                "preset", "device"}
         return {k: v for k, v in dataclasses.asdict(self).items() if k not in skip}
 
 
@@ -186,3 +217,39 @@ QUICK: dict[str, Any] = {
     "save_steps": 4,
 }
 """Overrides of ``--quick`` (CI smoke test: finite numbers and plots, not a result)."""
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # The paper's maze at GPU scale: its 1,000 train and 100 test 9x9 mazes (size 9 = the "paper"
+    # protocol; the RL mazes are then the train split, two epochs: 125 steps x 16 mazes), a
+    # config-built Llama of 27M parameters, the four methods x 2 seeds as 8 parallel
+    # processes sharing the GPU. The timing is an estimate until a GPU run records it (docs/gpu.md).
+    "paper-maze": {
+        "out": "runs/demo-paper-maze",
+        "seeds": 2,
+        "size": 9,
+        "hidden": 512, "layers": 8, "heads": 8, "mlp": 1536,
+        "warmup_examples": 40000, "warmup_batch": 256, "warmup_lr": 1e-3,
+        "rl_steps": 125, "rl_prompts": 16, "rl_lr": 1e-4,
+        "save_steps": 25,
+        "eval_examples": 100,
+        "eval_batch": 1000,
+        "workers": 8,
+    },
+}
+"""``--preset NAME``: values that replace every field left at its default (explicit flags win)."""
+
+PRESET_QUICK: dict[str, dict[str, Any]] = {
+    # the same 9x9 paper mazes and pipeline at a size that runs in well under a minute on CPU
+    "paper-maze": {
+        "out": "runs/demo-paper-maze-quick",
+        "seeds": 1,
+        "hidden": 32, "layers": 1, "heads": 2, "mlp": 64,
+        "warmup_examples": 64, "warmup_batch": 32,
+        "rl_steps": 2, "rl_prompts": 2, "rl_generations": 2,
+        "save_steps": 2,
+        "eval_examples": 4, "pool": 6, "eval_weights": 8, "eval_batch": 64,
+        "workers": 1,
+    },
+}
+"""``--preset NAME --quick``: the preset's smoke-test values (on top of ``PRESETS[NAME]``)."""

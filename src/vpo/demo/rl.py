@@ -82,9 +82,15 @@ def _trainer_class() -> type:
 
 
 def rl_examples(task: Any, cfg: DemoConfig) -> list[dict[str, Any]]:
-    """The RL mazes: ``rl_steps * rl_prompts`` fresh mazes, shared by every method and seed."""
-    stream = task.iter_examples(cfg.seed + 2000, split="rl")
-    return [next(stream) for _ in range(cfg.rl_steps * cfg.rl_prompts)]
+    """The RL mazes, shared by every method and seed: ``rl_steps * rl_prompts`` fresh mazes, or
+    under the "paper" protocol (size 9) the paper's 1,000 train mazes repeated to that count
+    (TRL's sampler shuffles them by the training seed)."""
+    n = cfg.rl_steps * cfg.rl_prompts
+    if getattr(task, "protocol", None) == "paper":
+        train = task.examples("train")
+        return [train[i % len(train)] for i in range(n)]
+    stream = task.iter_examples(cfg.stream_seed(2000), split="rl")
+    return [next(stream) for _ in range(n)]
 
 
 def run_rl(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, method: str, seed: int, warmup_dir: Path,
@@ -139,7 +145,7 @@ def run_rl(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, method: str, seed
         save_total_limit=1,
         seed=seed,
         data_seed=seed,
-        use_cpu=True,
+        use_cpu=cfg.torch_device() == "cpu",
         bf16=False,
         gradient_checkpointing=False,
         report_to="none",

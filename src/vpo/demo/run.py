@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from vpo.demo.config import METHODS, DemoConfig
+from vpo.demo.device import describe_setting, device_record
 from vpo.demo.format import CompactMazeFormat, GoalPerChainFormat
 from vpo.demo.plots import headline_plots
 from vpo.demo.results import build_metrics, oracle_reference, pipeline_checks
@@ -138,7 +139,8 @@ def _run_demo(cfg: DemoConfig, out: Path) -> dict[str, Any]:
     task = get_task("maze", size=cfg.size, reward_mode=cfg.reward_mode)
     fmt = CompactMazeFormat(max_answers=max(3, cfg.answers))
     methods, seeds = cfg.method_list(), cfg.seed_list()
-    log(f"demo: methods {methods}, seeds {seeds}, maze {cfg.size}x{cfg.size} ({cfg.reward_mode}), out {out}")
+    log(f"demo: methods {methods}, seeds {seeds}, maze {cfg.size}x{cfg.size} ({cfg.reward_mode}, protocol "
+        f"{task.protocol}), device {device_record(cfg.torch_device())['name']}, out {out}")
     log(f"demo: {workers} worker process(es) of {cfg.threads or 'torch default'} torch thread(s) ({why})")
 
     # 1. warm-up ------------------------------------------------------------------------
@@ -211,6 +213,7 @@ def _run_demo(cfg: DemoConfig, out: Path) -> dict[str, Any]:
     from vpo.report import write_report
 
     metrics = build_metrics(cfg, task, methods, seeds, warm, runs, evaluated)
+    describe_setting(metrics, cfg, device_record(cfg.torch_device()))
     metrics["headline_plots"] = headline_plots(metrics, out)
     def both(records: list[dict[str, Any]]) -> dict[str, float | None]:
         if not records:
@@ -317,7 +320,7 @@ def _sample_pool(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, name: str, 
     examples = task.examples("test", cfg.eval_examples)
     max_budget = max(int(e["budget"]) for e in examples)
     t, c = time.time(), time.process_time()
-    model = AutoModelForCausalLM.from_pretrained(ckpt)
+    model = AutoModelForCausalLM.from_pretrained(ckpt).to(cfg.torch_device())
     tokenizer = AutoTokenizer.from_pretrained(ckpt)
     goal_run = name.startswith("goal_conditioned-")
     job_fmt = GoalPerChainFormat(fmt, seed=cfg.seed + 4242) if goal_run else fmt

@@ -99,7 +99,7 @@ def run_warmup(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, out_dir: Path
     model = build_tiny_llama(tokenizer, hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads, mlp=cfg.mlp,
                              max_positions=256, seed=cfg.seed)
     records = warmup_records(task, fmt, cfg.warmup_examples, m=cfg.answers,
-                             single_fraction=cfg.warmup_single_fraction, seed=cfg.seed + 1000,
+                             single_fraction=cfg.warmup_single_fraction, seed=cfg.stream_seed(1000),
                              data=cfg.warmup_data)
     dataset = Dataset.from_list(records)
     trainer_dir = out_dir / "trainer"
@@ -116,11 +116,12 @@ def run_warmup(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, out_dir: Path
         save_steps=max(20, cfg.save_steps * 5),
         save_total_limit=1,
         seed=cfg.seed,
-        use_cpu=True,
+        use_cpu=cfg.torch_device() == "cpu",
         bf16=False,
         gradient_checkpointing=False,
         report_to="none",
-        max_length=128,
+        # every record whole (a 9x9 prompt and three routes run past 128 characters; tags are 1 token)
+        max_length=max(128, max(len(r["prompt"]) + len(r["completion"]) + 1 for r in records)),
         completion_only_loss=True,
         dataset_num_proc=None,
         disable_tqdm=False,

@@ -18,11 +18,15 @@ Usage::
     VPOTrainer(model, task=task, answers=3, estimator="vpo", args=cfg, train_dataset=ds,
                processing_class=tok).train()
 
+    # C. your own reward functions as the objectives: a GRPOTrainer script, class and answers= changed
+    VPOTrainer(model, reward_funcs=[accuracy, format_ok, brevity], answers=3, args=cfg,
+               train_dataset=ds_with_a_prompt_column).train()          # docs/own_rewards.md
+
     cfg = RLConfig().to_grpo_config("out", task="maze", answers=3)   # the paper's presets
                                                    # (vpo.integrations.trl_config)
 
-The dataset needs a ``prompt`` column (string or chat messages) and an ``example`` column (the
-task example as a dict or its JSON string), as written by ``vpo data export TASK --format trl``; an
+With a task (A, A', B), the dataset needs a ``prompt`` column (string or chat messages) and an
+``example`` column (the task example as a dict or its JSON string), as written by ``vpo data export TASK --format trl``; an
 ``answers`` column, when present, must match the reward's m. The dotted-path rewards
 ``task_reward`` and ``vpo_reward`` also read ``task`` (the task's name), ``task_params`` (JSON of
 its constructor parameters; default none) and ``answers`` (m; default 1) from each row, so they
@@ -50,8 +54,10 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import warnings
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -62,6 +68,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from vpo.estimators import WeightOptions, get_spec
 from vpo.integrations.trl_config import TASK_EPOCHS, RLConfig
+from vpo.rewards import completion_text
 from vpo.tasks.base import Example, Task
 
 __all__ = [
@@ -111,6 +118,10 @@ def check_trl_hooks(cls: type | None = None) -> None:
         got = tuple(inspect.signature(method).parameters)
         if got != expected:
             problems.append(f"{name}{got} != expected {expected}")
+    import trl.trainer.grpo_trainer as grpo_module
+
+    if not callable(getattr(grpo_module, "gather", None)):  # _local_rewards switches it off
+        problems.append("trl.trainer.grpo_trainer.gather is missing")
     if problems:
         raise RuntimeError(
             f"VPOTrainer needs GRPOTrainer's private hooks as in trl 1.16, but trl {trl.__version__} has: "
@@ -123,21 +134,6 @@ def prompt_key(prompt: str | Sequence[Mapping[str, Any]]) -> str:
     if isinstance(prompt, str):
         return prompt
     return json.dumps(list(prompt), sort_keys=True, ensure_ascii=False, default=str)
-
-
-def completion_text(completion: str | Sequence[Mapping[str, Any]]) -> str:
-    """The generated text of a completion: a string, or the concatenated ``content`` of the
-    assistant messages of a chat completion."""
-    if isinstance(completion, str):
-        return completion
-    parts = []
-    for message in completion:
-        if isinstance(message, Mapping) and message.get("role", "assistant") == "assistant":
-            content = message.get("content", "")
-            if isinstance(content, list):  # content blocks
-                content = "".join(block.get("text", "") for block in content if isinstance(block, Mapping))
-            parts.append(str(content or ""))
-    return "".join(parts)
 
 
 def parse_example(value: Any, row: int | None = None) -> Example:
@@ -381,35 +377,56 @@ class VPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` whose advantages come from a ``vpo.estimators`` estimator computed on the
     gathered (m, D) reward matrices of the whole generation batch.
 
-    ``VPOTrainer(model, task=task, answers=m, estimator="vpo", estimator_options=None,
-    args=GRPOConfig(...), train_dataset=ds, processing_class=tok, ...)``; other keyword arguments
-    go to ``GRPOTrainer`` (``reward_funcs`` is not accepted: the task supplies the reward).
+    Two ways to give the objectives, exactly one of them:
+
+    * ``VPOTrainer(model, reward_funcs=[f1, f2, f3], answers=m, estimator="vpo", args=GRPOConfig(...),
+      train_dataset=ds)``: a ``GRPOTrainer`` script switched by its class name and ``answers=``. Each
+      reward function (what ``GRPOTrainer`` takes: callables, sync or async, model ids, sequence-
+      classification models with ``reward_processing_classes``) is one objective (a multi-head model,
+      or a callable with ``objective_names``, several). With m > 1 each prompt is rewritten to ask
+      for m answers in ``<response_i>`` tags, every answer is scored on its own by TRL's own
+      reward machinery (``GRPOTrainer._calculate_rewards``, once per step on all answers), and
+      ``vpo.rewards.finish_chains`` applies the ``None`` rule, ``scaling`` (per objective, see
+      ``vpo.rewards.SCALINGS``) and the dedup and zero padding; ``reward_names`` renames the
+      objectives. With m = 1 the completion is scored as ``GRPOTrainer`` scores it.
+    * ``VPOTrainer(model, task=task, answers=m, ...)``: a ``vpo.tasks`` task scores the chains.
 
     ``estimator`` is any registered name; what the trainer passes follows its ``EstimatorSpec``:
     ``group_ids`` (G contiguous rows per prompt, in TRL's global order), ``scalar`` (the task's
-    fixed scalarisation) where accepted, ``seed`` (default ``args.seed``), ``step`` (the global
-    step, for weights drawn per step) and ``weight_keys`` (the prompts, so the weights are keyed
-    on (seed, prompt, step) exactly as ``VPOReward`` keys them) for estimators with keyed
-    weights, and ``goal_weights`` (read from the examples) for goal-conditioned estimators.
+    fixed scalarisation, or the sum of the objectives weighted by ``reward_weights`` as TRL adds
+    them) where accepted, ``seed`` (default ``args.seed``), ``step`` (the global step, for weights
+    drawn per step) and ``weight_keys`` (the group keys, so the weights are keyed on (seed, prompt,
+    step) exactly as ``VPOReward`` keys them) for estimators with keyed weights, and
+    ``goal_weights`` (read from the examples) for goal-conditioned estimators.
     ``estimator_options`` are the estimator's other options (``num_weights``, ``alpha``,
     ``sampler``, ``std``, ``eps``, ``degenerate``, ``scale``, ``k``, ...; each estimator's
     defaults are the authors'; TRL's normalisation is ``TRL_NORM``). Diagnostics are logged as
     TRL metrics under the estimator's names.
+
+    TRL options with a VPO meaning are mapped, the others refused (``map_trl_options``):
+    ``scale_rewards`` becomes the estimator's ``scale``; ``multi_objective_aggregation=
+    "normalize_then_sum"`` is TRL's GDPO (``estimator="gdpo"``); ``reward_weights`` weights the
+    scalar baselines' sum (and GDPO's objectives) and is refused by estimators that draw weights.
     """
 
-    def __init__(self, model: Any, *, task: Task, answers: int = 1, estimator: str = "vpo",
-                 estimator_options: Mapping[str, Any] | None = None, args: GRPOConfig | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(self, model: Any, reward_funcs: Any = None, args: GRPOConfig | None = None,
+                 train_dataset: Any = None, *, task: Task | None = None, answers: int = 1,
+                 estimator: str = "vpo", estimator_options: Mapping[str, Any] | None = None,
+                 scaling: Any = None, reward_names: Sequence[Any] | None = None,
+                 reward_processing_classes: Any = None, **kwargs: Any) -> None:
         check_trl_hooks(GRPOTrainer)
-        if "reward_funcs" in kwargs:
-            raise ValueError("VPOTrainer computes rewards from task=; do not pass reward_funcs "
-                             "(use the stock GRPOTrainer with VPOReward for a reward-function setup)")
-        if not isinstance(answers, int) or answers < 1:
+        if (task is None) == (reward_funcs is None):
+            raise ValueError("VPOTrainer takes exactly one of task= (a vpo task scores the chains) and "
+                             "reward_funcs= (your reward functions, one objective each)")
+        if not isinstance(answers, int) or isinstance(answers, bool) or answers < 1:
             raise ValueError(f"answers must be a positive integer, got {answers!r}")
         spec = get_spec(estimator)  # ValueError for unknown names
         if not spec.multi_answer and answers != 1:
             raise ValueError(f"estimator {estimator!r} scores one answer per rollout; use answers=1 "
                              "(or 'vpo' / 'multi_rlvr' for multi-answer chains)")
+        if task is not None and (scaling is not None or reward_names is not None):
+            raise ValueError("scaling= and reward_names= apply to reward_funcs=; a task's objectives are in [0, 1] "
+                             "and named by the task")
         self.vpo_task = task
         self.vpo_answers = answers
         self.vpo_spec = spec
@@ -426,27 +443,118 @@ class VPOTrainer(GRPOTrainer):
                              f"it accepts {sorted(spec.options)}")
         if spec.weights is not None:  # explicit zero K or alpha raise here, not at the first step
             WeightOptions(**{k: v for k, v in self.vpo_options.items() if k in ("num_weights", "alpha", "sampler")})
-        self._vpo_batch: list[tuple[str, np.ndarray, Any]] | None = None
-        train_dataset = kwargs.get("train_dataset")
+        self._vpo_batch: Any = None
+        self._vpo_single_prompts: list[Any] | None = None
+        self._vpo_low_dim_steps = 0
+        self._vpo_warned_collinear = False
+        self._vpo_chain_prompts: dict[str, Any] = {}
+        self._vpo_answer_ids: list[Any] | None = None
         columns = getattr(train_dataset, "column_names", None)
-        if columns is not None and "example" not in columns:
-            raise ValueError(f"train_dataset needs an 'example' column (task example as JSON); it has {columns}")
-        self.vpo_reward = TaskReward(task, answers)
-        super().__init__(model, reward_funcs=[self.vpo_reward], args=args, **kwargs)
+        if task is not None:
+            if columns is not None and "example" not in columns:
+                raise ValueError(f"train_dataset needs an 'example' column (task example as JSON); it has {columns}")
+            self.vpo_reward = TaskReward(task, answers)
+            self.map_trl_options(args, (1,))
+            self._vpo_scalar = task.scalar
+            funcs: list[Any] = [self.vpo_reward]
+        else:
+            from vpo.rewards import check_scaling, load_reward_model, objective_names
+
+            funcs = list(reward_funcs) if isinstance(reward_funcs, list | tuple) else [reward_funcs]
+            if not funcs:
+                raise ValueError("reward_funcs is empty: give at least one reward function")
+            classes = reward_processing_classes
+            classes = list(classes) if isinstance(classes, list | tuple) else [classes] * len(funcs)
+            if len(classes) != len(funcs):
+                raise ValueError(f"reward_processing_classes has {len(classes)} entries for {len(funcs)} reward "
+                                 "functions")
+            for i, func in enumerate(funcs):
+                if isinstance(func, str):  # loaded with all its labels (TRL would keep only the first)
+                    funcs[i], tokenizer = load_reward_model(func)
+                    classes[i] = classes[i] if classes[i] is not None else tokenizer
+            reward_processing_classes = classes
+            self.vpo_reward_names = reward_names
+            self.vpo_objective_names = objective_names(funcs, reward_names)
+            self.vpo_scaling = check_scaling(scaling, self.vpo_objective_names)
+            widths = tuple(_function_width(f) for f in funcs)
+            self._vpo_first_columns = np.cumsum((0,) + widths[:-1])
+            reward_weights = self.map_trl_options(args, widths)
+            self._vpo_scalar = _WeightedSum(reward_weights if reward_weights is not None
+                                            else np.ones(len(self.vpo_objective_names)))
+        super().__init__(model, reward_funcs=funcs, args=args, train_dataset=train_dataset,
+                         reward_processing_classes=reward_processing_classes, **kwargs)
         if self.vpo_options.get("seed") is None and "seed" in spec.options:
             self.vpo_options["seed"] = int(self.args.seed)
+
+    # -- TRL's options that VPO maps or refuses --------------------------------------------------
+    def map_trl_options(self, args: GRPOConfig | None, widths: Sequence[int]) -> np.ndarray | None:
+        """Map ``args.scale_rewards``, ``multi_objective_aggregation`` and ``reward_weights`` onto the
+        estimator's options, or raise ValueError saying why one cannot be honoured. Returns the
+        per-objective weights of ``reward_weights`` (each function's weight on each of its
+        ``widths`` objectives), or None."""
+        name, spec, options = self.vpo_estimator_name, self.vpo_spec, self.vpo_options
+        scale = getattr(args, "scale_rewards", "group")
+        scale = {True: "group", False: "none"}.get(scale, scale)
+        if scale != "group":  # TRL's default is the estimators' default too
+            if "scale" not in spec.options:
+                raise ValueError(f"scale_rewards={scale!r}: estimator {name!r} has no 'scale' option to map it "
+                                 "onto; leave scale_rewards at 'group'")
+            if options.get("scale", scale) != scale:
+                raise ValueError(f"scale_rewards={scale!r} and estimator_options scale={options['scale']!r} "
+                                 "disagree; give one of them")
+            options["scale"] = scale
+        aggregation = getattr(args, "multi_objective_aggregation", "sum_then_normalize")
+        if aggregation != "sum_then_normalize":
+            if name != "gdpo":
+                raise ValueError(f"multi_objective_aggregation={aggregation!r} is TRL's GDPO; VPOTrainer combines "
+                                 f"the objectives with its estimator ({name!r}): pass estimator='gdpo' for GDPO, "
+                                 "or leave multi_objective_aggregation at 'sum_then_normalize'")
+            options.setdefault("whiten", "trl")  # TRL's normalize_then_sum whitens as "trl"
+        weights = getattr(args, "reward_weights", None)
+        if weights is None:
+            return None
+        if self.vpo_task is not None:
+            raise ValueError("reward_weights: with task= the task is the only reward function and the estimator "
+                             "weights its objectives; remove reward_weights")
+        if len(weights) != len(widths):
+            raise ValueError(f"reward_weights has {len(weights)} entries for {len(widths)} reward functions")
+        per_objective = np.repeat(np.asarray(weights, dtype=np.float64), widths)
+        if spec.weights is not None or spec.conditions_prompt:
+            raise ValueError(f"reward_weights: estimator {name!r} draws its own weights over the objectives, so "
+                             "fixed reward_weights would be ignored; remove them (or use a scalar baseline such "
+                             "as 'grpo' or 'multi_rlvr', which sums the objectives with them, or 'gdpo')")
+        if "objective_weights" in spec.options:
+            if options.get("objective_weights") is not None:
+                raise ValueError("give reward_weights or estimator_options objective_weights, not both")
+            options["objective_weights"] = per_objective
+        elif "scalar" not in spec.options:
+            raise ValueError(f"reward_weights: estimator {name!r} takes neither a scalar nor objective weights; "
+                             "remove reward_weights")
+        return per_objective
 
     # -- the public hook -------------------------------------------------------------------------
     def score_rollouts(self, prompts: Sequence[Any], completions: Sequence[Any],
                        completion_ids: Sequence[Sequence[int]], examples: Sequence[Example]) -> list[np.ndarray]:
         """The (m, D) reward matrix of each local completion, each scored once (the chain metrics
         are logged from the same pass). Override to change how rollouts are scored (the demo zeroes
-        truncated ones); the estimator and TRL's logged reward read what this returns."""
+        truncated ones); the estimator and TRL's logged reward read what this returns. Used with
+        ``task=``."""
         return score_and_log(self.vpo_task, [completion_text(c) for c in completions], examples, self.vpo_answers,
                              self._log_metric)
 
-    # -- TRL hook 1: score the local rollouts once; TRL's reward is the best answer's scalar -----
+    def chain_prompt(self, prompt: Any) -> Any:
+        """The m-answer prompt of a dataset prompt (``vpo.rewards.rewrite_chain_prompt``), cached."""
+        from vpo.rewards import rewrite_chain_prompt
+
+        key = prompt_key(prompt)
+        if key not in self._vpo_chain_prompts:
+            self._vpo_chain_prompts[key] = rewrite_chain_prompt(prompt, self.vpo_answers)
+        return self._vpo_chain_prompts[key]
+
+    # -- TRL hook 1: score the local rollouts once -----------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        if self.vpo_task is None:
+            return self._score_with_reward_funcs(inputs, prompts, completions, completion_ids_list)
         from accelerate.utils import gather
 
         examples = decode_examples([row.get("example") for row in inputs])
@@ -459,8 +567,99 @@ class VPOTrainer(GRPOTrainer):
                                device=self.accelerator.device).reshape(-1, 1)
         return gather(rewards)
 
+    def _score_with_reward_funcs(self, inputs, prompts, completions, completion_ids_list):
+        """Score this process's chains answer by answer; TRL gets, per completion and function, the
+        best raw value of the function's (first) objective over the chain's answers (its logs)."""
+        from accelerate.utils import gather
+
+        from vpo.rewards import CHAIN_TAG, group_keys, score_answers
+
+        singles = self._vpo_single_prompts
+        self._vpo_single_prompts = None
+        if singles is None or len(singles) != len(prompts):
+            singles = list(prompts)
+        columns = {key: [row.get(key) for row in inputs] for key in inputs[0]
+                   if key not in ("prompt", "completion", "completion_ids")}
+        extra_lengths = {key: len(values) for key, values in self._pending_extra_logs.items()}
+        # one answer per completion: the functions get the generated ids, as from GRPOTrainer
+        self._vpo_answer_ids = list(completion_ids_list) if self.vpo_answers == 1 else None
+        scored = score_answers(self.reward_funcs, singles, completions, self.vpo_answers,
+                               reward_names=self.vpo_reward_names, call=self.call_reward_funcs,
+                               tag=CHAIN_TAG if self.vpo_answers > 1 else None, **columns)
+        if scored.names != self.vpo_objective_names:
+            raise ValueError(f"the reward functions gave objectives {list(scored.names)}, expected "
+                             f"{list(self.vpo_objective_names)}: a callable returning one vector per completion "
+                             "must declare them (f.objective_names = (...))")
+        self._regroup_extra_logs(extra_lengths, scored.owners, len(completions))
+        self._vpo_batch = (scored, group_keys(singles, columns))
+        best = np.full((len(completions), len(self.reward_funcs)), -np.inf)
+        for i, column in enumerate(self._vpo_first_columns):
+            values = scored.values[:, column]
+            finite = ~np.isnan(values)
+            np.maximum.at(best[:, i], scored.owners[finite], values[finite])
+        best[np.isneginf(best)] = np.nan
+        return gather(torch.tensor(best, dtype=torch.float32, device=self.accelerator.device))
+
+    def call_reward_funcs(self, prompts: Sequence[Any], completions: Sequence[Any],
+                          columns: Mapping[str, Sequence[Any]]) -> list[np.ndarray]:
+        """The ``call`` of ``vpo.rewards.score_answers`` in this trainer: every function once on this
+        process's P single answers, one (P,) or (P, H) array each. Functions with one objective go
+        through TRL's own ``GRPOTrainer._calculate_rewards`` (models, async functions, ``None``,
+        ``trainer_state`` / ``log_metric`` / ``log_extra``), with its cross-process gather off (the
+        trainer gathers the answers itself); multi-head models and callables that declare
+        ``objective_names`` are scored by ``vpo.rewards`` with every head."""
+        from vpo.rewards import call_reward_funcs, is_reward_model, score_with_model
+
+        ids, self._vpo_answer_ids = self._vpo_answer_ids, None
+        if ids is None or len(ids) != len(completions):
+            tokenizer = getattr(self.processing_class, "tokenizer", self.processing_class)
+            ids = tokenizer(text=[completion_text(c) for c in completions], add_special_tokens=False)["input_ids"]
+        own = [i for i, f in enumerate(self.reward_funcs) if _function_width(f) > 1
+               or getattr(f, "objective_names", None) is not None and not is_reward_model(f)]
+        outputs: list[Any] = [None] * len(self.reward_funcs)
+        shared = [i for i in range(len(self.reward_funcs)) if i not in own]
+        if shared:
+            rows = [{**{key: values[p] for key, values in columns.items()}, "prompt": prompts[p]}
+                    for p in range(len(completions))]
+            saved = self.reward_funcs, self.reward_processing_classes, self.reward_func_names
+            try:
+                self.reward_funcs, self.reward_processing_classes, self.reward_func_names = (
+                    [seq[i] for i in shared] for seq in saved)
+                with _local_rewards():
+                    table = GRPOTrainer._calculate_rewards(self, rows, list(prompts), list(completions), ids)
+            finally:
+                self.reward_funcs, self.reward_processing_classes, self.reward_func_names = saved
+            table = table.float().cpu().numpy()
+            for j, i in enumerate(shared):
+                outputs[i] = table[:, j]
+        hooks = {"trainer_state": self.state, "log_extra": self._log_completion_extra, "log_metric": self._log_metric}
+        for i in own:
+            func = self.reward_funcs[i]
+            if is_reward_model(func):
+                outputs[i] = score_with_model(func, self.reward_processing_classes[i], prompts, completions)
+            else:
+                outputs[i] = call_reward_funcs([func], prompts, completions, {**columns, **hooks},
+                                               completion_ids=ids)[0]
+        return outputs
+
+    def _regroup_extra_logs(self, before: Mapping[str, int], owners: np.ndarray, num: int) -> None:
+        """Columns a reward function logged per answer (``log_extra``) become one list per completion,
+        so TRL's completions table stays one row per completion."""
+        for key, values in self._pending_extra_logs.items():
+            new = values[before.get(key, 0):]
+            if len(new) != owners.size or owners.size == num and self.vpo_answers == 1:
+                continue
+            grouped: list[list[Any]] = [[] for _ in range(num)]
+            for owner, value in zip(owners, new, strict=True):
+                grouped[int(owner)].append(value)
+            self._pending_extra_logs[key] = list(values[:before.get(key, 0)]) + grouped
+
     # -- TRL hook 2: replace the advantages with the estimator's, computed on the global batch --
     def _generate_and_score_completions(self, inputs):
+        if self.vpo_task is None:
+            self._vpo_single_prompts = [row["prompt"] for row in inputs]
+            if self.vpo_answers > 1:
+                inputs = [{**row, "prompt": self.chain_prompt(row["prompt"])} for row in inputs]
         out = super()._generate_and_score_completions(inputs)
         if "advantages" not in out:
             raise RuntimeError("VPOTrainer: TRL's batch has no 'advantages' (TRL internals changed)")
@@ -468,12 +667,18 @@ class VPOTrainer(GRPOTrainer):
         local, self._vpo_batch = self._vpo_batch, None
         if local is None:
             raise RuntimeError("VPOTrainer: _calculate_rewards did not run for this batch")
-        gathered = gather_object(local)
         num_gen = self.num_generations if mode == "train" else (
             getattr(self, "num_generations_eval", None) or self.num_generations)
-        advantages, diagnostics = self.compute_advantages([mat for _, mat, _ in gathered], [k for k, _, _ in gathered],
-                                                          num_gen, goals=[g for _, _, g in gathered])
-        n_local = len(local)
+        if self.vpo_task is not None:
+            gathered = gather_object(local)
+            n_local = len(local)
+            advantages, diagnostics = self.compute_advantages(
+                [mat for _, mat, _ in gathered], [k for k, _, _ in gathered], num_gen, goals=[g for _, _, g in gathered])
+        else:
+            n_local = local[0].num_chains
+            matrices, keys, diagnostics = self._chain_matrices(gather_object([local]), mode)
+            advantages, estimator_diagnostics = self.compute_advantages(matrices, keys, num_gen)
+            diagnostics.update(estimator_diagnostics)
         start = self.accelerator.process_index * n_local
         local_adv = advantages[start:start + n_local]
         out["advantages"] = torch.as_tensor(local_adv, dtype=out["advantages"].dtype,
@@ -483,6 +688,53 @@ class VPOTrainer(GRPOTrainer):
             if isinstance(value, int | float | np.floating | np.integer) and math.isfinite(float(value)):
                 self._metrics[mode][name].append(float(value))
         return out
+
+    def _chain_matrices(self, gathered: Sequence[tuple[Any, list[Any]]], mode: str
+                        ) -> tuple[list[np.ndarray], list[Any], dict[str, float]]:
+        """The global batch's matrices (from every process's scored answers, in TRL's global
+        order), their group keys and the per-step objective metrics."""
+        from vpo.rewards import ScoredAnswers, finish_chains
+
+        offset, owners, values, keys = 0, [], [], []
+        for scored, local_keys in gathered:
+            owners.append(scored.owners + offset)
+            values.append(scored.values)
+            keys.extend(local_keys)
+            offset += scored.num_chains
+        names = self.vpo_objective_names
+        combined = ScoredAnswers(np.concatenate(owners), np.concatenate(values).reshape(-1, len(names)), names,
+                                 offset)
+        chains = finish_chains(combined, self.vpo_answers, keys, scaling=self.vpo_scaling)
+        if self.vpo_spec.weights is not None or self.vpo_spec.conditions_prompt:
+            # weights drawn over the objectives a group kept; a group that kept none scores nothing
+            matrices = [mat if mat.shape[1] else np.zeros((0, 1)) for mat in chains.matrices]
+        else:  # sums and per-objective norms: a dropped objective is a zero column (TRL's nansum)
+            matrices = [chains.dense(i) for i in range(len(chains.matrices))]
+        metrics = {f"vpo/{key}": value for key, value in chains.stats.items()}
+        if 2 <= len(names) <= 4:
+            for a in range(len(names)):
+                for b in range(a + 1, len(names)):
+                    metrics[f"vpo/correlation/{names[a]}~{names[b]}"] = float(chains.correlation[a, b])
+        if mode == "train":
+            self._check_collinear(chains.stats["effective_dim"], len(names))
+        return matrices, keys, metrics
+
+    def _check_collinear(self, effective_dim: float, dim: int) -> None:
+        """Warn once when the effective dimension of D >= 2 objectives stays below
+        ``COLLINEAR_EFFECTIVE_DIM`` for ``COLLINEAR_STEPS`` generation batches in a row."""
+        from vpo.rewards import COLLINEAR_EFFECTIVE_DIM, CollinearObjectivesWarning
+
+        if dim < 2 or not math.isfinite(effective_dim):
+            return
+        self._vpo_low_dim_steps = self._vpo_low_dim_steps + 1 if effective_dim < COLLINEAR_EFFECTIVE_DIM else 0
+        if self._vpo_low_dim_steps >= COLLINEAR_STEPS and not self._vpo_warned_collinear:
+            self._vpo_warned_collinear = True
+            warnings.warn(
+                f"the {dim} objectives' effective dimension stayed below {COLLINEAR_EFFECTIVE_DIM} for "
+                f"{COLLINEAR_STEPS} batches (last {effective_dim:.3f}): the answers vary along about one direction "
+                "(collinear objectives, or one that varies far more than the others: see scaling=), so a reward "
+                "vector adds little over their sum (vpo/effective_dim, vpo/correlation/*; docs/own_rewards.md)",
+                CollinearObjectivesWarning, stacklevel=2)
 
     def compute_advantages(self, rewards: Sequence[np.ndarray], keys: Sequence[str], num_generations: int,
                            goals: Sequence[Any] | None = None) -> tuple[np.ndarray, dict[str, float]]:
@@ -495,7 +747,7 @@ class VPOTrainer(GRPOTrainer):
         spec = self.vpo_spec
         options = dict(self.vpo_options)
         if "scalar" in spec.options:
-            options.setdefault("scalar", self.vpo_task.scalar)
+            options.setdefault("scalar", self._vpo_scalar)
         if spec.conditions_prompt:  # the weights are the ones the prompts state, not drawn here
             if goals is None or any(g is None for g in goals):
                 raise ValueError(f"estimator {self.vpo_estimator_name!r} needs the goal weights its prompts state; "
@@ -528,6 +780,45 @@ class VPOTrainer(GRPOTrainer):
             values[-n:] = [float(a) for a in advantages[-n:]]
         maxlen = logged.maxlen if isinstance(logged, deque) else None
         self._logs["advantages"] = deque(values, maxlen=maxlen)
+
+
+COLLINEAR_STEPS = 3
+"""Generation batches in a row with a low effective dimension before ``VPOTrainer`` warns."""
+
+
+class _WeightedSum:
+    """The scalar baselines' reward of reward functions: sum_j weight_j r_j over the D objectives
+    (TRL's ``reward_weights``, default all 1)."""
+
+    def __init__(self, weights: np.ndarray) -> None:
+        self.weights = np.asarray(weights, dtype=np.float64)
+
+    def __call__(self, rows: np.ndarray) -> np.ndarray:
+        return np.asarray(rows, dtype=np.float64) @ self.weights
+
+
+def _function_width(func: Any) -> int:
+    """How many objectives a reward function gives (a model's labels, a callable's declared names)."""
+    from vpo.rewards import is_reward_model
+
+    if is_reward_model(func):
+        return int(getattr(func.config, "num_labels", 1) or 1)
+    declared = getattr(func, "objective_names", None)
+    return len(declared) if declared is not None else 1
+
+
+@contextmanager
+def _local_rewards():
+    """``GRPOTrainer._calculate_rewards`` without its cross-process gather: the answers of a chain
+    batch differ in number across processes, so VPOTrainer gathers them itself."""
+    import trl.trainer.grpo_trainer as grpo_module
+
+    saved = grpo_module.gather
+    grpo_module.gather = lambda tensor: tensor
+    try:
+        yield
+    finally:
+        grpo_module.gather = saved
 
 
 def _goal(example: Example) -> np.ndarray | None:

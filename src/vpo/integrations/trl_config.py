@@ -9,9 +9,10 @@ Usage::
     args = RLConfig(learning_rate=1e-6).to_grpo_config("runs/out", task="maze", answers=3)
     args = RLConfig().to_grpo_config("runs/out", **TRLOptions(report_to="tensorboard").grpo_values())
 
-GRPOConfig options whose input ``VPOTrainer`` replaces (``VPO_OWNED``: ``scale_rewards``,
+GRPOConfig options whose input ``VPOTrainer`` replaces for a task (``VPO_OWNED``:
 ``multi_objective_aggregation``, ``reward_weights``) are refused, as flags and in a YAML, with
-what VPO does instead; TRL's loss settings (``loss_type``, ``epsilon``, ``beta``, ...) act on the
+what VPO does instead; ``scale_rewards`` is a TRL setting that ``VPOTrainer`` maps onto the
+estimator's scale; TRL's loss settings (``loss_type``, ``epsilon``, ``beta``, ...) act on the
 estimator's advantages as on GRPO's, so the presets are only defaults.
 """
 
@@ -31,9 +32,6 @@ TASK_EPOCHS: dict[str, float] = {"maze": 2, "musique": 1, "eureqa": 6, "toolcall
 """Epochs per task in the paper's runs (docs/algorithm.md §7); other tasks default to 1."""
 
 VPO_OWNED: dict[str, str] = {
-    "scale_rewards": "VPOTrainer replaces TRL's advantages with the --method estimator's, which normalises each "
-                     "group itself (the authors' population std for vpo, docs/algorithm.md §8); pick the estimator "
-                     "with --method (in Python: VPOTrainer(estimator_options={'scale': 'group'|'batch'|'none'}))",
     "multi_objective_aggregation": "VPO does not add up reward functions: the task scores every answer as a "
                                    "D-objective vector and the --method estimator combines the vectors (vpo: "
                                    "E_w[max_i w.r_i] over --num-weights Dirichlet weights)",
@@ -208,6 +206,10 @@ class TRLOptions:
         "help": "colocate mode: share of GPU memory vLLM may take (None: TRL's)", "above": 0.0, "max": 1.0})
     vllm_tensor_parallel_size: int | None = field(default=None, metadata={
         "help": "colocate mode: GPUs per vLLM engine (None: TRL's)", "min": 1})
+    scale_rewards: str | None = field(default=None, metadata={
+        "help": "divide the centred rollout scores by the group's std, the batch's, or not at all (TRL's "
+                "option, mapped onto the --method estimator's scale; None: the estimator's default, group)",
+        "choices": ("group", "batch", "none")})
     save_steps: int | None = field(default=None, metadata={
         "help": "save a checkpoint every N steps (implies --save-strategy steps)", "min": 1})
     save_total_limit: int | None = field(default=None, metadata={

@@ -203,11 +203,12 @@ def _check_options(method: str, num_weights: Any, alpha: Any, sampler: Any, seed
         raise ValueError(f"reward_kwargs.{err}") from None  # the message starts with the field name
 
 
-def score_rollout(task_name: str, text: str, example: Mapping[str, Any], *, m: int, index: Any,
+def score_rollout(task_name: Any, text: str, example: Mapping[str, Any], *, m: int, index: Any,
                   method: str = "vpo", num_weights: int = WeightOptions.num_weights, alpha: float = WeightOptions.alpha,
                   sampler: str = WeightOptions.sampler, seed: int = WeightOptions.seed, step: Any = FIXED,
                   task_params: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Score one rollout (engine-free; verl's and OpenRLHF's adapters call this).
+    """Score one rollout (engine-free; verl's and OpenRLHF's adapters call this). ``task_name``:
+    a registered task's name (built with ``task_params``), or a ``Task`` instance.
 
     Returns a flat dict: ``score`` (the method's per-rollout scalar, per its spec's
     ``rollout_score``), ``set_score`` (VPO's R_g with the prompt's shared weights, logged for
@@ -230,7 +231,8 @@ def score_rollout(task_name: str, text: str, example: Mapping[str, Any], *, m: i
         raise ValueError(f"reward_kwargs.method={method!r} trains single-answer rollouts but the prompt asks for "
                          f"m={m} answers (extra_info.answers); export with --answers 1 or use method vpo/multi_rlvr")
     key = _group_key(index)
-    task = _get_task(task_name, dict(task_params or {}))
+    # a Task instance scores as it is (vpo.integrations.verl_rewards: a user's compute_score as a task)
+    task = task_name if not isinstance(task_name, str) else _get_task(task_name, dict(task_params or {}))
     example = task.validate(example, row=key)
 
     dim = task.num_objectives(example)

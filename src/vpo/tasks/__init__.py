@@ -40,6 +40,7 @@ _BUILTIN_MODULES = {
     "toolcall": "vpo.tasks.toolcall",
     "code": "vpo.tasks.code",
     "math": "vpo.tasks.math",
+    "own_rewards": "vpo.tasks.own_rewards",
 }
 
 

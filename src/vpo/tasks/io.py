@@ -16,6 +16,8 @@ A ``source`` is resolved in this order:
 3. An existing file: read whole (the split is not used): ``.jsonl`` / ``.jsonl.gz`` (one JSON
    object a line), ``.json`` (a JSON array, an object holding one list under ``data`` /
    ``rows`` / ``examples``, or JSON lines as the BFCL files are), ``.parquet``.
+   A folder written by ``datasets``' ``save_to_disk`` is read with ``load_from_disk`` (the
+   split's rows of a ``DatasetDict``, with the same aliases; every row of a ``Dataset``).
 4. Anything that looks like a path (absolute, ``./``, ``~``, or a known suffix) but does not
    exist: ``FileNotFoundError``.
 5. Otherwise a Hugging Face dataset name, ``name`` or ``name:config``, loaded with
@@ -35,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["load_json_rows", "load_records", "need", "resolve_path", "select"]
+__all__ = ["is_saved_dataset", "load_json_rows", "load_records", "need", "resolve_path", "select"]
 
 _SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet")
 _SPLIT_ALIASES = {"test": ("test", "validation", "dev"), "validation": ("validation", "dev", "test"),
@@ -142,8 +144,34 @@ def _load_hf(name: str, split: str | None) -> list[dict[str, Any]]:
     return [dict(row) for row in loaded]
 
 
+_SAVED_DATASET_FILES = ("dataset_info.json", "state.json", "dataset_dict.json")
+"""Files that mark a folder written by ``datasets``' ``save_to_disk``."""
+
+
+def is_saved_dataset(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a folder written by ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk``."""
+    folder = Path(path).expanduser()
+    return folder.is_dir() and any((folder / name).is_file() for name in _SAVED_DATASET_FILES)
+
+
+def _load_saved(path: Path, split: str | None) -> list[dict[str, Any]]:
+    from datasets import DatasetDict, load_from_disk
+
+    loaded = load_from_disk(str(path))
+    if isinstance(loaded, DatasetDict):
+        names = _SPLIT_ALIASES.get(split or "train", (split,))
+        found = next((name for name in names if name in loaded), None)
+        if found is None:
+            raise FileNotFoundError(f"saved dataset {path} has no split {split!r} (it has {sorted(loaded)})")
+        loaded = loaded[found]
+    return [dict(row) for row in loaded]
+
+
 def load_records(source: str | os.PathLike[str], split: str | None = None) -> list[Any]:
-    """Raw rows of ``source`` for ``split`` (a local file or directory, or an HF dataset name)."""
+    """Raw rows of ``source`` for ``split`` (a local file or directory, a folder saved by
+    ``datasets``' ``save_to_disk``, or an HF dataset name)."""
+    if is_saved_dataset(os.fspath(source).replace("{split}", split or "train")):
+        return _load_saved(Path(os.fspath(source).replace("{split}", split or "train")).expanduser(), split)
     path = resolve_path(source, split)
     if path is None:
         return _load_hf(os.fspath(source), split)

@@ -1,0 +1,728 @@
+"""A user's own reward functions as VPO's objectives: split each m-answer chain, score every answer
+with each function, and build the chain's (M, D) reward matrix.
+
+Usage::
+
+    from vpo.rewards import score_chains, rewrite_chain_prompt
+    prompt_m = rewrite_chain_prompt("Name a fruit.", 3)    # asks for <response_1>..<response_3>
+    scored = score_chains([is_red, is_short], prompts, completions, answers=3, label=labels)
+    scored.matrices[0]        # (3, 2): distinct answers' vectors, zero rows appended
+    scored.names              # ("is_red", "is_short")
+    scored.stats              # {"answers_parsed": ..., "none/is_red": ..., "effective_dim": ...}
+
+A reward function is what TRL's ``GRPOTrainer(reward_funcs=...)`` takes: a callable (sync or async)
+``f(prompts=, completions=, completion_ids=, **columns) -> list[float | None]``, a Hugging Face
+model id, or a sequence-classification ``PreTrainedModel`` (its logits score prompt + answer). Each
+function is one objective; a model with several labels, or a callable with an ``objective_names``
+attribute returning one vector per completion, gives one objective per head. The functions see one
+answer at a time (``completions`` holds single answers, strings or one assistant message as the
+chain was), with every dataset column repeated per answer, and are called once for all answers.
+
+``None`` means "this function does not apply to this sample" (TRL's meaning): a function that
+returns ``None`` for every answer of a group (the rollouts of one prompt) is dropped from that
+group's matrices; any other ``None`` counts as 0 and is counted in ``stats``. Matrices follow the
+authors' generic chain (``<response_i>`` tags, duplicates = identical score vectors, first kept,
+zero rows up to m); docs/own_rewards.md is the contract.
+
+Shapes: B completions, P answers (all chains' parsed answers together), M answers per chain, D
+objectives. Only numpy is imported here; torch and transformers are imported when a reward
+function is a model id or a model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import inspect
+import json
+import math
+import re
+import sys
+import warnings
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vpo.chains import RewriteRule, parse_answers, rewrite_prompt
+
+__all__ = [
+    "CHAIN_RULE",
+    "CHAIN_TAG",
+    "COLLINEAR_EFFECTIVE_DIM",
+    "SCALINGS",
+    "ChainRewards",
+    "CollinearObjectivesWarning",
+    "RewardScaleWarning",
+    "ScoredAnswers",
+    "call_reward_funcs",
+    "check_scaling",
+    "is_reward_model",
+    "load_reward_model",
+    "completion_text",
+    "effective_dimension",
+    "finish_chains",
+    "group_keys",
+    "load_reward_funcs",
+    "objective_diagnostics",
+    "objective_names",
+    "rewrite_chain_prompt",
+    "score_answers",
+    "score_chains",
+    "score_with_model",
+    "single_answer",
+]
+
+CHAIN_TAG = "response"
+"""The generic chain's numbered tag: ``<response_1>...</response_1>`` (the authors' release)."""
+
+CHAIN_RULE = RewriteRule(
+    "own_rewards",
+    template=("Give {m} genuinely different answers to the above. Put each one, complete, in its own "
+              "numbered tags: <{tag}_1>...</{tag}_1> through <{tag}_{m}>...</{tag}_{m}>."),
+    tag=CHAIN_TAG,
+)
+"""The instruction appended to a user's single-answer prompt (its own format instruction is
+unknown, so it is extended rather than replaced, as the release does for tool calling)."""
+
+SCALINGS = ("none", "sigmoid", "minmax")
+"""Per-objective scalings by name (a ``(low, high)`` pair is the fourth form):
+
+* ``none``: the values as returned (the default; warns once if they leave [0, 1]);
+* ``sigmoid``: 1 / (1 + e^-x), for reward-model logits (a Bradley-Terry win probability);
+* ``minmax``: (x - min) / (max - min) over the batch's answers (0 when they are all equal);
+* ``(low, high)``: (x - low) / (high - low), clipped to [0, 1]: a fixed, known range.
+"""
+
+COLLINEAR_EFFECTIVE_DIM = 1.2
+"""An effective dimension below this (with D >= 2 objectives) counts as "near 1": the objectives
+move together and the vector adds little over their sum (docs/own_rewards.md)."""
+
+
+class RewardScaleWarning(UserWarning):
+    """An objective without scaling left [0, 1] (shown once per objective)."""
+
+
+class CollinearObjectivesWarning(UserWarning):
+    """The objectives' effective dimension stayed near 1."""
+
+
+# ------------------------------------------------------------------------------------------------
+# chains: prompts in, single answers out
+# ------------------------------------------------------------------------------------------------
+def rewrite_chain_prompt(prompt: Any, m: int, rule: RewriteRule = CHAIN_RULE) -> Any:
+    """``prompt`` asking for ``m`` answers: a string is rewritten by ``rule``; chat messages get
+    their last user message rewritten (a copy; string content, or its last text block)."""
+    if isinstance(prompt, str):
+        return rewrite_prompt(prompt, m, rule)
+    if not isinstance(prompt, Sequence) or not prompt:
+        raise ValueError(f"a prompt must be a string or a non-empty list of chat messages, got {prompt!r:.80}")
+    messages = [dict(message) for message in prompt]
+    users = [i for i, message in enumerate(messages) if message.get("role") == "user"]
+    if not users:
+        raise ValueError("a chat prompt needs a user message to ask for several answers in")
+    last = messages[users[-1]]
+    content = last.get("content")
+    if isinstance(content, str):
+        last["content"] = rewrite_prompt(content, m, rule)
+    elif isinstance(content, list):
+        blocks = [dict(block) for block in content]
+        texts = [i for i, block in enumerate(blocks) if block.get("type") == "text"]
+        if not texts:
+            raise ValueError("the last user message has no text block to ask for several answers in")
+        blocks[texts[-1]]["text"] = rewrite_prompt(str(blocks[texts[-1]].get("text", "")), m, rule)
+        last["content"] = blocks
+    else:
+        raise ValueError(f"the last user message's content must be a string or content blocks, got {content!r:.80}")
+    return messages
+
+
+def completion_text(completion: str | Sequence[Mapping[str, Any]]) -> str:
+    """The generated text of a completion: a string, or the concatenated ``content`` of the
+    assistant messages of a chat completion."""
+    if isinstance(completion, str):
+        return completion
+    parts = []
+    for message in completion:
+        if isinstance(message, Mapping) and message.get("role", "assistant") == "assistant":
+            content = message.get("content", "")
+            if isinstance(content, list):  # content blocks
+                content = "".join(block.get("text", "") for block in content if isinstance(block, Mapping))
+            parts.append(str(content or ""))
+    return "".join(parts)
+
+
+def single_answer(completion: Any, answer: str) -> Any:
+    """``answer`` in the form of ``completion``: a string, or one assistant message."""
+    if isinstance(completion, str):
+        return answer
+    return [{"role": "assistant", "content": answer}]
+
+
+def group_keys(prompts: Sequence[Any], columns: Mapping[str, Sequence[Any]] | None = None) -> list[Hashable]:
+    """The group label of each row: its ``example_id`` column when the data has one, else the
+    prompt (chat messages as canonical JSON). Rows of one label are one prompt's rollouts."""
+    ids = (columns or {}).get("example_id")
+    if ids is not None:
+        return [f"id:{value}" for value in ids]
+    return [prompt if isinstance(prompt, str) else json.dumps(list(prompt), sort_keys=True, ensure_ascii=False,
+                                                              default=str)
+            for prompt in prompts]
+
+
+# ------------------------------------------------------------------------------------------------
+# reward functions: names, loading, the default call
+# ------------------------------------------------------------------------------------------------
+def is_reward_model(func: Any) -> bool:
+    """Whether ``func`` is a model (scored on its logits) rather than a callable."""
+    return hasattr(func, "config") and callable(getattr(func, "forward", None))
+
+
+def _func_name(func: Any) -> str:
+    if isinstance(func, str):
+        return func.rstrip("/").split("/")[-1]
+    if is_reward_model(func):
+        return str(getattr(func.config, "_name_or_path", "") or type(func).__name__).rstrip("/").split("/")[-1]
+    name = getattr(func, "__name__", None)
+    if name is None and hasattr(func, "func"):  # functools.partial
+        name = getattr(func.func, "__name__", None)
+    return str(name or type(func).__name__)
+
+
+def _declared_heads(func: Any) -> tuple[str, ...] | None:
+    """Head names a function declares: ``objective_names`` on a callable, or a model's
+    ``id2label`` when it has more than one label (transformers' default ``LABEL_j`` become "j")."""
+    declared = getattr(func, "objective_names", None)
+    if declared is not None and not is_reward_model(func):
+        names = tuple(str(n) for n in declared)
+        if not names:
+            raise ValueError(f"reward function {_func_name(func)!r}: objective_names is empty")
+        return names
+    if is_reward_model(func):
+        labels = int(getattr(func.config, "num_labels", 1) or 1)
+        if labels <= 1:
+            return None
+        id2label = getattr(func.config, "id2label", None) or {}
+        names = tuple(str(id2label.get(j, f"LABEL_{j}")) for j in range(labels))
+        if all(re.fullmatch(r"LABEL_\d+", n) for n in names):
+            return tuple(str(j) for j in range(labels))
+        return names
+    return None
+
+
+def objective_names(reward_funcs: Sequence[Any], reward_names: Sequence[Any] | None = None,
+                    widths: Sequence[int] | None = None) -> tuple[str, ...]:
+    """The D objective names of ``reward_funcs``: a function's name (TRL's: ``__name__``, or a
+    model's checkpoint name), and ``name/head`` for each head of a multi-head one. ``reward_names``
+    (one per function) renames: a string replaces the function's name, a sequence names its heads.
+    ``widths`` gives each function's number of heads when known from its output."""
+    funcs = list(reward_funcs)
+    if reward_names is not None and len(reward_names) != len(funcs):
+        raise ValueError(f"reward_names has {len(reward_names)} entries for {len(funcs)} reward functions")
+    names: list[str] = []
+    for i, func in enumerate(funcs):
+        heads = _declared_heads(func)
+        width = widths[i] if widths is not None else (len(heads) if heads else 1)
+        given = None if reward_names is None else reward_names[i]
+        if given is not None and not isinstance(given, str):
+            given = tuple(str(n) for n in given)
+            if len(given) != width:
+                raise ValueError(f"reward_names[{i}] names {len(given)} objectives, but the function gives {width}")
+            names.extend(given)
+            continue
+        own = getattr(func, "objective_names", None) is not None and not is_reward_model(func)
+        if own and given is None and heads is not None and len(heads) == width:
+            names.extend(heads)  # a callable's own names for its objectives
+            continue
+        base = given if given is not None else _func_name(func)
+        if width == 1:
+            names.append(base)
+        else:
+            labels = heads if heads is not None and len(heads) == width else tuple(str(j) for j in range(width))
+            names.extend(f"{base}/{label}" for label in labels)
+    if len(set(names)) != len(names):
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        raise ValueError(f"objective names must be distinct, got {dupes} twice; pass reward_names=[...]")
+    return tuple(names)
+
+
+def load_reward_funcs(spec: str | Sequence[str]) -> list[Any]:
+    """Reward functions from ``"pkg.mod:f1,pkg.mod:f2"`` (also dotted ``"pkg.mod.f"`` and
+    ``"path/to/file.py:f"``), or a list of such strings. An entry without ``:`` that contains a
+    ``/`` (or names an existing folder) is a reward-model id or path and is returned as is."""
+    entries = [spec] if isinstance(spec, str) else list(spec)
+    parts = [part.strip() for entry in entries for part in str(entry).split(",") if part.strip()]
+    if not parts:
+        raise ValueError(f"no reward functions in {spec!r}; write them as pkg.mod:f1,pkg.mod:f2")
+    return [_load_one(part) for part in parts]
+
+
+def _load_one(part: str) -> Any:
+    if ":" not in part and ("/" in part or Path(part).is_dir()):
+        return part  # a reward model id or folder, loaded like TRL loads one
+    module_name, sep, attr = part.rpartition(":") if ":" in part else part.rpartition(".")
+    if not module_name or not attr:
+        raise ValueError(f"reward function {part!r} must be written pkg.mod:name or pkg.mod.name")
+    try:
+        if module_name.endswith(".py"):
+            path = Path(module_name)
+            if not path.is_file():
+                raise ValueError(f"reward function {part!r}: no file {module_name}")
+            module_spec = importlib.util.spec_from_file_location(f"vpo_user_rewards.{path.stem}", path)
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[module_spec.name] = module
+            module_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ValueError(f"reward function {part!r}: cannot import {module_name!r} ({err})") from None
+    func = getattr(module, attr, None)
+    if func is None or not callable(func):
+        raise ValueError(f"reward function {part!r}: {module_name!r} has no callable {attr!r}")
+    return func
+
+
+def load_reward_model(name: str) -> tuple[Any, Any]:
+    """(model, tokenizer) of a sequence-classification checkpoint id or folder, in eval mode, with
+    all of its labels (a multi-head checkpoint gives several objectives)."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    model = AutoModelForSequenceClassification.from_pretrained(name)
+    tokenizer = AutoTokenizer.from_pretrained(name, padding_side="right")
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.config.pad_token_id = tokenizer.pad_token_id
+    return model.eval(), tokenizer
+
+
+def _model_texts(prompts: Sequence[Any], completions: Sequence[Any], tokenizer: Any) -> list[str]:
+    """prompt + answer as TRL's GRPOTrainer feeds a reward model: plain concatenation, or the chat
+    template of the prompt's messages followed by the answer's."""
+    if prompts and not isinstance(prompts[0], str):
+        return [tokenizer.apply_chat_template(list(p) + list(c), tokenize=False)
+                for p, c in zip(prompts, completions, strict=True)]
+    return [p + c for p, c in zip(prompts, completions, strict=True)]
+
+
+def score_with_model(model: Any, tokenizer: Any, prompts: Sequence[Any], completions: Sequence[Any],
+                      batch_size: int = 64) -> np.ndarray:
+    """All logits (P, num_labels) of a sequence classifier on prompt + answer, in batches."""
+    import torch
+
+    if tokenizer is None:
+        raise ValueError(f"reward model {_func_name(model)!r} needs a tokenizer: pass reward_processing_classes")
+    texts = _model_texts(prompts, completions, tokenizer)
+    device = next(model.parameters()).device
+    out = []
+    with torch.inference_mode():
+        for start in range(0, len(texts), batch_size):
+            batch = tokenizer(texts[start:start + batch_size], return_tensors="pt", padding=True,
+                              padding_side="right", add_special_tokens=False)
+            batch = {k: v.to(device) for k, v in batch.items()}
+            out.append(model(**batch).logits.float().cpu().numpy())
+    labels = int(getattr(model.config, "num_labels", 1) or 1)
+    return np.concatenate(out, axis=0) if out else np.zeros((0, labels))
+
+
+def _as_values(output: Any, n: int, name: str) -> np.ndarray:
+    """A function's output as (P,) or (P, H) float64, ``None`` as NaN."""
+    try:
+        values = list(output)
+    except TypeError:
+        raise ValueError(f"reward function {name!r} returned {type(output).__name__}, expected a list") from None
+    if len(values) != n:
+        raise ValueError(f"reward function {name!r} returned {len(values)} rewards for {n} answers "
+                         "(one per answer expected)")
+    if any(v is not None and np.ndim(v) > 0 for v in values):
+        widths = {np.size(v) for v in values if v is not None}
+        if len(widths) != 1:
+            raise ValueError(f"reward function {name!r} returned vectors of different lengths {sorted(widths)}")
+        width = widths.pop()
+        rows = [np.full(width, np.nan) if v is None else
+                np.array([np.nan if x is None else x for x in np.ravel(np.asarray(v, dtype=object))], dtype=np.float64)
+                for v in values]
+        return np.stack(rows) if rows else np.zeros((0, width))
+    return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+
+
+def call_reward_funcs(reward_funcs: Sequence[Any], prompts: Sequence[Any], completions: Sequence[Any],
+                      columns: Mapping[str, Sequence[Any]] | None = None, *,
+                      reward_processing_classes: Sequence[Any] | Any = None,
+                      completion_ids: Sequence[Any] | None = None) -> list[np.ndarray]:
+    """Each function once on all P answers: one (P,) or (P, H) array per function, ``None`` as NaN.
+
+    Callables get ``prompts=, completions=, completion_ids=, **columns`` (async ones run together);
+    a model id is loaded once (``load_reward_model``) and a model scores prompt + answer with its
+    processing class, all heads. The default ``call`` of ``score_chains``.
+    """
+    columns = dict(columns or {})
+    funcs = list(reward_funcs)
+    classes = reward_processing_classes
+    if classes is None or not isinstance(classes, list | tuple):
+        classes = [classes] * len(funcs)
+    if len(classes) != len(funcs):
+        raise ValueError(f"reward_processing_classes has {len(classes)} entries for {len(funcs)} reward functions")
+    n = len(completions)
+    outputs: list[np.ndarray | None] = [None] * len(funcs)
+    pending = []
+    for i, func in enumerate(funcs):
+        name = _func_name(func)
+        if isinstance(func, str):
+            func, tokenizer = _loaded_model(func)
+            outputs[i] = _model_output(score_with_model(func, classes[i] or tokenizer, prompts, completions))
+        elif is_reward_model(func):
+            outputs[i] = _model_output(score_with_model(func, classes[i], prompts, completions))
+        elif inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None)):
+            pending.append((i, name, func(prompts=list(prompts), completions=list(completions),
+                                          completion_ids=completion_ids, **columns)))
+        else:
+            outputs[i] = _as_values(func(prompts=list(prompts), completions=list(completions),
+                                         completion_ids=completion_ids, **columns), n, name)
+    if pending:
+        async def together() -> list[Any]:
+            return await asyncio.gather(*(coro for _, _, coro in pending))
+
+        for (i, name, _), output in zip(pending, _run_async(together), strict=True):
+            outputs[i] = _as_values(output, n, name)
+    return outputs  # type: ignore[return-value]
+
+
+def _model_output(logits: np.ndarray) -> np.ndarray:
+    return logits[:, 0] if logits.ndim == 2 and logits.shape[1] == 1 else logits
+
+
+_LOADED_MODELS: dict[str, tuple[Any, Any]] = {}
+
+
+def _loaded_model(name: str) -> tuple[Any, Any]:
+    if name not in _LOADED_MODELS:
+        _LOADED_MODELS[name] = load_reward_model(name)
+    return _LOADED_MODELS[name]
+
+
+def _run_async(make: Callable[[], Any]) -> Any:
+    """Run the coroutine ``make()`` to completion, also from inside a running event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make())
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(lambda: asyncio.run(make())).result()
+
+
+# ------------------------------------------------------------------------------------------------
+# scoring: answers -> raw values -> chain matrices
+# ------------------------------------------------------------------------------------------------
+@dataclass
+class ScoredAnswers:
+    """Every parsed answer of a batch of chains with its raw objective values (before the ``None``
+    rule and scaling): what one process scores; the trainer gathers these across processes."""
+
+    owners: np.ndarray
+    """(P,) index of the completion each answer came from."""
+    values: np.ndarray
+    """(P, D) raw values, NaN where a function returned ``None``."""
+    names: tuple[str, ...]
+    """The D objective names."""
+    num_chains: int
+    """B, the number of completions (chains with no parseable answer own no row)."""
+
+
+@dataclass
+class ChainRewards:
+    """The reward matrices of B chains scored by a user's reward functions."""
+
+    matrices: list[np.ndarray]
+    """One (M, D_i) float64 per completion: its distinct answers' vectors, zero rows appended up to
+    M; D_i < D where the ``None`` rule dropped objectives for the completion's group."""
+    names: tuple[str, ...]
+    """The D objective names."""
+    kept: list[np.ndarray]
+    """Per completion, int indices into ``names`` of the columns of its matrix."""
+    stats: dict[str, float]
+    """Metric-ready numbers: ``answers_parsed`` (per chain), ``duplicate_rate``, ``unparseable``
+    (share of chains without an answer), ``none/<name>`` (``None`` counted as 0), ``dropped/<name>``
+    (groups that lost the objective), ``objective/<name>`` (mean over the chains that kept the
+    objective of their best answer's value),
+    ``effective_dim`` and ``mean_abs_correlation`` (``objective_diagnostics`` of the answers whose
+    group kept every objective)."""
+    vectors: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    """(P, D) every parsed answer's scaled vector (before dedup), NaN where dropped."""
+    owners: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """(P,) the completion of each row of ``vectors``."""
+    correlation: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    """(D, D) the objectives' correlation over the answers (``objective_diagnostics``)."""
+
+    def dense(self, i: int) -> np.ndarray:
+        """Completion ``i``'s matrix with all D columns, zeros where an objective was dropped."""
+        out = np.zeros((self.matrices[i].shape[0], len(self.names)))
+        out[:, self.kept[i]] = self.matrices[i]
+        return out
+
+
+def check_scaling(scaling: Any, names: Sequence[str] | None = None) -> dict[str, Any] | Any:
+    """``scaling`` checked: None, one spec for every objective, or a mapping objective name ->
+    spec, where a spec is one of ``SCALINGS`` or a ``(low, high)`` pair with low < high. With
+    ``names``, a mapping's keys must be among them. Returns it unchanged; ValueError otherwise."""
+    if scaling is None:
+        return None
+    specs = scaling.items() if isinstance(scaling, Mapping) else [("(all)", scaling)]
+    for name, spec in specs:
+        _check_spec(name, spec)
+    if isinstance(scaling, Mapping) and names is not None:
+        unknown = sorted(set(scaling) - set(names))
+        if unknown:
+            raise ValueError(f"scaling names unknown objective(s) {unknown}; the objectives are {list(names)}")
+    return scaling
+
+
+def _check_spec(name: str, spec: Any) -> None:
+    if isinstance(spec, str):
+        if spec not in SCALINGS:
+            raise ValueError(f"scaling of {name!r} must be one of {SCALINGS} or (low, high), got {spec!r}")
+        return
+    try:
+        low, high = (float(x) for x in spec)
+    except (TypeError, ValueError):
+        raise ValueError(f"scaling of {name!r} must be one of {SCALINGS} or (low, high), got {spec!r}") from None
+    if not (math.isfinite(low) and math.isfinite(high) and low < high):
+        raise ValueError(f"scaling of {name!r}: (low, high) must be finite with low < high, got {spec!r}")
+
+
+def _spec_of(scaling: Any, name: str) -> Any:
+    if scaling is None:
+        return "none"
+    if isinstance(scaling, Mapping):
+        return scaling.get(name, "none")
+    return scaling
+
+
+def _scale(values: np.ndarray, spec: Any) -> np.ndarray:
+    """One objective's finite values (n,) under ``spec``."""
+    if isinstance(spec, str):
+        if spec == "none":
+            return values
+        if spec == "sigmoid":
+            return 1.0 / (1.0 + np.exp(-np.clip(values, -500, 500)))
+        low, high = (values.min(), values.max()) if values.size else (0.0, 0.0)
+        return (values - low) / (high - low) if high > low else np.zeros_like(values)
+    low, high = (float(x) for x in spec)
+    return np.clip((values - low) / (high - low), 0.0, 1.0)
+
+
+def score_answers(reward_funcs: Sequence[Any], prompts: Sequence[Any], completions: Sequence[Any],
+                  answers: int = 3, *, reward_names: Sequence[Any] | None = None,
+                  reward_processing_classes: Any = None, call: Callable[..., Any] | None = None,
+                  tag: str = CHAIN_TAG, **columns: Sequence[Any]) -> ScoredAnswers:
+    """Split the B chains into their non-blank answers and score them all: the first half of
+    ``score_chains`` (``finish_chains`` is the second). ``prompts`` are the single-answer prompts
+    the functions see. ``call(prompts, completions, columns)`` evaluates the functions on the flat
+    answers (default ``call_reward_funcs``) and returns one (P,) or (P, H) array per function.
+    ``tag=None`` (with ``answers=1``) skips the chain format: each completion, as it is, is its
+    one answer (what ``GRPOTrainer`` scores)."""
+    funcs = list(reward_funcs) if isinstance(reward_funcs, list | tuple) else [reward_funcs]
+    if not funcs:
+        raise ValueError("reward_funcs is empty: give at least one reward function")
+    num = len(completions)
+    if len(prompts) != num:
+        raise ValueError(f"{len(prompts)} prompts for {num} completions")
+    for key, values in columns.items():
+        if values is None or len(values) != num:
+            raise ValueError(f"column {key!r} has {0 if values is None else len(values)} values for {num} completions")
+    owners: list[int] = []
+    flat_prompts: list[Any] = []
+    flat_completions: list[Any] = []
+    if tag is None and answers != 1:
+        raise ValueError(f"tag=None scores each whole completion as its one answer; it needs answers=1, got {answers}")
+    for b, completion in enumerate(completions):
+        if tag is None:  # the completion is the answer, as GRPOTrainer scores it
+            owners.append(b)
+            flat_prompts.append(prompts[b])
+            flat_completions.append(completion)
+            continue
+        for answer in parse_answers(completion_text(completion), answers, tag=tag):
+            if answer:
+                owners.append(b)
+                flat_prompts.append(prompts[b])
+                flat_completions.append(single_answer(completion, answer))
+    flat_columns = {key: [values[b] for b in owners] for key, values in columns.items()}
+    if call is None:
+        def call(p: Sequence[Any], c: Sequence[Any], cols: Mapping[str, Sequence[Any]]) -> list[np.ndarray]:
+            return call_reward_funcs(funcs, p, c, cols, reward_processing_classes=reward_processing_classes)
+    if flat_completions:
+        outputs = [np.asarray(out, dtype=np.float64) for out in call(flat_prompts, flat_completions, flat_columns)]
+        if len(outputs) != len(funcs):
+            raise ValueError(f"call returned {len(outputs)} outputs for {len(funcs)} reward functions")
+        widths = [1 if out.ndim == 1 else out.shape[1] for out in outputs]
+        values = np.concatenate([out.reshape(len(flat_completions), -1) for out in outputs], axis=1)
+    else:
+        widths = [len(_declared_heads(f) or (None,)) for f in funcs]
+        values = np.zeros((0, sum(widths)))
+    names = objective_names(funcs, reward_names, widths)
+    return ScoredAnswers(np.asarray(owners, dtype=np.int64), values, names, num)
+
+
+def finish_chains(scored: ScoredAnswers, answers: int, group_ids: Sequence[Hashable], *,
+                  scaling: Any = None) -> ChainRewards:
+    """The ``None`` rule, scaling, dedup and zero padding of ``scored``: the chains' matrices.
+
+    ``group_ids`` (B,) says which chains share a prompt: an objective that is NaN for every answer
+    of a group (with at least one answer) is dropped from the group's matrices; other NaN become 0
+    after scaling. Each objective is scaled by its ``scaling`` spec over the batch's answers; one
+    still outside [0, 1] without a scaling warns once (``RewardScaleWarning``). Rows with equal
+    vectors are kept once (first); rows are padded with zeros to ``answers``.
+    """
+    names, values, owners = scored.names, scored.values, scored.owners
+    num, dim = scored.num_chains, len(names)
+    check_scaling(scaling, names)
+    if len(group_ids) != num:
+        raise ValueError(f"{len(group_ids)} group ids for {num} completions")
+    labels: dict[Hashable, int] = {}
+    chain_group = np.array([labels.setdefault(g, len(labels)) for g in group_ids], dtype=np.int64)
+    answer_group = chain_group[owners] if owners.size else np.zeros(0, dtype=np.int64)
+    # None rule: group g drops objective j when every answer it has is NaN there
+    missing = np.isnan(values)
+    has_rows = np.bincount(answer_group, minlength=len(labels)) > 0
+    nan_count = np.stack([np.bincount(answer_group, weights=missing[:, j], minlength=len(labels))
+                          for j in range(dim)], axis=1) if dim else np.zeros((len(labels), 0))
+    rows_count = np.bincount(answer_group, minlength=len(labels))[:, None]
+    dropped = has_rows[:, None] & (nan_count == rows_count)          # (G, D)
+    row_dropped = dropped[answer_group] if owners.size else np.zeros((0, dim), dtype=bool)
+
+    vectors = np.full(values.shape, np.nan)
+    stats: dict[str, float] = {}
+    for j, name in enumerate(names):
+        usable = ~row_dropped[:, j]
+        finite = usable & ~missing[:, j]
+        spec = _spec_of(scaling, name)
+        raw = values[finite, j]
+        if spec == "none" and raw.size and (raw.min() < 0.0 or raw.max() > 1.0):
+            warnings.warn(
+                f"objective {name!r} has values outside [0, 1] and no scaling: E_w[max_i w . r_i] assumes rewards in "
+                f"[0, 1] (zero padding, the weights' balance); set scaling={{{name!r}: 'sigmoid' | 'minmax' | "
+                "(low, high)}} (docs/own_rewards.md)", RewardScaleWarning, stacklevel=3)
+        column = np.zeros(values.shape[0])
+        column[finite] = _scale(raw, spec)
+        column[~usable] = np.nan
+        vectors[:, j] = column
+        stats[f"none/{name}"] = float((usable & missing[:, j]).sum())
+        stats[f"dropped/{name}"] = float(dropped[:, j].sum())
+
+    matrices, kept = [], []
+    order = np.argsort(owners, kind="stable")
+    starts = np.searchsorted(owners[order], np.arange(num + 1))
+    duplicates = 0
+    best = np.zeros((num, dim))
+    for b in range(num):
+        keep = np.flatnonzero(~dropped[chain_group[b]]) if dim else np.zeros(0, dtype=np.int64)
+        rows = vectors[order[starts[b]:starts[b + 1]]][:, keep] + 0.0   # -0.0 -> 0.0 before keying
+        seen: set[bytes] = set()
+        distinct = []
+        for row in rows:
+            key = row.tobytes()
+            if key in seen:
+                duplicates += 1
+                continue
+            seen.add(key)
+            distinct.append(row)
+        matrix = np.zeros((answers, keep.size))
+        if distinct:
+            matrix[: len(distinct)] = np.stack(distinct)
+            best[b, keep] = matrix.max(axis=0)
+        matrices.append(matrix)
+        kept.append(keep)
+    parsed = int(owners.size)
+    stats["answers_parsed"] = parsed / num if num else 0.0
+    stats["duplicate_rate"] = duplicates / parsed if parsed else 0.0
+    stats["unparseable"] = float(np.mean(np.bincount(owners, minlength=num) == 0)) if num else 0.0
+    kept_by_chain = ~dropped[chain_group] if num else np.zeros((0, dim), dtype=bool)   # (B, D)
+    for j, name in enumerate(names):
+        column = best[kept_by_chain[:, j], j]
+        stats[f"objective/{name}"] = float(column.mean()) if column.size else 0.0
+    complete = vectors[~np.isnan(vectors).any(axis=1)] if dim else vectors
+    diagnostics = objective_diagnostics(complete)
+    stats["effective_dim"] = diagnostics["effective_dim"]
+    stats["mean_abs_correlation"] = diagnostics["mean_abs_correlation"]
+    return ChainRewards(matrices, names, kept, stats, vectors, owners, diagnostics["correlation"])
+
+
+_DEFAULT_TAG = object()
+"""``score_chains``' default tag: the chain tag for m > 1, the whole completion at m = 1."""
+
+
+def score_chains(reward_funcs: Any, prompts: Sequence[Any], completions: Sequence[Any], answers: int = 3, *,
+                 reward_names: Sequence[Any] | None = None, scaling: Any = None,
+                 group_ids: Sequence[Hashable] | None = None, reward_processing_classes: Any = None,
+                 call: Callable[..., Any] | None = None, tag: Any = _DEFAULT_TAG,
+                 **columns: Sequence[Any]) -> ChainRewards:
+    """The (M, D) reward matrix of each of B m-answer ``completions``, scored by ``reward_funcs``.
+
+    ``prompts`` (B,) are the single-answer prompts the functions see; ``columns`` are dataset
+    columns (B,) each, repeated per answer. ``group_ids`` (B,) defaults to ``group_keys`` (the
+    ``example_id`` column, else the prompt). ``scaling``: see ``SCALINGS`` (None: no scaling).
+    ``call``: see ``score_answers``. ``tag``: the chains' numbered tag; by default ``CHAIN_TAG``
+    for m > 1, and at m = 1 the whole completion is the one answer, as ``GRPOTrainer`` and
+    ``VPOTrainer`` score it (pass ``tag=CHAIN_TAG`` to read a tagged single answer). Raises
+    ValueError for misaligned inputs or bad options.
+    """
+    check_scaling(scaling)
+    if isinstance(answers, bool) or not isinstance(answers, int) or answers < 1:
+        raise ValueError(f"answers must be a positive integer, got {answers!r}")
+    if tag is _DEFAULT_TAG:
+        tag = CHAIN_TAG if answers > 1 else None
+    scored = score_answers(reward_funcs, prompts, completions, answers, reward_names=reward_names,
+                           reward_processing_classes=reward_processing_classes, call=call, tag=tag, **columns)
+    groups = group_keys(prompts, columns) if group_ids is None else list(group_ids)
+    return finish_chains(scored, answers, groups, scaling=scaling)
+
+
+# ------------------------------------------------------------------------------------------------
+# diagnostics: are the objectives worth a vector?
+# ------------------------------------------------------------------------------------------------
+def _finite_rows(vectors: Any) -> np.ndarray:
+    arr = np.asarray(vectors, dtype=np.float64)
+    if arr.ndim != 2:
+        raise ValueError(f"vectors must be (P, D), got shape {arr.shape}")
+    return arr[np.isfinite(arr).all(axis=1)]
+
+
+def effective_dimension(vectors: Any) -> float:
+    """Participation ratio (sum lambda)^2 / sum lambda^2 of the eigenvalues of the (D, D)
+    covariance of ``vectors`` (P, D): 1 when the objectives are collinear, D when they are
+    independent with equal variance. Rows with NaN are left out; NaN when fewer than 2 rows remain
+    or nothing varies."""
+    rows = _finite_rows(vectors)
+    if rows.shape[0] < 2 or rows.shape[1] == 0:
+        return float("nan")
+    cov = np.atleast_2d(np.cov(rows, rowvar=False, ddof=0))
+    eig = np.clip(np.linalg.eigvalsh(cov), 0.0, None)
+    total = float(eig.sum())
+    if total <= 1e-12:
+        return float("nan")
+    return total ** 2 / float((eig ** 2).sum())
+
+
+def objective_diagnostics(vectors: Any) -> dict[str, Any]:
+    """Correlation (D, D) of the objectives over ``vectors`` (P, D) (a constant objective
+    correlates 0 with the others), their ``effective_dim`` and ``mean_abs_correlation`` (mean
+    |correlation| off the diagonal; NaN for D < 2). Rows with NaN are left out."""
+    rows = _finite_rows(vectors)
+    dim = rows.shape[1]
+    corr = np.eye(dim)
+    if rows.shape[0] >= 2 and dim:
+        centred = rows - rows.mean(axis=0)
+        std = np.sqrt((centred ** 2).mean(axis=0))
+        varying = std > 1e-12
+        scaled = np.zeros_like(centred)
+        scaled[:, varying] = centred[:, varying] / std[varying]
+        corr = (scaled.T @ scaled) / rows.shape[0]
+        np.fill_diagonal(corr, 1.0)
+        corr = np.clip(corr, -1.0, 1.0)
+    off = corr[~np.eye(dim, dtype=bool)]
+    return {"correlation": corr, "effective_dim": effective_dimension(rows),
+            "mean_abs_correlation": float(np.abs(off).mean()) if off.size else float("nan")}
