@@ -850,19 +850,25 @@ class StageProgress(ProgressCallback):
 def step_line(logs: Mapping[str, Any], step: int, max_steps: int) -> str | None:
     """One short line for a training log (None for a log without a reward, e.g. the run's
     summary): step, objective (TRL's ``reward``: the set score the estimator optimises), the
-    mean reward per objective, KL and seconds per step, each only when logged."""
+    mean reward per objective, KL and seconds per step, each only when logged as a number."""
+    def number(key: str) -> float | None:
+        value = logs.get(key)
+        return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
     if "reward" not in logs:
         return None
-    parts = [f"step {step}/{max_steps}", f"objective {float(logs['reward']):.3f}"]
+    parts = [f"step {step}/{max_steps}"]
+    objective = number("reward")
+    parts.append(f"objective {objective:.3f}" if objective is not None else "objective n/a")
     prefix = "vpo/objective/"
-    per_objective = [f"{key[len(prefix):]} {float(value):.3f}" for key, value in logs.items()
-                     if key.startswith(prefix)]
+    per_objective = [f"{key[len(prefix):]} {number(key):.3f}" for key in logs
+                     if key.startswith(prefix) and number(key) is not None]
     if per_objective:
         parts.append("(" + ", ".join(per_objective) + ")")
-    if "kl" in logs:
-        parts.append(f"KL {float(logs['kl']):.4f}")
-    if "step_time" in logs:
-        parts.append(f"{float(logs['step_time']):.2f} s/step")
+    if number("kl") is not None:
+        parts.append(f"KL {number('kl'):.4f}")
+    if number("step_time") is not None:
+        parts.append(f"{number('step_time'):.2f} s/step")
     return "  ".join(parts)
 
 
