@@ -207,8 +207,11 @@ def test_every_figure_reads_at_the_width_it_is_shown(drawn, tmp_path):
     one["methods"] = {"vpo-s0": one["methods"]["vpo"]}
     one["objective_space"]["vectors"] = {"vpo-s0": one["objective_space"]["vectors"]["vpo"]}
     del one["training"]
+    one["objective_diagnostics"] = {"objectives": ["a", "b", "c"], "effective_dim": 2.5, "answers": 24,
+                                    "correlation": [[1.0, 0.2, -0.1], [0.2, 1.0, float("nan")],
+                                                    [-0.1, float("nan"), 1.0]]}
     write_report(one, tmp_path / "eval")
-    assert len(figures) == 8
+    assert len(figures) == 9
     for figure in figures:
         assert figure["text_px"] >= MIN_TEXT_PX, figure
         assert not figure["outside"], figure
