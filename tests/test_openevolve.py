@@ -266,6 +266,22 @@ def test_search_problems_writes_what_was_solved_when(problem, tmp_path, capsys):
                            seeds={"s": []}, client=oe.scripted_client(["x"]), progress=None)
 
 
+def test_a_policy_that_never_writes_code_leaves_its_problems_unsolved_and_the_search_goes_on(problem, tmp_path):
+    # every mutation fails (no code block): OpenEvolve raises EvolutionFailedError; the problem is
+    # recorded as unsolved (its seeds' scores stand) and the next problem is still searched
+    other = dict(problem, id="fx_sum_copy")
+    report = oe.search_problems([problem, other], models=[("mute", "none")], iterations=2, output_dir=tmp_path,
+                                limits=FAST, start_method="fork", progress=None, progress_bar=False,
+                                seeds={"mute": [[WRONG], [WRONG]]}, client=oe.scripted_client(["no code here"]))
+    entry = report["labels"]["mute"]
+    assert list(entry["problems"]) == ["fx_sum", "fx_sum_copy"]
+    for result in entry["problems"].values():
+        assert result["first_solved"] is None and result["failed_mutations"] == 2
+        assert "0/2 iterations produced a candidate" in result["error"]
+    assert entry["solved_by_iteration"] == [0, 0, 0]
+    assert json.loads((tmp_path / "openevolve_search.json").read_text())["problems"] == ["fx_sum", "fx_sum_copy"]
+
+
 def test_a_gguf_policy_is_converted_for_the_workers_and_removed_after(problem, tiny_checkpoint, tmp_path,
                                                                        monkeypatch):
     # issue #16.11: the transformers copy of a .gguf policy (0.5 GB for SmolLM2) used to stay in --out

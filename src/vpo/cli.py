@@ -91,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
         # on a line of its own: a progress bar leaves the cursor mid-line
         print(f"\nvpo {args.command}: interrupted" + (f"; {hint}" if hint else ""), file=sys.stderr)
         return 130
+    finally:
+        from vpo.runs import release_out_dir
+
+        release_out_dir()  # the --out lock lasts as long as the command
     return int(result or 0)
 
 

@@ -215,6 +215,12 @@ def export(task_name: str, out_dir: str | os.PathLike[str], *, fmt: str = "verl"
     for split in ("train", "test"):
         if split not in chosen:
             continue
+        if not chosen[split]:
+            why = (f"the source serves both splits the same rows and the test split took every one of them "
+                   f"({result['overlap_removed']}); ask for fewer with --test, or pass --overlap to share them"
+                   if split == "train" and result["overlap_removed"] else
+                   f"the source has no {split} examples" + (f" ({source})" if source else ""))
+            raise ValueError(f"nothing to write to {Path(out_dir) / f'{split}.parquet'}: {why}")
         rows = export_rows(task, chosen[split], split=split, fmt=fmt, answers=answers, task_params=params,
                            goals=goals)
         result[split] = write_parquet(rows, Path(out_dir) / f"{split}.parquet")

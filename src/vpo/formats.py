@@ -105,11 +105,15 @@ def load_format(model_dir: str | Path | None, task: Task, *, tokenizer: Any = No
 
     A checkpoint folder with ``vpo_format.json`` (written by ``vpo demo``) names its format,
     e.g. the demo's compact maze format; otherwise the task's own prompts are used, wrapped in
-    the tokenizer's chat template when ``chat`` is True (None: when the tokenizer has one).
+    the tokenizer's chat template when ``chat`` is True (None: when the tokenizer has one). A
+    format recorded for another task than ``task`` does not apply: the task's own prompts are used
+    (``vpo.checkpoints.check_checkpoint`` allows that only when the task parameters are given).
     """
     spec_path = Path(model_dir) / FORMAT_FILE if model_dir is not None else None
-    if spec_path is not None and spec_path.is_file():
-        spec = json.loads(spec_path.read_text())
+    spec = json.loads(spec_path.read_text()) if spec_path is not None and spec_path.is_file() else None
+    if spec is not None and task is not None and spec.get("task") not in (None, task.name):
+        spec = None
+    if spec is not None:
         name = spec.get("format")
         if name not in _FORMATS and name in _BUILTIN_FORMATS:
             importlib.import_module(_BUILTIN_FORMATS[name])
@@ -122,13 +126,16 @@ def load_format(model_dir: str | Path | None, task: Task, *, tokenizer: Any = No
     return TaskFormat(task, chat=chat, tokenizer=tokenizer)
 
 
-def recorded_task_params(model_dir: str | Path) -> dict[str, Any] | None:
+def recorded_task_params(model_dir: str | Path, task: str | None = None) -> dict[str, Any] | None:
     """The task parameters a checkpoint folder records (``vpo_format.json``, written by ``vpo
-    demo`` and kept by ``vpo train``), or None."""
+    demo`` and kept by ``vpo train``), or None (also when it records another task than ``task``)."""
     spec_path = Path(model_dir) / FORMAT_FILE
     if not spec_path.is_file():
         return None
-    params = json.loads(spec_path.read_text()).get("task_params")
+    spec = json.loads(spec_path.read_text())
+    if task is not None and spec.get("task") not in (None, task):
+        return None
+    params = spec.get("task_params")
     return dict(params) if isinstance(params, Mapping) else None
 
 
@@ -143,15 +150,16 @@ def recorded_method(model_dir: str | Path | None) -> str | None:
 
 
 def resolve_task_params(given: Mapping[str, Any], checkpoints: Sequence[str | Path],
-                        flag: str = "--task-params") -> dict[str, Any]:
+                        flag: str = "--task-params", task: str | None = None) -> dict[str, Any]:
     """The task parameters to evaluate ``checkpoints`` with: what they record, completed by the
     ``given`` ones. ValueError when two checkpoints record different parameters (their pools
     would be on different examples) or when a given value contradicts a recorded one (e.g.
-    searching 9x9 mazes with a model trained on 5x5)."""
+    searching 9x9 mazes with a model trained on 5x5). Records of another task than ``task``
+    (when given) are skipped."""
     recorded: dict[str, Any] = {}
     source: dict[str, str] = {}
     for path in checkpoints:
-        params = recorded_task_params(path) if Path(path).is_dir() else None
+        params = recorded_task_params(path, task) if Path(path).is_dir() else None
         for key, value in (params or {}).items():
             if key in recorded and recorded[key] != value:
                 raise ValueError(f"checkpoints {source[key]} and {path} record different task parameters "

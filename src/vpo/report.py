@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from vpo.evaluation import sanitize
+from vpo.runs import atomic_write_text
 
 PLOT_DIR = "plots"
 
@@ -624,7 +625,8 @@ def write_report(metrics: Mapping[str, Any], out_dir: str | Path, *, plots: bool
             plot_paths = []
     doc = build_document(clean, plot_paths)
     md, page, js = out / "report.md", out / "report.html", out / "metrics.json"
-    md.write_text(doc.markdown())
-    page.write_text(doc.html(clean.get("title", "Evaluation report")))
-    js.write_text(json.dumps(clean, indent=1, allow_nan=False))
+    # through a temporary name: a run killed while writing never leaves a half report
+    atomic_write_text(md, doc.markdown())
+    atomic_write_text(page, doc.html(clean.get("title", "Evaluation report")))
+    atomic_write_text(js, json.dumps(clean, indent=1, allow_nan=False))
     return {"md": md, "html": page, "json": js, "plots": plot_paths}

@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from vpo import metrics as M
+from vpo.runs import atomic_write_text
 from vpo.tasks.base import SOLVED_TOL, Example, Task
 
 __all__ = [
@@ -480,5 +481,5 @@ def run_search_eval(checkpoints: Sequence[tuple[str, Any]], task: Task, examples
             report["gap_plot"] = gap_plot.name
     from vpo.evaluation import sanitize
 
-    (out_dir / "search.json").write_text(json.dumps(sanitize(report), indent=1, allow_nan=False))
+    atomic_write_text(out_dir / "search.json", json.dumps(sanitize(report), indent=1, allow_nan=False))
     return report

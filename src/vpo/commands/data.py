@@ -70,6 +70,8 @@ class ExportConfig(RewardFuncsOptions):
     require_source: bool = field(default=False, metadata={
         "help": "stop, naming --source, when the rows would come from the task's shipped sample (a few invented "
                 "rows for tests and demos) instead of real data; the training recipes pass it"})
+    overwrite: bool = field(default=False, metadata={
+        "help": "replace the export already in --out (without it such a folder is refused)"})
 
 
 @dataclass
@@ -130,6 +132,9 @@ def run_export(args: argparse.Namespace) -> int:
                              + (f", and --source {cfg.source} is that sample" if cfg.source else ""))
     task_params = own_params if own_params is not None else parse_params(cfg.task_params)
     _check_task(task_name, task_params, cfg.size)
+    from vpo.runs import claim_out_dir
+
+    claim_out_dir(cfg.out, command="data export", overwrite=cfg.overwrite, resume_flag="")
     goals = None
     if cfg.method:
         from vpo.estimators import get_spec

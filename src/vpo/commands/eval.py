@@ -12,7 +12,10 @@ replace ``--task``: the report's metrics are then on your objectives (``vpo rewa
 
 A checkpoint written by ``vpo demo`` carries ``vpo_format.json`` and is prompted in its compact
 format; any other checkpoint gets the task's own prompts (wrapped in the tokenizer's chat
-template when it has one, unless --no-chat). Writes report.md, report.html, metrics.json,
+template when it has one, unless --no-chat). Without --answers, m is the one the checkpoint
+records (vpo_format.json or vpo_train.json; else 1), and the terminal says which and why. The
+checkpoint is checked before any work (``vpo.checkpoints``), and --out must not hold another
+run's results (--overwrite replaces them). Writes report.md, report.html, metrics.json,
 plots/ and the pool (pool.npz + pool.npz.jsonl with the raw generations) under --out. With two or
 more objectives the report also gives their correlation over the pool's answers, a heatmap, and
 their effective dimension (1: collinear, a vector reward adds nothing; D: independent).
@@ -47,7 +50,9 @@ class EvalConfig(RewardFuncsOptions, SamplingOptions):
     model: str = field(default="", metadata={
         "help": "checkpoint folder (transformers save_pretrained layout, or a LoRA adapter from vpo train --lora) "
                 "or a .gguf file"})
-    answers: int = field(default=1, metadata={"help": "answers per chain m (the pool holds pool/m chains)", "min": 1})
+    answers: int | None = field(default=None, metadata={
+        "help": "answers per chain m (the pool holds pool/m chains); default: the m the checkpoint records "
+                "(vpo_format.json or vpo_train.json), else 1", "min": 1})
     pool: int = field(default=30, metadata={"help": "answers per example (a multiple of --answers)", "min": 1})
     split: str = field(default="test", metadata={"help": "split of the task's examples"})
     examples: int = field(default=100, metadata={"help": "number of examples", "min": 1})
@@ -70,6 +75,8 @@ class EvalConfig(RewardFuncsOptions, SamplingOptions):
         "choices": ["", "best-of-n", "openevolve"]})
     iterations: int = field(default=200, metadata={
         "help": "OpenEvolve iterations per problem (--search openevolve)", "min": 1})
+    overwrite: bool = field(default=False, metadata={
+        "help": "replace the results already in --out (without it such a folder is refused)"})
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -87,18 +94,21 @@ def run_eval(cfg: EvalConfig, args: argparse.Namespace | None = None) -> dict:
     import time
 
     check_fields(cfg)  # a config built in Python gets the CLI's checks
-    if cfg.pool % cfg.answers:
+    if cfg.answers is not None and cfg.pool % cfg.answers:
         raise ValueError(f"--pool ({cfg.pool}) must be a multiple of --answers ({cfg.answers}) for equal pools")
     check_out_dir(cfg.out)
     own_name, own_params = resolve_task(cfg, args, source=cfg.source)
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from vpo.checkpoints import chain_answers, check_checkpoints
     from vpo.evaluation import example_weights, load_format, pool_metrics, sample_pools, summarize
-    from vpo.formats import TaskFormat, recorded_method, resolve_task_params
+    from vpo.formats import TaskFormat, recorded_method
     from vpo.report import write_report
+    from vpo.runs import claim_out_dir
     from vpo.sampling import check_sampling, open_sampler
     from vpo.search import levels_of_pools
     from vpo.tasks import get_task
+    from vpo.workload import check_pool_workload, human_bytes
 
     if not cfg.model:
         raise ValueError("--model is required (a checkpoint folder or a .gguf file)")
@@ -107,30 +117,41 @@ def run_eval(cfg: EvalConfig, args: argparse.Namespace | None = None) -> dict:
     if not model_dir.is_dir() and not gguf:
         raise FileNotFoundError(f"no checkpoint folder or .gguf file {model_dir}")
     options = cfg.check([model_dir])              # --backend/--device/--dtype fail here, before any load
+    # with --reward-funcs, a checkpoint recording another task is refused (its prompts are not --source's)
+    params, (info,) = check_checkpoints([model_dir], task=own_name or cfg.task,
+                                        given={} if own_name is not None else parse_params(cfg.task_params))
+    if own_name is not None:
+        params = own_params
+    m, why = chain_answers(info, cfg.answers)
+    if cfg.pool % m:
+        raise ValueError(f"--pool ({cfg.pool}) must be a multiple of m = {m} ({why}) for equal pools")
+    print(f"m = {m}: {why}", flush=True)
     if not cfg.progress:
         from vpo.sampling import hide_library_progress
 
         hide_library_progress()
-    if own_name is not None:
-        params = own_params
-        task = get_task(own_name, **params)
-    else:
-        params = resolve_task_params(parse_params(cfg.task_params), [] if gguf else [model_dir])
-        task = get_task(cfg.task, **params)
+    task = get_task(own_name or cfg.task, **params)
     examples = task.examples(cfg.split, cfg.examples, source=cfg.source or None)
     if not examples:
         raise ValueError(f"task {task.name!r} gave no examples for split {cfg.split!r}")
+    format_dir = None if gguf or not info.format_applies else model_dir
+    budget = cfg.max_new_tokens or load_format(format_dir, task, chat=False).completion_budget(examples, m)
+    work = check_pool_workload(examples=len(examples), pool=cfg.pool, m=m, objectives=task.num_objectives(examples[0]),
+                               max_new_tokens=budget, eval_weights=cfg.eval_weights)
+    claim_out_dir(cfg.out, command="eval", overwrite=cfg.overwrite, resume_flag="")
+    print(f"loading {model_dir}, then sampling {work.chains:,} chains of up to {budget} tokens "
+          f"({len(examples)} examples x {cfg.pool} answers, about {human_bytes(work.bytes)} held)", flush=True)
     start = time.time()
     sampler, tokenizer = open_sampler(model_dir, options)
-    fmt = load_format(None if gguf else model_dir, task, tokenizer=tokenizer, chat=cfg.chat)
+    fmt = load_format(format_dir, task, tokenizer=tokenizer, chat=cfg.chat)
     if own_name is not None and not isinstance(fmt, TaskFormat):
         raise ValueError(f"--reward-funcs evaluates on the prompts of --source, but {model_dir} was trained on the "
                          f"{fmt.name!r} prompt format")
     max_new = cfg.max_new_tokens
     if max_new <= 0:
-        max_new = fmt.completion_budget(examples, cfg.answers)
+        max_new = fmt.completion_budget(examples, m)
     check_sampling(cfg.temperature, cfg.top_p, max_new)
-    pools = sample_pools(None, None, task, examples, m=cfg.answers, pool=cfg.pool, temperature=cfg.temperature,
+    pools = sample_pools(None, None, task, examples, m=m, pool=cfg.pool, temperature=cfg.temperature,
                          top_p=cfg.top_p, max_new_tokens=max_new, fmt=fmt, seed=cfg.seed, sampler=sampler,
                          progress=cfg.progress)
     out = Path(cfg.out)
@@ -144,16 +165,17 @@ def run_eval(cfg: EvalConfig, args: argparse.Namespace | None = None) -> dict:
     levels = [task.difficulty(e) for e in examples]
     label = cfg.label or (model_dir.stem if gguf else model_dir.name)
     objectives = list(task.objective_names(examples[0]))
-    entry = summarize([per_example], label=f"{label} (m={cfg.answers})", m=cfg.answers, objectives=objectives,
+    entry = summarize([per_example], label=f"{label} (m={m})", m=m, objectives=objectives,
                       extra={"tokens_per_chain": pools.completion_tokens, "truncated": pools.truncated,
                              "method": None if gguf else recorded_method(model_dir)})   # its colour in the plots
     shown = list(range(min(3, len(examples))))
     metrics = {
         "title": f"Evaluation of {label} on {task.name}",
         "intro": f"Checkpoint {model_dir} ({fmt.name} prompts), {len(examples)} examples of split {cfg.split!r}, "
-                 f"pools of {cfg.pool} answers ({cfg.pool // cfg.answers} chains x m = {cfg.answers}).",
+                 f"pools of {cfg.pool} answers ({cfg.pool // m} chains x m = {m}).",
         "task": {"name": task.name, "params": params, "objectives": objectives},
-        "eval": {"examples": len(examples), "pool": cfg.pool, "temperature": cfg.temperature, "top_p": cfg.top_p,
+        "eval": {"examples": len(examples), "pool": cfg.pool, "answers": m, "answers_from": why,
+                 "temperature": cfg.temperature, "top_p": cfg.top_p,
                  "eval_weights": cfg.eval_weights, "ks_shown": [1, 3, 10, cfg.pool]},
         "methods": {label: entry},
         "by_level": ({label: levels_of_pools(task, list(pools.vectors), levels)}

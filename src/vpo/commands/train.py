@@ -92,6 +92,9 @@ class TrainArgs(RewardFuncsOptions):
                 "logged step, the full log in OUT/train_log.jsonl"})
     config: str | None = field(default=None, metadata={
         "help": "a TRL GRPOConfig YAML, as `trl grpo --config` reads it (flags typed here win over its values)"})
+    overwrite: bool = field(default=False, metadata={
+        "help": "replace the run already in --out (its checkpoint-N folders are deleted); without it such a "
+                "folder is refused unless --resume-from-checkpoint continues that run"})
 
 
 class _GivenOnly:
@@ -239,13 +242,13 @@ def _resume_path(value: str | None, out: str) -> str | None:
     if value is None:
         return None
     if value == "latest":
-        from transformers.trainer_utils import get_last_checkpoint
+        from vpo.checkpoints import latest_complete_checkpoint
 
-        last = get_last_checkpoint(out) if Path(out).is_dir() else None
+        last = latest_complete_checkpoint(out)  # one half-written when the run was killed is skipped
         if last is None:
-            raise FileNotFoundError(f"--resume-from-checkpoint latest: no checkpoint-N folder in {out} "
-                                    "(checkpoints are saved with --save-steps N)")
-        return last
+            raise FileNotFoundError(f"--resume-from-checkpoint latest: no checkpoint-N folder (written to the end) in "
+                                    f"{out} (checkpoints are saved with --save-steps N)")
+        return str(last)
     if not Path(value).is_dir():
         raise FileNotFoundError(f"--resume-from-checkpoint {value}: no such folder")
     return value
@@ -299,9 +302,11 @@ def _reference_from_policy(model: Any, *, enabled: bool) -> Iterator[None]:
 def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     """Run ``vpo train`` from its configs (``engine``: TRL's run settings, default TRL's own);
     returns 0. Prints where the model went."""
+    from vpo.checkpoints import check_checkpoints
     from vpo.estimators import get_spec
     from vpo.formats import FORMAT_FILE, TaskFormat, load_format, resolve_task_params
     from vpo.models import check_model_path, load_pretrained
+    from vpo.runs import atomic_write_text, claim_out_dir
     from vpo.tasks import get_task
 
     # every option and path is checked before TRL is imported or any data or model is read (seconds)
@@ -328,18 +333,18 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     check_fields(engine)
     check_engine(engine)
     engine.resume_from_checkpoint = _resume_path(engine.resume_from_checkpoint, cfg.out)
-    model_dir = Path(cfg.model) if Path(cfg.model).is_dir() else None
     if cfg.reward_funcs and cfg.task:
         raise ValueError("--task and --reward-funcs are alternatives: give one")
     own_name, own_params = resolve_task(cfg, None, source=cfg.source)
     scaling = None
+    given = {} if own_name is not None else parse_params(cfg.task_params)
     if own_name is not None:
         params = own_params
         scaling = params.pop("scaling", None)  # the trainer's (minmax too: it has a batch); the task only reads rows
         task = get_task(own_name, **params)
     else:
         # a checkpoint that records its task (the demo's) is trained on that task, in its own format
-        params = resolve_task_params(parse_params(cfg.task_params), [model_dir] if model_dir else [])
+        params = resolve_task_params(given, [cfg.model] if Path(cfg.model).is_dir() else [], task=cfg.task)
         task = get_task(cfg.task, **params)
     args = grpo_args(cfg, rl, engine, task=task.name, answers=answers)  # TRL checks its values before the model loads
     if own_name is not None:  # the rows as they are: VPOTrainer(reward_funcs=) asks for m answers and passes columns
@@ -352,6 +357,10 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     else:
         rows = build_train_rows(task, answers, data=cfg.source, n=cfg.examples, seed=cfg.data_seed,
                                 goals=weight_options if spec.conditions_prompt else None)
+    _, (info,) = check_checkpoints([cfg.model], task=task.name, given=given)  # vouched for before it loads
+    model_dir = info.path if info.kind in ("folder", "lora") and info.format_applies else None
+    claim_out_dir(cfg.out, command="train", record={"method": cfg.method, "task": task.name, "answers": answers},
+                  resume=engine.resume_from_checkpoint is not None, overwrite=cfg.overwrite, stale=("checkpoint-*",))
     from datasets import Dataset
 
     from vpo.integrations.trl import StepLines, VPOTrainer, label_progress
@@ -422,14 +431,14 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     if cfg.save:
         trainer.save_model(cfg.out)
         tokenizer.save_pretrained(cfg.out)
-        Path(cfg.out, "vpo_train.json").write_text(json.dumps(
+        atomic_write_text(Path(cfg.out, "vpo_train.json"), json.dumps(
             {"train": {k: v for k, v in vars(cfg).items()}, "rl": rl.as_dict(), "trl": dataclasses.asdict(engine),
              "summary": summary},
             indent=2, default=str))
         if model_dir is not None and (model_dir / FORMAT_FILE).is_file():  # keep the prompt format and task
             record = json.loads((model_dir / FORMAT_FILE).read_text())
-            record.update(task=task.name, task_params=params, method=cfg.method)
-            Path(cfg.out, FORMAT_FILE).write_text(json.dumps(record, indent=1, sort_keys=True))
+            record.update(task=task.name, task_params=params, method=cfg.method, answers=answers)
+            atomic_write_text(Path(cfg.out, FORMAT_FILE), json.dumps(record, indent=1, sort_keys=True))
     print(json.dumps(summary))
     if cfg.save:
         print(f"saved to {cfg.out}")

@@ -115,9 +115,9 @@ class CompactMazeFormat:
     def save(self, model_dir: str | Path, **extra: Any) -> Path:
         """Write ``vpo_format.json`` (this format plus ``extra``, e.g. the task parameters)."""
         path = Path(model_dir) / FORMAT_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({**self.to_dict(), **extra}, indent=1, sort_keys=True))
-        return path
+        from vpo.runs import atomic_write_text
+
+        return atomic_write_text(path, json.dumps({**self.to_dict(), **extra}, indent=1, sort_keys=True))
 
 
 @dataclass(frozen=True)

@@ -103,8 +103,9 @@ def run_rl(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, method: str, seed
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.trainer_utils import get_last_checkpoint
     from trl import GRPOConfig
+
+    from vpo.checkpoints import latest_complete_checkpoint
 
     _, _, estimator = METHODS[method]
     m = cfg.method_answers(method)
@@ -162,14 +163,15 @@ def run_rl(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, method: str, seed
                                args=args, train_dataset=dataset, processing_class=tokenizer, fmt=fmt,
                                truncated=cfg.rl_truncated)
     quiet_trainer(trainer, cfg.progress, f"RL {METHODS[method][0]} seed {seed}")
-    last = get_last_checkpoint(str(trainer_dir)) if trainer_dir.is_dir() else None
+    last = latest_complete_checkpoint(trainer_dir)  # one half-written when the run was killed is skipped
+    last = str(last) if last is not None else None
     if last:
         log(f"{method} seed {seed}: resuming from {last}")
     trainer.train(resume_from_checkpoint=last)
     trainer.model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     fmt.save(out_dir, task="maze", task_params={"size": cfg.size, "reward_mode": cfg.reward_mode},
-             method=method, seed=seed)
+             method=method, seed=seed, answers=m)
     history = [h for h in trainer.state.log_history if "step" in h and "demo/diversity" in h]
     record = {
         "method": method, "seed": seed, "m": m, "estimator": estimator,

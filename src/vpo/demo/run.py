@@ -33,6 +33,9 @@ from vpo.demo.device import describe_setting, device_record
 from vpo.demo.format import CompactMazeFormat, GoalPerChainFormat
 from vpo.demo.plots import headline_plots
 from vpo.demo.results import build_metrics, oracle_reference, pipeline_checks
+from vpo.checkpoints import check_checkpoint
+from vpo.runs import lock_folder  # noqa: F401  (re-exported: the demo's lock is every command's)
+from vpo.runs import atomic_write_text, claim_out_dir, release_out_dir
 
 
 class _Log:
@@ -65,15 +68,13 @@ def _prepare_out(cfg: DemoConfig, out: Path) -> None:
             for name in ("checkpoints", "eval", "plots", "logs"):
                 shutil.rmtree(out / name, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(current, indent=1, sort_keys=True))
+    atomic_write_text(path, json.dumps(current, indent=1, sort_keys=True))
 
 
 def _write_json(path: Path, data: Any) -> None:
     from vpo.evaluation import sanitize
 
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(sanitize(data), indent=1))
-    tmp.replace(path)
+    atomic_write_text(path, json.dumps(sanitize(data), indent=1))
 
 
 def _done(path: Path) -> dict[str, Any] | None:
@@ -81,37 +82,30 @@ def _done(path: Path) -> dict[str, Any] | None:
     return json.loads(done.read_text()) if done.is_file() else None
 
 
-def lock_folder(out: Path) -> Any:
-    """Hold an exclusive lock on ``out`` for this process (released when it exits or the returned
-    file is closed): two demos in one folder would race on the same checkpoints."""
-    import fcntl
+def _check_workload(cfg: DemoConfig) -> None:
+    """Refuse, before the folder is touched, evaluation pools that cannot fit in memory (the
+    estimate of ``vpo.workload``, for the largest pool: single-answer chains)."""
+    from vpo.tasks import get_task
+    from vpo.workload import check_pool_workload
 
-    out.mkdir(parents=True, exist_ok=True)
-    handle = open(out / ".lock", "a+")  # noqa: SIM115  (held for the whole run)
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "another process"
-        handle.close()
-        raise BlockingIOError(f"{out} is in use by another vpo demo ({holder}); wait for it or choose another "
-                              "--out") from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"pid {os.getpid()}")
-    handle.flush()
-    return handle
+    task = get_task("maze", size=cfg.size, reward_mode=cfg.reward_mode)
+    examples = task.examples("test", cfg.eval_examples)
+    fmt = CompactMazeFormat(max_answers=max(3, cfg.answers))
+    check_pool_workload(examples=len(examples), pool=cfg.pool, m=1, objectives=task.num_objectives(examples[0]),
+                        max_new_tokens=fmt.completion_budget(examples, 1), eval_weights=cfg.eval_weights)
 
 
 def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     """Run (or resume) the whole demo; returns {"report": paths, "metrics": dict}."""
     cfg = cfg.resolved()
     out = Path(cfg.out)
-    lock = lock_folder(out)
+    _check_workload(cfg)
+    # a re-run resumes (its config.json must match, see _prepare_out); --force starts over
+    claim_out_dir(out, command="demo", resume=True, overwrite=cfg.force, resume_flag="", overwrite_flag="--force")
     try:
         return _run_demo(cfg, out)
     finally:
-        lock.close()
+        release_out_dir(out)
 
 
 def _run_demo(cfg: DemoConfig, out: Path) -> dict[str, Any]:
@@ -175,6 +169,12 @@ def _run_demo(cfg: DemoConfig, out: Path) -> dict[str, Any]:
     training = {f"{method}-s{seed}" for _, method, seed in pending}  # these jobs sample their own pool
     pending += [("pool", name, None) for name, _, _ in _eval_jobs(cfg, methods, seeds, out)
                 if name not in training and not (out / "eval" / f"{name}.npz").is_file()]
+    # the finished checkpoints this invocation reads are vouched for first: one line for a damaged one
+    folders = {name: folder for name, folder, _ in _eval_jobs(cfg, methods, seeds, out)}
+    reads = {warm_dir} if any(job[0] == "rl" for job in pending) else set()
+    reads |= {folders[job[1]] for job in pending if job[0] == "pool"}
+    for folder in sorted(reads):
+        check_checkpoint(folder, task="maze")
     t_rl = time.time()
     n_rl = sum(job[0] == "rl" for job in pending)
     if pending and workers > 1 and len(pending) > 1:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import os
 import typing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -254,6 +255,58 @@ def check_engine(options: TRLOptions) -> None:
         available = getattr(integration_utils, f"is_{name}_available", None)
         if available is not None and not available():
             raise ValueError(f"--report-to {name}: the {name} package is not installed (pip install {name})")
+        check_tracker(name)
+
+
+def check_tracker(name: str) -> None:
+    """Fail in one line, before any model loads, when tracker ``name`` could not start: wandb
+    without a login (``WANDB_API_KEY``, or ``wandb login``'s netrc entry; ``WANDB_MODE=offline``
+    or ``disabled`` needs none), mlflow with a ``MLFLOW_TRACKING_URI`` of an unknown scheme or an
+    http(s) server that does not answer. Otherwise the tracker fails after the model has loaded."""
+    if name == "wandb":
+        if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_MODE", "").lower() in (
+                "offline", "disabled", "dryrun"):
+            return
+        from urllib.parse import urlparse
+
+        host = urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname or "api.wandb.ai"
+        if not _netrc_has(host):
+            raise ValueError(f"--report-to wandb: not logged in to {host} (no WANDB_API_KEY and no entry in "
+                             f"{_netrc_path()}); run `wandb login`, or set WANDB_MODE=offline")
+    elif name == "mlflow":
+        uri = os.environ.get("MLFLOW_TRACKING_URI", "").strip()
+        if not uri:
+            return  # mlflow's default: a local ./mlruns folder
+        from urllib.parse import urlparse
+
+        parsed = urlparse(uri)
+        scheme = parsed.scheme.split("+")[0]
+        known = ("", "file", "http", "https", "databricks", "sqlite", "postgresql", "mysql", "mssql")
+        if scheme not in known:
+            raise ValueError(f"--report-to mlflow: MLFLOW_TRACKING_URI {uri} has an unknown scheme {scheme!r} "
+                             f"(expected a path or one of {', '.join(k for k in known if k)})")
+        if scheme in ("http", "https"):
+            import socket
+
+            port = parsed.port or (443 if scheme == "https" else 80)
+            try:
+                socket.create_connection((parsed.hostname or "", port), timeout=3).close()
+            except OSError as err:
+                raise ValueError(f"--report-to mlflow: the tracking server MLFLOW_TRACKING_URI {uri} does not "
+                                 f"answer ({err.strerror or err})") from None
+
+
+def _netrc_path() -> str:
+    return os.environ.get("NETRC") or os.path.join(os.path.expanduser("~"), ".netrc")
+
+
+def _netrc_has(host: str) -> bool:
+    import netrc
+
+    try:
+        return netrc.netrc(_netrc_path()).authenticators(host) is not None
+    except (FileNotFoundError, netrc.NetrcParseError, OSError):
+        return False
 
 
 def _field_types(cls: type) -> dict[str, Any]:

@@ -25,9 +25,9 @@ Reward vector (D varies per example, ``objective_names(example)``):
   every candidate does not pay. The fixed ``scalar`` is the F1 of the parts (recall = mean of
   ``part_i``, precision = ``no_extra``); "solved" (every component 1) is the exact answer.
 
-Every comparison runs in a persistent worker process with a time limit (``timeout``, default
-1 s): the worker interrupts itself with ``setitimer`` and the caller kills and restarts it
-when it does not answer within ``timeout + grace`` (a computation stuck in C, such as
+Every comparison runs in a persistent worker process (a small pool, ``workers``, one per thread
+scoring at the same time) with a time limit (``timeout``, default 1 s): the worker interrupts
+itself with ``setitimer`` and the caller kills and restarts it when it does not answer within ``timeout + grace`` (a computation stuck in C, such as
 ``9^{9^{9}}``). This works from any thread, which math-verify's own signal-based limit does
 not (verl and TRL call reward functions in threads). Plain integers on both sides are compared
 in-process (exact, no sympy). Unparseable, empty, huge (over ``max_answer_chars``) or
@@ -540,6 +540,83 @@ class _Checker:
         return results
 
 
+class _CheckerPool:
+    """Up to ``size`` worker processes (``_Checker``), one per caller checking at the same time:
+    verl calls ``compute_score`` from many threads, and one worker would serialise them. A worker
+    starts on first use, so a single-threaded caller runs one; a caller waits for a free worker
+    when all ``size`` are busy. Each batch runs on one worker, whose results go back to the
+    caller that sent it (no verdict crosses between threads)."""
+
+    def __init__(self, size: int, timeout: float, grace: float, *, self_timer: bool = True) -> None:
+        if size < 1:
+            raise ValueError(f"workers must be >= 1, got {size!r}")
+        self.size, self.timeout, self.grace, self.self_timer = int(size), float(timeout), float(grace), self_timer
+        self._checkers = [_Checker(self.timeout, self.grace, self_timer=self_timer) for _ in range(self.size)]
+        self.peak = 0
+        """The most workers busy at once so far."""
+        self._reset()
+
+    def _reset(self) -> None:
+        import queue
+
+        self._pid = os.getpid()
+        self._busy_lock = threading.Lock()
+        self._busy = 0
+        self._free: Any = queue.LifoQueue()  # the most recently used (warm) worker first
+        for checker in reversed(self._checkers):
+            self._free.put(checker)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"size": self.size, "timeout": self.timeout, "grace": self.grace, "self_timer": self.self_timer}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["size"], state["timeout"], state["grace"], self_timer=state["self_timer"])
+
+    @property
+    def restarts(self) -> int:
+        """Workers killed for not answering in time, over the pool."""
+        return sum(checker.restarts for checker in self._checkers)
+
+    @property
+    def processes(self) -> list[int]:
+        """Process ids of the workers running now."""
+        return [c._proc.pid for c in self._checkers if c._proc is not None and c._proc.poll() is None]
+
+    def start(self) -> None:
+        """Start every worker now, side by side (each imports sympy: about a second), instead of
+        on first use."""
+        def start_one(checker: _Checker) -> None:
+            with checker._lock:
+                if checker._proc is None or checker._proc.poll() is not None:
+                    checker._kill()
+                    checker._start()
+
+        threads = [threading.Thread(target=start_one, args=(c,), daemon=True) for c in self._checkers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    def run(self, items: Sequence[tuple]) -> list[Any]:
+        """``_Checker.run`` on a free worker."""
+        if self._pid != os.getpid():  # forked: the parent's threads, and their workers, are not here
+            self._reset()
+        checker = self._free.get()
+        with self._busy_lock:
+            self._busy += 1
+            self.peak = max(self.peak, self._busy)
+        try:
+            return checker.run(items)
+        finally:
+            with self._busy_lock:
+                self._busy -= 1
+            self._free.put(checker)
+
+    def close(self) -> None:
+        for checker in self._checkers:
+            checker.close()
+
+
 # ----- the task ----------------------------------------------------------------------------
 
 def _level(value: Any, row: int | None) -> int | None:
@@ -603,10 +680,11 @@ class MathTask(FileTask):
     fixture = FIXTURES["gsm8k"]
 
     def __init__(self, timeout: float = 1.0, grace: float | None = None,
-                 max_answer_chars: int = MAX_ANSWER_CHARS) -> None:
+                 max_answer_chars: int = MAX_ANSWER_CHARS, workers: int = 4) -> None:
         """``timeout``: seconds per answer (parse and every comparison) in the worker; ``grace``:
         extra seconds before a stuck worker is killed (default max(0.5, timeout / 2));
-        ``max_answer_chars``: longer final answers score zero unparsed."""
+        ``max_answer_chars``: longer final answers score zero unparsed; ``workers``: checking
+        processes at most, one per thread scoring at the same time (started on first use)."""
         import importlib.util
 
         if importlib.util.find_spec("math_verify") is None:
@@ -615,7 +693,8 @@ class MathTask(FileTask):
             raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
         self.timeout = float(timeout)
         self.max_answer_chars = int(max_answer_chars)
-        self._checker = _Checker(self.timeout, max(0.5, self.timeout / 2) if grace is None else float(grace))
+        self._checker = _CheckerPool(int(workers), self.timeout,
+                                     max(0.5, self.timeout / 2) if grace is None else float(grace))
         self._keys: OrderedDict[tuple, tuple] = OrderedDict()
 
     # ----- data ---------------------------------------------------------------------------

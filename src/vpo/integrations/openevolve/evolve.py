@@ -100,6 +100,8 @@ class EvolveResult:
     seconds: float
     output_dir: str
     num_seeds: int = 0
+    error: str | None = None
+    """Why the evolution stopped without a candidate (e.g. the policy never wrote code), else None."""
 
     @property
     def first_solved(self) -> int | None:
@@ -135,7 +137,7 @@ class EvolveResult:
                 "best_score": self.best_score, "best_code": self.best_code, "num_seeds": self.num_seeds,
                 "evaluations": self.evaluations, "failed_mutations": self.failed_mutations,
                 "seconds": self.seconds, "best_by_iteration": self.best_by_iteration(), "history": self.history,
-                "output_dir": folder}
+                "output_dir": folder, "error": self.error}
 
 
 def _program_key(code: str) -> Any:
@@ -229,7 +231,7 @@ def evolve(problem: Mapping[str, Any], seeds: Sequence[str], *, client: Callable
     are restored afterwards. ``on_iteration(t)``: called with the iteration of each mutation that
     OpenEvolve admits (failed mutations are not reported).
     """
-    from openevolve.controller import OpenEvolve
+    from openevolve.controller import EvolutionFailedError, OpenEvolve
 
     from vpo.sandbox import Limits
     from vpo.tasks.code import CodeTask
@@ -258,10 +260,14 @@ def evolve(problem: Mapping[str, Any], seeds: Sequence[str], *, client: Callable
     signals_before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     history: list[dict[str, Any]] = []
     started = time.monotonic()
+    error = None
     try:
         controller = OpenEvolve(str(initial_path), str(evaluator_file), config, output_dir=str(out / "openevolve"))
         _record_adds(controller.database, history, offset=1 if programs else 0, on_iteration=on_iteration)
-        asyncio.run(_seed_and_run(controller, programs, iterations, num_islands))
+        try:
+            asyncio.run(_seed_and_run(controller, programs, iterations, num_islands))
+        except EvolutionFailedError as err:  # every mutation failed: the seeds' scores stand, the search goes on
+            error = " ".join(str(err).split())
         best = controller.database.get(controller.database.best_program_id) if \
             controller.database.best_program_id else controller.database.get_best_program()
     finally:
@@ -275,7 +281,8 @@ def evolve(problem: Mapping[str, Any], seeds: Sequence[str], *, client: Callable
     best_score = float((best.metrics or {}).get("combined_score", 0.0)) if best is not None else 0.0
     result = EvolveResult(problem_id=str(example.get("id", "?")), iterations=iterations, history=history,
                           best_score=best_score, best_code=best.code if best is not None else "",
-                          seconds=time.monotonic() - started, output_dir=str(out), num_seeds=len(programs))
+                          seconds=time.monotonic() - started, output_dir=str(out), num_seeds=len(programs),
+                          error=error)
     (out / "result.json").write_text(json.dumps(result.to_dict(relative_to=out), indent=1))
     return result
 

@@ -22,6 +22,7 @@ from typing import Any
 from vpo.integrations.openevolve.evolve import evolve, sample_seed_programs
 from vpo.integrations.openevolve.llm import _load_cached, clear_model_cache, transformers_client
 from vpo.models import resolve_model
+from vpo.runs import atomic_write_text
 
 logger = logging.getLogger(__name__)
 
@@ -145,7 +146,8 @@ def search_problems(problems: Sequence[Mapping[str, Any]], *, models: Sequence[t
                 advance(done + iterations)
                 say(f"[{label}] problem {pid}: best {res.best_score:.3f}, solved at "
                     f"{res.first_solved if res.first_solved is not None else 'never'}, "
-                    f"{res.evaluations} evaluations, {res.failed_mutations} failed mutations, {res.seconds:.0f}s")
+                    f"{res.evaluations} evaluations, {res.failed_mutations} failed mutations, {res.seconds:.0f}s"
+                    + (" (no mutation produced a program: counted as failed, the search goes on)" if res.error else ""))
                 results[pid] = res.to_dict(relative_to=out)
         bar.close()
         solved_by = [sum(1 for r in results.values() if r["first_solved"] is not None and r["first_solved"] <= t)
@@ -156,7 +158,7 @@ def search_problems(problems: Sequence[Mapping[str, Any]], *, models: Sequence[t
                                    "mean_best_by_iteration": mean_best, "seconds": time.monotonic() - started}
     plot = plot_solved(report, out / "solved_vs_iteration.png")
     report["plot"] = plot.name if plot is not None else None
-    (out / "openevolve_search.json").write_text(json.dumps(report, indent=1))
+    atomic_write_text(out / "openevolve_search.json", json.dumps(report, indent=1))
     return report
 
 

@@ -1,0 +1,287 @@
+"""Vouching for a checkpoint before any work: its weights, its tokenizer and the task it records.
+
+Usage::
+
+    from vpo.checkpoints import check_checkpoint, checkpoint_answers
+    info = check_checkpoint("runs/demo/checkpoints/vpo-s0", task="maze")   # CheckpointError if unusable
+    info.task_params          # what vpo_format.json records for that task ({} when it names another task)
+    m, why = checkpoint_answers(info)                # 3, "recorded in .../vpo_format.json"
+
+Every command that reads a checkpoint (``vpo eval``, ``vpo search``, ``vpo train``, the demo's
+resume) calls ``check_checkpoint`` first. It reads only headers: the safetensors header of each
+weight file (whose tensor sizes must add up to the file's length, so a truncated file is caught),
+``config.json``, the tokenizer (loaded: it is small), and ``vpo_format.json``. A fault raises
+``CheckpointError`` (a ``ValueError``): one line naming the folder and what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vpo.formats import FORMAT_FILE
+
+__all__ = ["CheckpointError", "CheckpointInfo", "chain_answers", "check_checkpoint", "check_checkpoints",
+           "checkpoint_answers", "latest_complete_checkpoint", "read_safetensors_header"]
+
+TRAIN_RECORD = "vpo_train.json"
+"""What ``vpo train`` writes beside the model it saves (its options and a summary with m)."""
+
+_SAFETENSORS_DTYPE_BYTES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2,
+                            "I16": 2, "U16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used: the message is one line naming the folder and the fault."""
+
+
+@dataclass
+class CheckpointInfo:
+    """What ``check_checkpoint`` found in a checkpoint."""
+
+    path: Path
+    """The checkpoint as given (a folder, a ``.gguf`` file or a cached hub id)."""
+    kind: str
+    """``folder`` (full weights), ``lora`` (an adapter on a base model), ``gguf`` or ``hub``."""
+    record: dict[str, Any] | None = None
+    """``vpo_format.json`` as read (None: the folder has none)."""
+    task: str | None = None
+    """The task the checkpoint records having been trained on (None: it records none)."""
+    task_params: dict[str, Any] = field(default_factory=dict)
+    """The recorded task parameters that apply to the command's task ({} when it names another task)."""
+    format_applies: bool = True
+    """False when the recorded prompt format is for another task (the task's own prompts are used)."""
+    train_record: dict[str, Any] | None = None
+    """``vpo_train.json`` as read, when present."""
+
+
+def read_safetensors_header(path: Path) -> dict[str, Any]:
+    """The JSON header of a ``.safetensors`` file; ValueError when the header is unreadable or the
+    tensors it lists do not fill the file exactly (a truncated or padded file)."""
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+        if len(head) < 8:
+            raise ValueError(f"{path.name} is {size} bytes, too short for a safetensors header")
+        (length,) = struct.unpack("<Q", head)
+        if length > size - 8:
+            raise ValueError(f"{path.name}: the header claims {length} bytes but the file has {size - 8}")
+        try:
+            header = json.loads(fh.read(length))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise ValueError(f"{path.name}: the safetensors header is not JSON") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{path.name}: the safetensors header is not a JSON object")
+    end = 0
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            start, stop = (int(x) for x in entry["data_offsets"])
+            count = 1
+            for dim in entry["shape"]:
+                count *= int(dim)
+            width = _SAFETENSORS_DTYPE_BYTES.get(str(entry["dtype"]))
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"{path.name}: malformed header entry for tensor {name!r}") from None
+        if width is not None and stop - start != count * width:
+            raise ValueError(f"{path.name}: tensor {name!r} has {stop - start} bytes for shape {entry['shape']}")
+        end = max(end, stop)
+    if end != size - 8 - length:
+        raise ValueError(f"{path.name} holds {size - 8 - length} bytes of tensor data where its header lists {end} "
+                         "(a truncated or damaged file)")
+    return header
+
+
+def _read_json(path: Path, folder: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{folder}: {path.name} is not readable JSON ({_first_line(err)})") from None
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
+
+
+def _check_weights(folder: Path, stem: str) -> None:
+    """The weight files of ``folder`` named ``stem`` (``model`` or ``adapter_model``): one
+    safetensors file, a sharded index whose shards all exist, or a torch ``.bin`` file."""
+    single, index = folder / f"{stem}.safetensors", folder / f"{stem}.safetensors.index.json"
+    files: list[Path] = []
+    if single.is_file():
+        files = [single]
+    elif index.is_file():
+        weight_map = _read_json(index, folder).get("weight_map")
+        if not isinstance(weight_map, Mapping) or not weight_map:
+            raise CheckpointError(f"{folder}: {index.name} has no weight_map")
+        files = [folder / name for name in sorted(set(map(str, weight_map.values())))]
+        missing = [f.name for f in files if not f.is_file()]
+        if missing:
+            raise CheckpointError(f"{folder}: weight shard(s) missing: {', '.join(missing[:3])}")
+    else:
+        binaries = [folder / f"{stem}.bin", folder / f"{stem.replace('model', 'pytorch_model')}.bin"]
+        found = [b for b in binaries if b.is_file()]
+        if not found and not (folder / f"{stem.replace('model', 'pytorch_model')}.bin.index.json").is_file():
+            raise CheckpointError(f"{folder}: no weights ({single.name} or a sharded index is missing)")
+        if found and found[0].stat().st_size == 0:
+            raise CheckpointError(f"{folder}: {found[0].name} is empty")
+        return
+    for file in files:
+        try:
+            read_safetensors_header(file)
+        except (OSError, ValueError) as err:
+            raise CheckpointError(f"{folder}: damaged weights: {err}") from None
+
+
+def _check_tokenizer(folder: Path) -> None:
+    from vpo.models import load_tokenizer
+
+    try:
+        load_tokenizer(folder)
+    except Exception as err:  # noqa: BLE001  (any loader failure is this one fault)
+        raise CheckpointError(f"{folder}: the tokenizer does not load ({_first_line(err)})") from None
+
+
+def check_checkpoint(model: str | Path, *, task: str | None = None, params_given: bool = False,
+                     flag: str = "--model", tokenizer: bool = True) -> CheckpointInfo:
+    """Check the checkpoint ``model`` before any work, and read what it records.
+
+    * a folder: ``config.json`` (or, for a LoRA adapter, ``adapter_config.json`` and a base model
+      that exists), weight files whose headers read and whose sizes add up, a tokenizer that
+      loads (skipped with ``tokenizer=False``), and a readable ``vpo_format.json`` when present;
+    * a ``.gguf`` file: its magic bytes; a cached hub id: nothing more (``check_model_path``).
+
+    ``task``: the command's task. When ``vpo_format.json`` names another task, that is an error
+    naming both, unless ``params_given`` (the user passed the task's parameters explicitly): then
+    the recorded parameters and prompt format are not used (``format_applies`` is False).
+    Raises ``CheckpointError`` (one line, naming the checkpoint and the fault) or FileNotFoundError.
+    """
+    from vpo.models import check_model_path, resolve_model
+
+    path = Path(resolve_model(model))
+    check_model_path(path if path.exists() else str(model), flag=flag)
+    if not path.exists():
+        return CheckpointInfo(path=Path(str(model)), kind="hub")
+    if path.is_file():
+        if path.suffix != ".gguf":
+            raise CheckpointError(f"{flag} {path}: a file that is not .gguf; give a checkpoint folder or a .gguf file")
+        with open(path, "rb") as fh:
+            if fh.read(4) != b"GGUF":
+                raise CheckpointError(f"{path}: not a GGUF file (its first bytes are not GGUF)")
+        return CheckpointInfo(path=path, kind="gguf")
+    train_record = _read_json(path / TRAIN_RECORD, path) if (path / TRAIN_RECORD).is_file() else None
+    if (path / "adapter_config.json").is_file():
+        adapter = _read_json(path / "adapter_config.json", path)
+        _check_weights(path, "adapter_model")
+        base = ((train_record or {}).get("train") or {}).get("model") or adapter.get("base_model_name_or_path")
+        if not base:
+            raise CheckpointError(f"{path}: LoRA adapter without a base model (no {TRAIN_RECORD} or "
+                                  "base_model_name_or_path)")
+        try:
+            check_model_path(base, flag=f"{path}: its base model")
+        except FileNotFoundError as err:
+            raise CheckpointError(str(err)) from None
+        kind = "lora"
+    else:
+        if not (path / "config.json").is_file():
+            raise CheckpointError(f"{flag} {path}: no config.json (not a transformers checkpoint folder)")
+        config = _read_json(path / "config.json", path)
+        if not isinstance(config, Mapping) or "model_type" not in config:
+            raise CheckpointError(f"{path}: config.json names no model_type")
+        _check_weights(path, "model")
+        kind = "folder"
+    if tokenizer:
+        _check_tokenizer(path)
+    info = CheckpointInfo(path=path, kind=kind, train_record=train_record)
+    if (path / FORMAT_FILE).is_file():
+        record = _read_json(path / FORMAT_FILE, path)
+        if not isinstance(record, Mapping) or not isinstance(record.get("format"), str):
+            raise CheckpointError(f"{path}: {FORMAT_FILE} names no prompt format")
+        params = record.get("task_params") or {}
+        if not isinstance(params, Mapping):
+            raise CheckpointError(f"{path}: {FORMAT_FILE} has task_params that are not a mapping")
+        info.record, info.task = dict(record), record.get("task")
+        info.task_params = dict(params)
+        if task is not None and info.task is not None and info.task != task:
+            if not params_given:
+                raise CheckpointError(
+                    f"{path} was trained on task {info.task!r} ({FORMAT_FILE}), not {task!r}: pass --task "
+                    f"{info.task}, or give --task-params to use it on {task} anyway")
+            info.task_params, info.format_applies = {}, False
+    return info
+
+
+def checkpoint_answers(info: CheckpointInfo) -> tuple[int, str]:
+    """``(m, why)``: the answers per chain the checkpoint was trained for, and where that comes
+    from: ``vpo_format.json``'s ``answers``, else ``vpo_train.json``'s summary, else the default
+    m of the recorded method (a demo checkpoint records its method), else 1."""
+    from vpo.estimators import get_spec
+
+    record = info.record if info.format_applies else None
+    if record and isinstance(record.get("answers"), int) and record["answers"] >= 1:
+        return int(record["answers"]), f"recorded in {info.path / FORMAT_FILE}"
+    summary = (info.train_record or {}).get("summary") or {}
+    if isinstance(summary.get("answers"), int) and summary["answers"] >= 1:
+        return int(summary["answers"]), f"recorded in {info.path / TRAIN_RECORD}"
+    method = (record or {}).get("method")
+    if isinstance(method, str):
+        try:
+            m = get_spec(method).default_answers
+        except (KeyError, ValueError):
+            m = None
+        if m is not None:
+            m = min(m, int(record.get("max_answers", m)))  # type: ignore[union-attr]
+            return m, f"the default of method {method!r}, recorded in {info.path / FORMAT_FILE}"
+    return 1, "the checkpoint records no m"
+
+
+def check_checkpoints(models: list[str] | list[Path], *, task: str, given: Mapping[str, Any], flag: str = "--model",
+                      tokenizer: bool = True) -> tuple[dict[str, Any], list[CheckpointInfo]]:
+    """``check_checkpoint`` for every one of ``models`` (the checks of a command that reads them),
+    then the task parameters to use them with: what they record for ``task``, completed by the
+    ``given`` ones (``vpo.formats.resolve_task_params``). Returns ``(params, infos)``."""
+    from vpo.formats import resolve_task_params
+
+    infos = [check_checkpoint(model, task=task, params_given=bool(given), flag=flag, tokenizer=tokenizer)
+             for model in models]
+    folders = [info.path for info in infos if info.kind in ("folder", "lora") and info.format_applies]
+    return resolve_task_params(given, folders, task=task), infos
+
+
+def chain_answers(info: CheckpointInfo, given: int | None, flag: str = "--answers") -> tuple[int, str]:
+    """``(m, why)`` for sampling from ``info``'s checkpoint: ``given`` when the user typed it,
+    else what the checkpoint records (``checkpoint_answers``)."""
+    if given is not None:
+        return int(given), f"{flag} {given}"
+    return checkpoint_answers(info)
+
+
+def latest_complete_checkpoint(folder: str | Path) -> Path | None:
+    """The newest ``checkpoint-N`` folder of a TRL run in ``folder`` that was written to the end
+    (``trainer_state.json`` readable, written last by the trainer, and weight headers whole), or
+    None. A checkpoint half-written when the process was killed is skipped, never resumed from."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return None
+    found = []
+    for child in folder.iterdir():
+        step = child.name.removeprefix("checkpoint-")
+        if child.is_dir() and child.name.startswith("checkpoint-") and step.isdigit():
+            found.append((int(step), child))
+    for _, child in sorted(found, reverse=True):
+        try:
+            state = json.loads((child / "trainer_state.json").read_text())
+            if not isinstance(state, Mapping) or "global_step" not in state:
+                continue
+            stem = "adapter_model" if (child / "adapter_config.json").is_file() else "model"
+            _check_weights(child, stem)
+        except (OSError, ValueError):
+            continue
+        return child
+    return None
