@@ -117,6 +117,8 @@ def run_eval(cfg: EvalConfig, args: argparse.Namespace | None = None) -> dict:
     if not model_dir.is_dir() and not gguf:
         raise FileNotFoundError(f"no checkpoint folder or .gguf file {model_dir}")
     options = cfg.check([model_dir])              # --backend/--device/--dtype fail here, before any load
+    # your reward functions load (an import of your module) before the checkpoint is read, as an option would
+    own_task = get_task(own_name, **own_params) if own_name is not None else None
     # with --reward-funcs, a checkpoint recording another task is refused (its prompts are not --source's)
     params, (info,) = check_checkpoints([model_dir], task=own_name or cfg.task,
                                         given={} if own_name is not None else parse_params(cfg.task_params))
@@ -130,7 +132,7 @@ def run_eval(cfg: EvalConfig, args: argparse.Namespace | None = None) -> dict:
         from vpo.sampling import hide_library_progress
 
         hide_library_progress()
-    task = get_task(own_name or cfg.task, **params)
+    task = own_task if own_task is not None else get_task(cfg.task, **params)
     examples = task.examples(cfg.split, cfg.examples, source=cfg.source or None)
     if not examples:
         raise ValueError(f"task {task.name!r} gave no examples for split {cfg.split!r}")

@@ -194,13 +194,19 @@ def run_best_of_n(cfg: BestOfNConfig, args: argparse.Namespace | None = None) ->
     if any(cfg.pool % m for m in answers):
         raise ValueError(f"--pool ({cfg.pool}) must be a multiple of every checkpoint's m "
                          f"({', '.join(f'{label}: m = {m}, {why}' for label, (m, why) in zip(labels, chosen))})")
+    from vpo.evaluation import load_format
+
+    # --max-new-tokens 0: each checkpoint's prompt format sets the budget, as in vpo eval; the largest sizes the pools
+    budget = cfg.max_new_tokens or max(
+        load_format(path if Path(path).is_dir() and info.format_applies else None, task, chat=False)
+        .completion_budget(examples, m) for path, info, m in zip(paths, infos, answers, strict=True))
     work = check_pool_workload(examples=len(examples), pool=cfg.pool, m=min(answers),
                                objectives=task.num_objectives(examples[0]) if examples else 1,
-                               max_new_tokens=cfg.max_new_tokens, checkpoints=len(checkpoints))
+                               max_new_tokens=budget, checkpoints=len(checkpoints))
     claim_out_dir(cfg.out, command="search best-of-n", overwrite=cfg.overwrite, resume_flag="")
     for label, (m, why) in zip(labels, chosen, strict=True):
         print(f"{label}: m = {m}: {why}", flush=True)
-    print(f"sampling {work.chains:,} chains of up to {cfg.max_new_tokens} tokens ({len(checkpoints)} checkpoint(s) x "
+    print(f"sampling {work.chains:,} chains of up to {budget} tokens ({len(checkpoints)} checkpoint(s) x "
           f"{len(examples)} examples x {cfg.pool} answers)", flush=True)
     report = run_search_eval(checkpoints, task, examples, cfg.out, n=cfg.pool, m=answers, select=parse_select(cfg.select),
                              temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
