@@ -9,9 +9,9 @@ with a pool of ``--pool`` answers (pool / m chains of m answers, m from ``--answ
 ``vpo eval`` scores them. Paths:
 
 * ``per example (old search)``: one generate call per example (its pool / m chains), seeded per
-  call, what the first releases of ``vpo search best-of-n`` did;
+  call, what ``vpo search best-of-n`` did before examples shared batched calls;
 * ``batched, batch seeding``: ``--batch-size`` chains of all examples per call, one seed per
-  call: the first releases of ``vpo eval`` (``--seeding batch``);
+  call: the older stream of ``vpo eval`` (``--seeding batch``);
 * ``batched, chain seeding``: the same calls, every chain drawn from its own seeded stream
   (``--seeding chain``, the default now), so the pool does not depend on the batch size.
 
@@ -29,7 +29,7 @@ import time
 import torch
 
 from vpo.demo.config import DemoConfig
-from vpo.demo.format import CompactMazeFormat
+from vpo.tasks.maze.format import CompactMazeFormat
 from vpo.evaluation import sample_pools
 from vpo.models import build_char_tokenizer, build_tiny_llama, resolve_device, resolve_dtype
 from vpo.tasks import get_task

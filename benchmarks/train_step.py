@@ -41,7 +41,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 def build_prompts(task, examples, m):
     try:
-        from vpo.demo.format import CompactMazeFormat
+        from vpo.tasks.maze.format import CompactMazeFormat
 
         fmt = CompactMazeFormat(max_answers=3)
         return [fmt.prompt(ex, m) for ex in examples], fmt.alphabet(), fmt.extra_tokens(), "compact"

@@ -29,8 +29,9 @@ examples = task.examples("train", 4, seed=0)
 
 
 def dataset(answers: int) -> Dataset:
-    """Columns: prompt (asks for `answers` routes), example (JSON), task, answers, index, ..."""
-    return Dataset.from_list([trl_row(task, ex, index=i, split="train", answers=answers)
+    """Columns: prompt (asks for `answers` routes; one string: this tokenizer has no chat template),
+    example (JSON), task, answers, index, example_id, ..."""
+    return Dataset.from_list([trl_row(task, ex, index=i, split="train", answers=answers, chat=False)
                               for i, ex in enumerate(examples)])
 
 

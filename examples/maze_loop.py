@@ -21,7 +21,7 @@ import torch
 from datasets import Dataset
 from trl import GRPOConfig, SFTConfig, SFTTrainer
 
-from vpo.demo.format import CompactMazeFormat
+from vpo.tasks.maze.format import CompactMazeFormat
 from vpo.demo.warmup import warmup_records
 from vpo.evaluation import example_weights, pool_metrics, sample_pools
 from vpo.integrations.trl import VPOTrainer

@@ -192,7 +192,7 @@ def _in_range(requirement: str, version: str) -> str:
 
 def build_model(out: Path) -> int:
     """Step b's checkpoint: the demo's compact 9x9 maze format and a Llama of MODEL's size."""
-    from vpo.demo.format import CompactMazeFormat
+    from vpo.tasks.maze.format import CompactMazeFormat
     from vpo.models import build_char_tokenizer, build_tiny_llama, count_parameters
 
     fmt = CompactMazeFormat(max_answers=3)

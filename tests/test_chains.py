@@ -89,7 +89,7 @@ def test_parse_unclosed_stray_and_repeated_tags():
     # other tags, other case and nested non-numbered tags are content
     assert parse_answers("<response_1><support>1,2</support><answer>Paris</answer></response_1>", 2,
                          tag="response") == ["<support>1,2</support><answer>Paris</answer>", ""]
-    # issue #12.8 reverses the old [""]: tag names match in any case
+    # the rule reverses the old [""]: tag names match in any case
     assert parse_answers("<Route_1>UP</Route_1>", 1, tag="route") == ["UP"]
 
 

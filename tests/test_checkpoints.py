@@ -14,7 +14,7 @@ from vpo.cli import main
 def demo_checkpoints(tmp_path_factory):
     """Two tiny checkpoints in the demo's compact maze format: a VPO run (m = 3 by its method) and
     a GRPO run (m = 1), both recording the 5x5 linear maze task as the demo does."""
-    from vpo.demo.format import CompactMazeFormat
+    from vpo.tasks.maze.format import CompactMazeFormat
     from vpo.models import build_char_tokenizer, build_tiny_llama
 
     root = tmp_path_factory.mktemp("ckpt")

@@ -1,5 +1,5 @@
-"""Every subcommand refuses a bad option at once, in one line that names the flag as typed
-(issue #16.7): the ranges in the config dataclasses' field metadata (``vpo.config.check_fields``),
+"""Every subcommand refuses a bad option at once, in one line that names the flag as typed:
+the ranges in the config dataclasses' field metadata (``vpo.config.check_fields``),
 the rules that tie options together, and argparse's own errors (one line too)."""
 
 from __future__ import annotations
@@ -200,7 +200,7 @@ TASK_CHECKED = {("data", "export", "--size"), ("data", "preview", "--size")}
 
 
 def test_every_numeric_option_has_a_range():
-    # the audit of #16.7 kept honest: a new int/float flag needs its range in the field metadata
+    # the audit kept honest: a new int/float flag needs its range in the field metadata
     from vpo.cli import build_parser
 
     unchecked = []

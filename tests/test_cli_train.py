@@ -115,9 +115,9 @@ def test_eval_reads_lora_adapter_checkpoint(tmp_path, capsys):
 
 
 def test_train_from_a_demo_checkpoint_keeps_its_format_and_task(tmp_path, capsys):
-    # issue #16.2: the compact demo format and the recorded 5x5 task, not the task's own prompts
+    # the compact demo format and the recorded 5x5 task, not the task's own prompts
     pytest.importorskip("trl")
-    from vpo.demo.format import CompactMazeFormat
+    from vpo.tasks.maze.format import CompactMazeFormat
     from vpo.formats import FORMAT_FILE, load_format
     from vpo.models import build_char_tokenizer, build_tiny_llama
 
@@ -170,7 +170,7 @@ def test_a_verl_export_given_to_train_is_named(tmp_path, capsys):
     ["demo", "--quick"],
 ])
 def test_out_pointing_at_a_file_is_one_line_at_once(tmp_path, capsys, argv):
-    # issue #16.8: before any work, one line, no traceback
+    # before any work, one line, no traceback
     import time
 
     model = tmp_path / "model"
@@ -184,7 +184,7 @@ def test_out_pointing_at_a_file_is_one_line_at_once(tmp_path, capsys, argv):
     assert time.perf_counter() - start < 10 and afile.read_text() == "x"
 
 
-# ---- TRL settings, --config YAML, refused options (issue #14.2) ------------------------------
+# ---- TRL settings, --config YAML, refused options ------------------------------
 def _grpo_from_argv(argv, answers=3):
     from vpo.cli import build_parser
     from vpo.commands.train import grpo_args, train_configs

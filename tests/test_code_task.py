@@ -235,7 +235,7 @@ def test_task_arguments() -> None:
         get_task("code").validate({"id": "a", "question": "q", "starter_code": "", "mode": "x", "tests": []}, 0)
 
 
-# ----- issue #12.8: the '---' fallback when no block is fenced ------------------------------
+# ----- the '---' fallback when no block is fenced ------------------------------
 
 def test_chain_without_fences_falls_back_to_dash_separated_programs(task: CodeTask) -> None:
     a, b, c = "print(1)", "x = 2\nprint(x)", "def f():\n    return 3"

@@ -61,7 +61,8 @@ def test_trl_round_trip_scores_gold(tmp_path):
     assert set(rows[0]) == {"prompt", "example", "task", "answers", "index", "split", "task_params", "example_id"}
     for row in rows:
         example = example_from_row(row)
-        assert row["prompt"] == task.prompt(example) and row["task"] == "musique" and row["answers"] == 1
+        # TRL's conversational format: the task's chat turns, as the verl export writes them
+        assert row["prompt"] == task.messages(example) and row["task"] == "musique" and row["answers"] == 1
         support = ",".join(str(s["paragraph_support_idx"]) for s in example["question_decomposition"])
         text = f"<support>{support}</support><answer>{example['answer']}</answer>"
         np.testing.assert_array_equal(task.score(text, json.loads(row["example"])), np.ones(5))
@@ -83,7 +84,8 @@ def test_row_builders_and_errors():
     example = task.examples("test", 1)[0]
     row = verl_row(task, example, index=4, split="train", answers=2, task_params={"a": 1})
     assert json.loads(row["extra_info"]["task_params"]) == {"a": 1} and example_from_row(row) == example
-    assert trl_row(task, example, index=4, split="train")["prompt"] == task.prompt(example)
+    assert trl_row(task, example, index=4, split="train")["prompt"] == task.messages(example)
+    assert trl_row(task, example, index=4, split="train", chat=False)["prompt"] == task.prompt(example)
     with pytest.raises(ValueError, match="unknown export format"):
         export_rows(task, [example], split="train", fmt="csv")
     with pytest.raises(ValueError, match="answers must be a positive integer"):
@@ -101,6 +103,11 @@ def test_cli_export_and_preview(tmp_path, capsys):
                  "--test", "1", "--answers", "3", "--param", "think_prefilled=true"]) == 0
     rows = read(out / "train.parquet")
     assert len(rows) == 2 and rows[0]["answers"] == 3
+    assert [turn["role"] for turn in rows[0]["prompt"]] == ["system", "user"]  # toolcall keeps its system turn
+    assert main(["data", "export", "toolcall", "--out", str(tmp_path / "text"), "--format", "trl", "--train", "1",
+                 "--test", "0", "--trl-prompt", "text"]) == 0
+    assert isinstance(read(tmp_path / "text" / "train.parquet")[0]["prompt"], str)
+    assert main(["data", "export", "toolcall", "--out", str(tmp_path / "v"), "--trl-prompt", "text"]) == 2
     assert json.loads(rows[0]["task_params"]) == {"think_prefilled": True}
     assert "train: 2 rows (seed 42)" in capsys.readouterr().out
     assert main(["data", "preview", "musique", "--answers", "2"]) == 0
@@ -142,7 +149,7 @@ def test_maze_cli_defaults_give_paper_splits(tmp_path):
 
 @pytest.mark.parametrize("task_name", ["musique", "eureqa", "toolcall", "code"])
 def test_splits_do_not_overlap_and_short_splits_are_said(tmp_path, task_name, capsys):
-    # issue #16.4: a source that serves both splits the same rows is split, test first
+    # a source that serves both splits the same rows is split, test first
     from vpo.cli import main
 
     assert main(["data", "export", task_name, "--out", str(tmp_path), "--train", "1000", "--test", "2"]) == 0

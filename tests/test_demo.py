@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from vpo.demo.config import QUICK, DemoConfig
-from vpo.demo.format import CompactMazeFormat
+from vpo.tasks.maze.format import CompactMazeFormat
 from vpo.tasks import get_task
 
 
@@ -218,7 +218,7 @@ def test_quick_demo_report(quick_run, numbers_in):
                  "story_diversity.png", "story_objective_space.png"):
         assert (out / "plots" / name).read_bytes()[:4] == b"\x89PNG"
     metrics = json.loads((out / "metrics.json").read_text())
-    # issue #13.4: the three headline figures come first in the HTML, before any section
+    # the three headline figures come first in the HTML, before any section
     page = (out / "report.html").read_text()
     figures = [page.index(f"plots/story_{n}.png") for n in ("best_at_k", "diversity", "objective_space")]
     assert figures == sorted(figures) and figures[-1] < page.index("<h2>")
@@ -235,7 +235,7 @@ def test_quick_demo_report(quick_run, numbers_in):
     md = (out / "report.md").read_text()
     assert "0.593" in md and "plots/best_at_k.png" in md
     assert 0.0 < metrics["references"][0]["pref_best_at_k"] <= 1.0
-    # issue #16.5: a smoke run says so first, on the terminal (findings) and in the report
+    # a smoke run says so first, on the terminal (findings) and in the report
     assert metrics["findings"][0].startswith("This is a --quick smoke run")
     assert md.split("\n\n")[1].startswith("This is a --quick smoke run")
     # and it states no finding about the methods (8 steps of sparse reward leave pools identical):
@@ -261,7 +261,7 @@ def test_demo_command_prints_the_checks_and_counts_every_plot(quick_run, monkeyp
 
 
 def test_no_progress_hides_the_bars_not_the_stage_log(quick_run):
-    # issue #16.13: --no-progress (progress=False) used to silence the stage lines too
+    # --no-progress (progress=False) used to silence the stage lines too
     out, _, _ = quick_run
     terminal = json.loads(out.with_name(out.name + "-terminal.json").read_text())
     lines = terminal["stdout"].splitlines()
@@ -300,7 +300,7 @@ def test_eval_command_on_demo_checkpoint(quick_run, tmp_path):
 
 
 def test_train_then_eval_on_a_demo_checkpoint(quick_run, tmp_path, capsys):
-    """Issue #16.2: `vpo train` from a demo checkpoint trains in its compact format with a
+    """`vpo train` from a demo checkpoint trains in its compact format with a
     non-zero reward, keeps vpo_format.json, and `vpo eval` of the result reads that format and
     scores too."""
     import transformers
@@ -323,7 +323,7 @@ def test_train_then_eval_on_a_demo_checkpoint(quick_run, tmp_path, capsys):
     summary = json.loads([line for line in captured.out.splitlines() if line.startswith("{")][-1])
     # measured: 0.016 and 0.027 (mean task scalar of the 32 rollouts of each step)
     assert summary["steps"] == 2 and summary["first_reward"] + summary["last_reward"] > 0
-    assert "train grpo: " in captured.err  # the bar names its stage (#16.13)
+    assert "train grpo: " in captured.err  # the bar names its stage
     record = json.loads((trained / "vpo_format.json").read_text())
     assert record["format"] == "maze-compact" and record["task_params"] == {"size": 5, "reward_mode": "linear"}
     assert main(["eval", "--model", str(trained), "--pool", "12", "--examples", "6", "--no-progress",
@@ -353,7 +353,7 @@ def test_headroom_script_search_contains_the_oracle_routes(task):
 
 
 def test_a_second_demo_in_the_same_folder_is_refused(tmp_path, capsys):
-    # issue #16.10: the folder lock
+    # the folder lock
     from vpo.cli import main
     from vpo.demo.run import lock_folder
 
@@ -370,9 +370,9 @@ def test_a_second_demo_in_the_same_folder_is_refused(tmp_path, capsys):
 
 
 def test_compact_format_states_goal_weights_and_evaluation_varies_them_per_chain():
-    # issue #12.2: goal-conditioned GRPO in the demo
+    # goal-conditioned GRPO in the demo
     from vpo.demo.config import DemoConfig
-    from vpo.demo.format import CompactMazeFormat, GoalPerChainFormat
+    from vpo.tasks.maze.format import CompactMazeFormat, GoalPerChainFormat
     from vpo.goals import attach_goal
     from vpo.tasks import get_task
 

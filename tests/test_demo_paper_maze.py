@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 
 def test_preset_is_the_papers_setting_at_gpu_scale():
     from vpo.models import build_char_tokenizer, build_tiny_llama, count_parameters
-    from vpo.demo.format import CompactMazeFormat
+    from vpo.tasks.maze.format import CompactMazeFormat
 
     cfg = DemoConfig(preset="paper-maze").resolved()
     assert cfg.size == 9 and cfg.method_list() == list(PAPER_METHODS) and len(cfg.seed_list()) >= 2
@@ -36,7 +36,7 @@ def test_preset_is_the_papers_setting_at_gpu_scale():
 
 
 def test_preset_trains_on_the_papers_train_mazes_and_warms_up_on_others():
-    from vpo.demo.format import CompactMazeFormat
+    from vpo.tasks.maze.format import CompactMazeFormat
     from vpo.demo.rl import rl_examples
     from vpo.demo.warmup import warmup_records
     from vpo.tasks import get_task

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vpo.estimators import (get_estimator, group_normalize, list_estimators, max_at_k_weights,
+from vpo.estimators import (get_estimator, get_spec, group_normalize, list_estimators, max_at_k_weights,
                             register_estimator)
 
-ALL = ["gdpo", "goal_conditioned", "grpo", "max_at_k", "maxrl", "multi_rlvr", "random_weight", "vpo"]
+ALL = list_estimators()  # every registered estimator, entry-point ones included
 
 
 def rows(*values):
@@ -121,8 +121,13 @@ def brute_force_max_at_k(values, k):
 def test_max_at_k_matches_brute_force(values, data):
     n = len(values)
     k = data.draw(st.integers(1, n - 1))
+    from vpo.estimators.rules import max_at_k_weighted
+
     result = get_estimator("max_at_k")(rows(*[[v] for v in values]), [0] * n, k=k)
-    np.testing.assert_allclose(result.scores, brute_force_max_at_k(values, k), atol=1e-12)
+    # the rollout's score is its fixed scalar (what verl's compute_score returns); the rule weights it
+    np.testing.assert_allclose(result.scores, values, atol=1e-12)
+    weighted = max_at_k_weighted(np.array(values), np.zeros(n, dtype=np.int64), np.array([n]), [0], k)
+    np.testing.assert_allclose(weighted, brute_force_max_at_k(values, k), atol=1e-12)
 
 
 def test_max_at_k_weights_hand_case_and_default_k():
@@ -130,7 +135,8 @@ def test_max_at_k_weights_hand_case_and_default_k():
     np.testing.assert_allclose(max_at_k_weights(3, 2) * 3, [[0, 1, 1], [0, 1, 1], [0, 0, 2]])
     values = [0.1, 0.9, 0.4, 0.7, 0.2, 0.3]  # n = 6: default k = 3
     result = get_estimator("max_at_k")(rows(*[[v] for v in values]), [0] * 6)
-    np.testing.assert_allclose(result.scores, brute_force_max_at_k(values, 3))
+    weighted = brute_force_max_at_k(values, 3)
+    np.testing.assert_allclose(result.advantages, (weighted - weighted.mean()) / (np.std(weighted, ddof=1) + 1e-6))
     with pytest.raises(ValueError, match="k=6 must be < n=6"):
         get_estimator("max_at_k")(rows(*[[v] for v in values]), [0] * 6, k=6)
 
@@ -157,7 +163,7 @@ def test_maxrl_hand_case():
 
 
 def test_random_weight_scores_are_w_dot_r_of_the_groups_keyed_weight():
-    # issue #12.1: one w per group (prompt), shared by its rollouts, keyed like VPO's weights
+    # one w per group (prompt), shared by its rollouts, keyed like VPO's weights
     from vpo.weights import group_weights, keyed_simplex, stream_keys
 
     rewards = rows([1.0, 0.0, 0.5], [0.2, 0.2, 0.2], [0.0, 1.0, 0.0])
@@ -175,9 +181,9 @@ def test_random_weight_scores_are_w_dot_r_of_the_groups_keyed_weight():
 def test_identical_rollouts_get_zero_advantages(name):
     rewards = [np.array([[0.3, 0.8, 0.1]])] * 5 + [np.array([[0.5, 0.5, 0.5]])] * 3
     groups = [0] * 5 + [1] * 3
-    options = {"seed": 0} if name in ("vpo", "random_weight", "goal_conditioned") else {}
+    options = {"seed": 0} if get_spec(name).weights else {}
     result = get_estimator(name)(rewards, groups, **options)
-    # random_weight and goal_conditioned too (#12.1): one w per group, so identical answers tie
+    # random_weight and goal_conditioned too: one w per group, so identical answers tie
     np.testing.assert_allclose(result.advantages, 0.0, atol=1e-12)
     assert result.advantages.shape == (8,) and result.scores.shape == (8,)
 
@@ -290,7 +296,7 @@ def test_keyed_vpo_scores_are_set_scores_with_the_keyed_simplex_weights():
 
 
 # ----------------------------------------------------------------------------------------
-# the reference loop, the specs and the options (issue #11), per-group weights (issue #12)
+# the reference loop, the specs and the options, per-group weights
 # ----------------------------------------------------------------------------------------
 @given(st.integers(0, 10**6))
 @settings(max_examples=25, deadline=None)
@@ -328,12 +334,16 @@ def test_specs_record_what_adapters_need():
     from vpo.estimators import get_spec
 
     assert get_spec("vpo").multi_answer and get_spec("vpo").weights == "per_step"
-    assert get_spec("vpo").rollout_score == "set_score" and get_spec("vpo").default_answers == 3
+    from vpo.estimators import scalar_sum, set_score
+
+    # the per-rollout reduction is a registered function now, not a name the adapters re-implement
+    assert get_spec("vpo").reduce is set_score and get_spec("vpo").default_answers == 3
     assert not get_spec("grpo").multi_answer and get_spec("grpo").default_answers == 1
-    assert get_spec("multi_rlvr").rollout_score == "scalar_sum"
+    assert get_spec("multi_rlvr").reduce is scalar_sum
     assert get_spec("random_weight").weights == "fixed" and not get_spec("random_weight").conditions_prompt
     assert get_spec("goal_conditioned").conditions_prompt
-    assert get_spec("gdpo").rollout_score == "vector"
+    assert get_spec("gdpo").reduce is None
+    assert get_spec("vpo").defaults["num_weights"] == 100 and get_spec("vpo").defaults["alpha"] == 1.0
     assert "num_weights" in get_spec("vpo").options and get_spec("grpo").defaults["std"] == "sample"
     with pytest.raises(ValueError, match="known: "):
         get_spec("nope")

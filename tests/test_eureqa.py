@@ -49,7 +49,7 @@ def test_partial_names_do_not_count_and_aliases_do():
 
 
 def test_tags_case_insensitive_and_last_block_wins():
-    # block="last" (an option since #12.5; the default reads the first block, as the release)
+    # block="last" (an option; the default reads the first block, as the release)
     text = "<ENTITY_A>wrong</ENTITY_A> thinking... <Entity_A>Maren_Oakhurst</Entity_A>"
     np.testing.assert_array_equal(get_task("eureqa", block="last").score(text, EX), [1, 0, 0, 0, 0])
     np.testing.assert_array_equal(TASK.score(text, EX), [0, 0, 0, 0, 0])
@@ -139,7 +139,7 @@ def test_fuzz_any_text_scores_in_unit_cube(text, example, m):
     assert matrix.shape == (m, 5) and np.all((matrix >= 0) & (matrix <= 1))
 
 
-# ----- issue #12.5: which block counts --------------------------------------------------------
+# ----- which block counts --------------------------------------------------------
 
 def test_first_and_last_block_semantics():
     e = EX["entities"]

@@ -19,7 +19,7 @@ ENGINE_IMPORTS = {
     # extra: (its engine's distribution, the modules a run imports)
     "verl": ("verl", ["transfer_queue", "verl.trainer.ppo.v1", "verl.trainer.main_ppo",
                       "vpo.integrations.verl_plugin", "vpo.integrations.verl_main"]),
-    "vllm": ("vllm", ["vllm", "vpo.integrations.vllm"]),
+    "vllm": ("vllm", ["vllm", "vpo.sampling.vllm"]),
     "openrlhf": ("openrlhf", ["openrlhf.cli.train_ppo_ray", "vpo.integrations.openrlhf"]),
 }
 

@@ -1,4 +1,4 @@
-"""Goal-conditioned GRPO (issue #12.2): the row's weights are stated in its prompt, stored in its
+"""Goal-conditioned GRPO: the row's weights are stated in its prompt, stored in its
 ground truth, and the reward uses exactly them, in TRL, verl and the exports."""
 
 import json
@@ -54,7 +54,7 @@ def test_export_writes_the_weights_into_prompt_and_ground_truth(tmp_path, fmt):
     for i, row in enumerate(rows):
         truth = example_from_row(row)
         w = np.asarray(truth[GOAL_FIELD])
-        prompt = row["prompt"][-1]["content"] if fmt == "verl" else row["prompt"]
+        prompt = row["prompt"][-1]["content"]  # both layouts hold the task's chat turns
         np.testing.assert_allclose(stated(prompt), w, atol=0.006)
         np.testing.assert_allclose(w, group_weights([examples[i]["id"]], 1, 4, seed=5)[0, 0], atol=1e-6)
     assert len({tuple(example_from_row(r)[GOAL_FIELD]) for r in rows}) == 3  # one draw per row

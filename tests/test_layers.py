@@ -1,6 +1,8 @@
-"""The package's layers point one way (issue #11): the engine-free core imports nothing above it,
-nothing below the CLI imports the CLI, adapters do not import the demo, and module-level
-imports have no cycles. Read from the source with ``ast``, lazy (function-level) imports included."""
+"""The package's layers point one way: the engine-free core imports nothing above it, nothing
+below the CLI imports the CLI, adapters do not import the demo, and module-level imports have no
+cycles. Read from the source with ``ast``, lazy (function-level) imports included, and so are
+modules loaded by name (``import_module("vpo....")``, or a string naming a vpo module that is
+handed to it later)."""
 
 import ast
 from pathlib import Path
@@ -32,7 +34,10 @@ def imports(path: Path) -> tuple[set[str], set[str]]:
             else:
                 names = [node.module or ""]
                 names += [f"{node.module}.{alias.name}" for alias in node.names]
-        names = {n for n in names if n == "vpo" or n.startswith("vpo.")}
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("vpo."):
+            names = [node.value]  # a module loaded by name: import_module("vpo.x") or a table of names
+        names = {n for n in names if (n == "vpo" or n.startswith("vpo.")) and n.replace(".", "").replace(
+            "_", "").isalnum()}
         every |= names
         if node in tree.body:
             top |= names
@@ -41,6 +46,11 @@ def imports(path: Path) -> tuple[set[str], set[str]]:
 
 MODULES = {module_name(p): imports(p) for p in PACKAGE.rglob("*.py")}
 EXISTING = set(MODULES)
+
+
+def test_modules_loaded_by_name_are_seen():
+    # the prompt format registry loads the maze's compact format by its module name
+    assert "vpo.tasks.maze.format" in MODULES["vpo.formats"][1]
 
 
 def resolve(name: str) -> str | None:

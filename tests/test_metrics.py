@@ -77,6 +77,13 @@ def test_pass_at_k_errors(args, name):
         M.pass_at_k(*args)
 
 
+def test_pass_at_k_errors_show_plain_numbers():
+    with pytest.raises(ValueError, match=r"^k=5 exceeds the number of samples n=3$"):
+        M.pass_at_k(3, 1, 5)
+    with pytest.raises(ValueError, match=r"c=\[1, 5\], n=\[3, 4\]$"):
+        M.pass_at_k([3, 4], [1, 5], 2)
+
+
 # ----- best@k ---------------------------------------------------------------------------
 
 def test_best_at_k_hand_cases():

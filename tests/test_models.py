@@ -109,7 +109,7 @@ def test_load_smollm2_gguf_generates():
     assert out.shape[1] == ids["input_ids"].shape[1] + 3
 
 
-# ----- device and dtype of the one loader (issue #14.1) -----------------------------------------
+# ----- device and dtype of the one loader -----------------------------------------
 
 def test_resolve_device_and_dtype_name_the_flag():
     from vpo.models import resolve_device, resolve_dtype

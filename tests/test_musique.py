@@ -92,7 +92,7 @@ def test_no_parseable_answer_is_the_zero_vector():
 
 
 def test_last_blocks_are_read():
-    # block="last" (an option since #12.5; the default now reads the first block, as the release)
+    # block="last" (an option; the default now reads the first block, as the release)
     g = gold(TWO_HOP)
     text = ("Format: <support>indices</support><answer>short answer</answer>\nReasoning...\n"
             + answer(g, TWO_HOP["answer"]))
@@ -233,7 +233,7 @@ def test_score_does_not_mutate_example():
     assert example == FOUR_HOP
 
 
-# ----- issue #12.5: which block counts, citation formats, options ---------------------------
+# ----- which block counts, citation formats, options ---------------------------
 
 def test_first_and_last_block_semantics():
     g = gold(TWO_HOP)

@@ -104,7 +104,7 @@ def test_evaluator_file_roundtrip(problem, tmp_path, monkeypatch):
     program.write_text(GOOD)
     namespace = _load_evaluator(path)
     assert namespace["evaluate"](str(program)).metrics["combined_score"] == 1.0
-    # the file names its problem relative to itself (#16.11): the folder can move
+    # the file names its problem relative to itself: the folder can move
     assert str(tmp_path) not in path.read_text()
     moved = shutil.copytree(tmp_path / "p", tmp_path / "moved")
     (tmp_path / "p" / "problem.json").unlink()
@@ -201,7 +201,7 @@ def test_transformers_llm_loads_lazily_and_generates(tiny_checkpoint):
 
 def test_device_and_dtype_reach_the_policy_loader(problem, tiny_checkpoint):
     """The seed sampler and the mutation LLM load the policy through vpo.models.load_checkpoint
-    with the device and dtype they are given (issue #14.1; --device cpu stands in for cuda)."""
+    with the device and dtype they are given (--device cpu stands in for cuda)."""
     import torch
     from openevolve.config import LLMModelConfig
 
@@ -247,7 +247,7 @@ def test_search_problems_writes_what_was_solved_when(problem, tmp_path, capsys):
                                 output_dir=tmp_path, limits=FAST, start_method="fork", progress=None,
                                 seeds={"scripted": [[GOOD], [WRONG]]},
                                 client=oe.scripted_client([fence(PARTIAL), fence(GOOD)]))
-    # issue #16.11: a labelled bar over problems x iterations; no absolute path in what it wrote
+    # a labelled bar over problems x iterations; no absolute path in what it wrote
     err = capsys.readouterr().err
     assert "openevolve scripted: 100%" in err and "4/4" in err
     written = [tmp_path / "openevolve_search.json"] + sorted(tmp_path.glob("scripted/*/*.json")) + sorted(
@@ -284,7 +284,7 @@ def test_a_policy_that_never_writes_code_leaves_its_problems_unsolved_and_the_se
 
 def test_a_gguf_policy_is_converted_for_the_workers_and_removed_after(problem, tiny_checkpoint, tmp_path,
                                                                        monkeypatch):
-    # issue #16.11: the transformers copy of a .gguf policy (0.5 GB for SmolLM2) used to stay in --out
+    # the transformers copy of a .gguf policy (0.5 GB for SmolLM2) used to stay in --out
     from vpo.integrations.openevolve import problems as oe_problems
 
     tiny = oe_problems._load_cached(tiny_checkpoint, "float32", "cpu")
@@ -356,7 +356,7 @@ def test_cli_openevolve_with_a_tiny_policy(tiny_checkpoint, tmp_path, capsys):
     captured = capsys.readouterr()
     assert "tiny: solved 0 of 1" in captured.out
     assert (tmp_path / "solved_vs_iteration.png").exists()
-    # issue #16.11: stage lines and a labelled bar; the results name their folders relative to --out
+    # stage lines and a labelled bar; the results name their folders relative to --out
     assert "[tiny] sampling 2 x 1 seed programs" in captured.out and "[tiny] problem fx_minmax:" in captured.out
     assert "openevolve tiny: 100%" in captured.err
     assert entry["output_dir"] == "tiny/fx_minmax" and str(tmp_path) not in json.dumps(report)

@@ -85,7 +85,7 @@ def test_reward_func_matches_verl_compute_score(reward_module, exported):
             cut = prompt[len(prompt) // 2:]
             again = reward_module.reward_func([cut + text + "<|im_end|>"], [prompt], [row["label"]])
             assert again["rewards"] == out["rewards"]
-    assert "set_score" in keys and "best_gold" in keys
+    assert "vpo/set_score" in keys and "vpo/objective/gold" in keys and "vpo/answers_parsed" in keys
 
 
 def test_group_norm_on_our_rewards_is_vpo(reward_module, exported):
@@ -100,7 +100,7 @@ def test_group_norm_on_our_rewards_is_vpo(reward_module, exported):
         for text in chains(label["example"]):
             rewards.append(reward_module.reward_func([prompt + text], [prompt], [row["label"]])["rewards"])
             matrices.append(task.score_chain(text, label["example"], 3))
-            uids.append(label["index"])
+            uids.append(label["example_id"])  # the group key every engine uses
     r = torch.tensor(rewards, dtype=torch.float64).reshape(len(rows), -1)
     group_norm = ((r - r.mean(-1, keepdim=True)) / (r.std(-1, keepdim=True) + 1e-9)).reshape(-1).numpy()
     weights = {i: group_weights(i, 4, num_weights=100, seed=0) for i in set(uids)}
@@ -257,7 +257,7 @@ def test_openrlhf_executor_rewards_with_chat_tokenizers(style, exported):
                 out = asyncio.run(executor.execute(prompt, label, params, keep + len(response_ids), tok, engine))
                 assert engine.prompt_ids == prompt_ids[-keep:]
                 assert out["reward"] == expected, (style, keep, text)  # None: reward_func raised
-                assert out["extra_logs"]["set_score"] == out["reward"]
+                assert out["extra_logs"]["vpo/set_score"] == out["reward"]
                 checked += 1
     assert checked == 2 * 4 * len(rows)
 

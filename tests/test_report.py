@@ -83,7 +83,7 @@ def test_smooth_and_window():
 
 
 def test_configuration_renders_as_code(tmp_path):
-    # issue #16.13: a fenced block in Markdown, <pre> in HTML (it was one ```...``` paragraph)
+    # a fenced block in Markdown, <pre> in HTML (it was one ```...``` paragraph)
     metrics = _metrics()
     metrics["config"] = {"seed": 0, "out": "runs/<demo>", "rl_lr": 0.0003}
     paths = write_report(metrics, tmp_path, plots=False)
@@ -97,7 +97,7 @@ def test_configuration_renders_as_code(tmp_path):
 
 
 def test_training_plot_fits_the_html_page_with_a_legend(tmp_path):
-    # issue #16.13: four panels in one row were 2420 px wide, shrunk to unreadable type in the
+    # four panels in one row were 2420 px wide, shrunk to unreadable type in the
     # ~1100 px HTML column; now two per row, with one legend for every panel
     pytest.importorskip("matplotlib")
     import struct

@@ -2,7 +2,7 @@
 replayed exactly, option checks that fail before any model loads, and the vLLM adapter's pure parts.
 
 The pinned numbers below were recorded with ``vpo eval`` and ``vpo search best-of-n`` at commit
-0120449 (before issue #14 item 1), on the checkpoints ``letters_checkpoint`` builds.
+0120449 (before chains were seeded one by one), on the checkpoints ``letters_checkpoint`` builds.
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ def test_sampler_checks_its_arguments(checkpoints):
         HFSampler(model, tok).generate([["x"]], temperature=0.0, top_p=1.0, max_new_tokens=4, seed=0)
 
 
-# ----- the old stream, replayed (issue #14.1: same numbers as before) ---------------------------
+# ----- the old stream, replayed (same numbers as before) -------------------------------------------
 
 OLD_EVAL_M1_TEXTS = [
     ["R7g<ans_2>", "/6<ans_1>834EE_", "j<ans_1>eehA4>j", "R</ans_1>Eaa684gW", "e9", "48Eeg9_R8"],
@@ -188,7 +188,7 @@ def _eval(model, out, *extra):
 
 
 @pytest.mark.parametrize("seeding", [["--seeding", "batch"], []], ids=["batch", "default"])
-def test_vpo_eval_with_seeding_batch_reproduces_the_numbers_before_issue_14(checkpoints, tmp_path, seeding):
+def test_vpo_eval_with_seeding_batch_reproduces_the_numbers_before_chain_seeding(checkpoints, tmp_path, seeding):
     # the default (--seeding auto) is the old stream for --backend hf on CPU
     for extra, texts, numbers in ((["--answers", "1"], OLD_EVAL_M1_TEXTS, OLD_EVAL_M1),
                                   (["--answers", "2", "--batch-size", "4"], OLD_EVAL_M2_B4_TEXTS, OLD_EVAL_M2_B4)):
@@ -198,7 +198,7 @@ def test_vpo_eval_with_seeding_batch_reproduces_the_numbers_before_issue_14(chec
             assert entry[key]["mean"] == pytest.approx(value, abs=1e-12), key
 
 
-def test_vpo_search_with_seeding_batch_reproduces_the_numbers_before_issue_14(checkpoints, tmp_path):
+def test_vpo_search_with_seeding_batch_reproduces_the_numbers_before_chain_seeding(checkpoints, tmp_path):
     from vpo.cli import main
 
     assert main(["search", "best-of-n", "--task", "sampling-letters", "--model", ",".join(checkpoints),
@@ -307,14 +307,14 @@ def test_eval_rejects_bad_sampling_values_by_flag(checkpoints, tmp_path, capsys)
 # ----- the vLLM adapter's own logic (vLLM itself needs a GPU) -----------------------------------
 
 def test_vllm_requests_share_a_prompt_or_go_per_chain():
-    from vpo.integrations.vllm import plan_requests
+    from vpo.sampling.vllm import plan_requests
 
     assert plan_requests([["p0"] * 3, ["q0", "q1"], ["r"]]) == [(0, [0, 1, 2], (0,)), (1, [0], (1, 0)),
                                                                  (1, [1], (1, 1)), (2, [0], (2,))]
 
 
 def test_vllm_completions_are_read_like_transformers_rows():
-    from vpo.integrations.vllm import read_completion
+    from vpo.sampling.vllm import read_completion
     from vpo.models import build_char_tokenizer
 
     tok = build_char_tokenizer("ab")

@@ -195,7 +195,7 @@ def test_isolation_mode_env_override(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_missing_bwrap_warns_once_and_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("VPO_SANDBOX_ISOLATION", raising=False)
-    # the probe's state lives in vpo.sandbox.isolation (the package split, issue #17)
+    # the probe's state lives in vpo.sandbox.isolation (the package split)
     monkeypatch.setattr(sandbox.isolation, "_probe_result", {})
     monkeypatch.setattr(sandbox.isolation, "_warned", False)
     monkeypatch.setattr(sandbox.isolation.shutil, "which", lambda name: None)
@@ -223,7 +223,7 @@ def test_rlimit_only_mode_verdicts(monkeypatch: pytest.MonkeyPatch) -> None:
     assert statuses(run_tests(code, [("", "capped")], limits=FAST)) == ["pass"]
 
 
-# ----- start-up shortcuts keep the semantics (issue #5) ----------------------------------
+# ----- start-up shortcuts keep the semantics ----------------------------------
 
 
 def test_partial_preamble_binds_full_preamble_values() -> None:
@@ -297,7 +297,7 @@ def test_run_batch_leaves_nothing_behind_but_warm_workers(isolation: str, monkey
     programs[3] = Program("while True: pass", [("", "")])
     results = run_batch(programs, workers=2, limits=FAST)
     assert [statuses(r) for r in results] == [["pass"]] * 3 + [["timeout"]] + [["pass"]] * 3 + [[]]
-    # The warm workers stay for the next call (issue #17); nothing else of the batch survives,
+    # The warm workers stay for the next call; nothing else of the batch survives,
     # and after shutdown() not even they do.
     assert children() - before - sandbox.worker_pids() == set()
     sandbox.shutdown()

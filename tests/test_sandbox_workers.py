@@ -1,4 +1,4 @@
-"""What a shared warm worker makes possible (issue #17), each followed by a program that must
+"""What a shared warm worker makes possible, each followed by a program that must
 see a clean slate and get the right verdict.
 
 A program A runs, then a program B in the same worker (the pool hands the most recently

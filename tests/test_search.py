@@ -228,9 +228,9 @@ def test_vpo_eval_search_flag_plots_checkpoints_side_by_side(tmp_path, saved_che
     assert set(saved["checkpoints"]) == {"a", "b"} and (tmp_path / "search_curves.png").exists()
 
 
-# ----- checkpoints that record their task (issue #16.1) ---------------------------------------
+# ----- checkpoints that record their task ---------------------------------------
 def _compact_checkpoint(folder, size=5):
-    from vpo.demo.format import CompactMazeFormat
+    from vpo.tasks.maze.format import CompactMazeFormat
     from vpo.models import build_char_tokenizer, build_tiny_llama
 
     fmt = CompactMazeFormat(max_answers=3)
@@ -266,7 +266,7 @@ def test_search_uses_the_task_params_a_checkpoint_records(tmp_path, capsys):
 
 
 def test_search_reports_curves_and_the_gap_by_level(tmp_path):
-    # issue #15.2: per-level curves per checkpoint, and the last checkpoint against the first
+    # per-level curves per checkpoint, and the last checkpoint against the first
     from vpo.search import run_search_eval
     from vpo.tasks import get_task
 
@@ -301,7 +301,7 @@ def test_eval_reports_by_level(tmp_path):
     assert "## By difficulty" in (out / "report.md").read_text()
 
 
-# ----- batched sampling, threads and intervals (issue #16.12) -----------------------------------
+# ----- batched sampling, threads and intervals -----------------------------------
 
 def _counting(model):
     calls = []

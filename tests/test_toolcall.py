@@ -67,13 +67,13 @@ def test_think_prefilled_option():
     right = call("get_weather", city="Oslo", unit="celsius")
     np.testing.assert_array_equal(task.score(answer(right, think=False), WEATHER), np.ones(4))
     np.testing.assert_array_equal(task.score("", WEATHER), np.zeros(4))
-    # issue #12.4 reverses the old [0, 0, 0, 0]: no call is the right call, and the prefilled
+    # the rule reverses the old [0, 0, 0, 0]: no call is the right call, and the prefilled
     # <think> satisfies the format rule (the release prepends "<think>\n\n</think>" the same way)
     np.testing.assert_array_equal(task.score("", NO_CALL), np.ones(4))
 
 
 def test_text_without_calls_earns_the_call_scores_only_when_no_call_is_due():
-    # issue #12.4 reverses the old all-zero score on NO_CALL (docs/algorithm.md §4: "no gold calls and
+    # the rule reverses the old all-zero score on NO_CALL (docs/algorithm.md §4: "no gold calls and
     # no predicted calls: the three call scores are 1"); format still needs <think>
     for text in ["", "   ", "Sure, where do you want to go?", "{\"name\": \"x\"}", None]:
         np.testing.assert_array_equal(TASK.score(text, NO_CALL), [0, 1, 1, 1])
@@ -270,7 +270,7 @@ def test_fuzz_value_match_in_unit_interval(pred, gold):
     assert 0.0 <= value_match(pred, gold) <= 1.0
 
 
-# ----- issue #12.4: no-call prompts, name normalisation, block option, value bug -----------
+# ----- no-call prompts, name normalisation, block option, value bug -----------
 
 def test_no_call_prompt_single_answer_and_chain():
     # single answer (m = 1 scores the whole text, blank included)

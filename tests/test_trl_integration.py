@@ -285,7 +285,7 @@ def test_rl_config_presets():
         RLConfig(num_generations=1).to_grpo_config("o")
 
 
-# ---- TaskReward and the dotted-path rewards (issue #14.3) ------------------------------------
+# ---- TaskReward and the dotted-path rewards ------------------------------------
 def test_task_reward_is_the_best_answers_fixed_scalar(task):
     logged = {}
     reward = TaskReward(task, answers=2)
@@ -321,7 +321,7 @@ def _maze_rows(answers, n=3):
 
     maze = get_task("maze", size=5)
     return maze, export_rows(maze, maze.examples("train", n, seed=0), split="train", fmt="trl", answers=answers,
-                             task_params={"size": 5})
+                             task_params={"size": 5}, chat=False)  # the char tokenizer has no chat template
 
 
 def _columns(rows):
@@ -364,7 +364,7 @@ def _trl_grpo_argv(tmp_path, reward_funcs):
     build_tiny_qwen2(tokenizer, seed=0).save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
     assert vpo_main(["data", "export", "maze", "--format", "trl", "--answers", "3", "--size", "5", "--train", "4",
-                     "--test", "2", "--out", str(tmp_path / "data")]) == 0
+                     "--test", "2", "--trl-prompt", "text", "--out", str(tmp_path / "data")]) == 0
     return ["--model_name_or_path", str(tmp_path / "model"), "--dataset_name", str(tmp_path / "data"),
             "--reward_funcs", *reward_funcs, "--output_dir", str(tmp_path / "out"), "--max_steps", "2",
             "--per_device_train_batch_size", "4", "--num_generations", "4", "--max_completion_length", "12",
@@ -409,7 +409,7 @@ def test_trl_grpo_command_with_dotted_path_rewards(tmp_path):
 
 
 def test_stage_progress_labels_the_bar_and_can_keep_logs_off_the_terminal(capsys):
-    # issue #16.13: every progress bar names its stage
+    # every progress bar names its stage
     from transformers import TrainerControl, TrainerState
 
     from vpo.integrations.trl import StageProgress

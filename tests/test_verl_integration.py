@@ -212,7 +212,7 @@ def test_registered_and_used_inside_a_ray_worker(ray_session, maze_rollouts, vpo
     assert result["registered"] == sorted(n for n in VERL_ESTIMATORS if get_spec(n).fn.__module__.startswith("vpo."))
     assert result["plugin_module"] == "vpo.integrations.verl"
     matrices = [task.score_chain(text, ex, 3) for _, ex, text in multi]
-    weights = {f"uid-{i}": group_weights(i, 4, num_weights=K, seed=SEED) for i in range(3)}
+    weights = {f"uid-{i}": group_weights(f"train-{i}", 4, num_weights=K, seed=SEED) for i in range(3)}
     expected = get_estimator("vpo")(matrices, uids, weights=weights).advantages
     np.testing.assert_allclose(result["advantages"], expected, rtol=1e-5, atol=1e-5)
 
@@ -236,7 +236,7 @@ def test_compute_advantage_matches_vpo_estimators(method, verl_names, maze_rollo
               for i, ex, text in rollouts]
     matrices = [task.score_chain(text, ex, m) for _, ex, text in rollouts]
     if method == "vpo":
-        weights = {f"uid-{i}": group_weights(i, 4, num_weights=K, seed=SEED) for i in range(3)}
+        weights = {f"uid-{i}": group_weights(f"train-{i}", 4, num_weights=K, seed=SEED) for i in range(3)}
         result = get_estimator("vpo")(matrices, uids, weights=weights)
     else:
         result = get_estimator(method)(matrices, uids, scalar=task.scalar)
@@ -328,7 +328,7 @@ def test_naive_reward_manager_maze_set_scores(naive_manager):
         (f"<route_1>{r['gold']}</route_1><route_2>{r['gold']}</route_2>", [vec["gold"]]),
         ("no route here", []),
     ]
-    weights = group_weights(5, 4, num_weights=K, seed=SEED)
+    weights = group_weights("train-5", 4, num_weights=K, seed=SEED)  # keyed on the row's example_id
     keys = None
     for text, rows in cases:
         out = run_naive(naive_manager, "maze", text, *maze_row(ex, 5, 3))
@@ -377,8 +377,9 @@ def test_naive_reward_manager_fails_loudly_on_a_misconfigured_row(naive_manager)
     task = get_task("maze", **MAZE_PARAMS)
     ex = task.examples("train", 1, seed=7)[0]
     truth, extra = maze_row(ex, 5, 3)
-    with pytest.raises(ValueError, match=r"extra_info\.index"):
-        run_naive(naive_manager, "maze", "UP", truth, {k: v for k, v in extra.items() if k != "index"})
+    with pytest.raises(ValueError, match=r"extra_info\.example_id"):
+        unkeyed = {k: v for k, v in extra.items() if k not in ("index", "example_id")}
+        run_naive(naive_manager, "maze", "UP", truth, unkeyed)
     with pytest.raises(ValueError, match=r"reward_kwargs\.m=3.*extra_info\.answers=1"):
         run_naive(naive_manager, "maze", "UP", truth, {**extra, "answers": 1})
 
@@ -395,7 +396,8 @@ def test_compute_score_rejects_misconfigured_runs():
     bad = [
         (dict(data_source="mazes", extra_info={**extra, "task": "mazes"}), "data_source 'mazes' is not a vpo task"),
         (dict(extra_info={**extra, "answers": 2}, m=3), r"reward_kwargs\.m=3"),
-        (dict(extra_info={k: v for k, v in extra.items() if k != "index"}), r"extra_info\.index"),
+        (dict(extra_info={k: v for k, v in extra.items() if k not in ("index", "example_id")}),
+         r"extra_info\.example_id"),
         (dict(extra_info={k: v for k, v in extra.items() if k != "answers"}), r"extra_info\.answers"),
         (dict(method="grpo"), r"method='grpo'.*m=3"),
         (dict(method="ppo"), r"reward_kwargs\.method='ppo'"),
@@ -431,7 +433,7 @@ def test_compute_score_serves_every_task_with_fixed_keys(name):
 
 
 def test_random_weight_shares_one_w_per_prompt():
-    # issue #12.1: one w per prompt (dataset row), shared by all its rollouts, fixed for the run
+    # one w per prompt (dataset row), shared by all its rollouts, fixed for the run
     task = get_task("maze", **MAZE_PARAMS)
     ex = task.examples("train", 1, seed=3)[0]
     r = routes(ex)
@@ -441,10 +443,10 @@ def test_random_weight_shares_one_w_per_prompt():
     b = compute_score("maze", r["gold"] + " ", truth, extra, method="random_weight")["score"]
     assert a == b  # another rollout text of the same prompt: the same w
     vector = simulate(ex, route_via_gold(ex)).vector
-    w = group_weights(4, 4, num_weights=1)[0]
+    w = group_weights("train-4", 4, num_weights=1)[0]
     assert a == pytest.approx(float(vector @ w)) and 0.0 <= a <= vector.max() + 1e-12
     other = compute_score("maze", r["gold"], *maze_row(ex, 5, 1), method="random_weight")["score"]
-    assert other == pytest.approx(float(vector @ group_weights(5, 4, num_weights=1)[0])) and other != a
+    assert other == pytest.approx(float(vector @ group_weights("train-5", 4, num_weights=1)[0])) and other != a
 
 
 def test_reward_kwargs_task_params_override_the_exported_ones():
@@ -510,8 +512,36 @@ def test_recipe_env_overrides_and_bad_arguments():
 
 
 # ---------------------------------------------------------------------------------------
-# GDPO: the core estimator with response lengths == verl's own gdpo (issue #12.7)
+# GDPO: the core estimator with response lengths == verl's own gdpo
 # ---------------------------------------------------------------------------------------
+def test_gdpo_through_verls_compute_advantage_on_compute_scores_objectives(maze_rollouts):
+    """verl's trainer step for GDPO: compute_score's per-objective ``best_<name>`` fields as
+    ``gdpo_reward_keys``, the response lengths from verl's batch; equal to the core estimator
+    given the same lengths (token-weighted whitening)."""
+    task, multi, _ = maze_rollouts
+    names = task.objective_names(multi[0][1])
+    infos = [compute_score("maze", text, *maze_row(ex, i, 3)) for i, ex, text in multi]
+    uids = [f"uid-{i}" for i, _, _ in multi]
+    data = as_dataproto([info["score"] for info in infos], uids)
+    mask = data.batch["response_mask"]
+    lengths = mask.sum(-1).long()
+    prompt_len = 4
+    data.batch["prompts"] = torch.zeros(len(uids), prompt_len, dtype=torch.long)
+    data.batch["attention_mask"] = torch.cat([torch.ones(len(uids), prompt_len), mask], dim=1).long()
+    for name in names:
+        data.non_tensor_batch[f"best_{name}"] = np.array([info[f"best_{name}"] for info in infos], dtype=object)
+    config = OmegaConf.create({"gdpo_reward_keys": [f"best_{n}" for n in names], "norm_adv_by_std_in_grpo": True})
+    out = compute_advantage(data, adv_estimator="gdpo", num_repeat=4, config=config)
+    got = out.batch["advantages"][:, 0].double().numpy()
+    matrices = [task.score_chain(text, ex, 3) for _, ex, text in multi]
+    ours = get_estimator("gdpo")(matrices, uids, response_lengths=lengths.numpy())
+    np.testing.assert_allclose(got, ours.advantages, rtol=1e-4, atol=1e-4)
+    assert np.ptp(ours.advantages) > 0.5
+    per_rollout = get_estimator("gdpo")(matrices, uids)  # what an engine without lengths (TRL) computes
+    assert not np.allclose(per_rollout.advantages, ours.advantages, atol=1e-3)
+
+
+
 def test_gdpo_matches_verls_own_gdpo_on_ragged_responses():
     from verl.trainer.ppo.core_algos import compute_gdpo_outcome_advantage
 
@@ -541,7 +571,7 @@ def test_gdpo_matches_verls_own_gdpo_on_ragged_responses():
 
 
 # ---------------------------------------------------------------------------------------
-# recipes: attention, memory and validation settings pass verl's own checks (issue #14.4)
+# recipes: attention, memory and validation settings pass verl's own checks
 # ---------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
@@ -679,15 +709,15 @@ def test_per_step_reward_metrics_from_verls_reward_manager(naive_manager):
     infos, groups = reward_rows(keys, tags, extra)
     assert groups == ["uid0"] * 3 + ["uid1"] * 3 and infos == by_hand
     metrics = reward_step_metrics(infos, groups)
-    # parsed per chain, by hand: three tags, two tags, and the untagged text taken as the one answer
-    assert metrics["vpo/answers_parsed/mean"] == pytest.approx((3 + 2 + 1) / 3)
-    assert metrics["vpo/duplicate_answers/mean"] == pytest.approx(1 / 3)  # the repeated safe route
-    assert metrics["vpo/set_score/mean"] == pytest.approx(np.mean([i["set_score"] for i in by_hand]))
+    # in tags per chain, by hand: three, two, and none (the untagged text is scored, not counted)
+    assert metrics["vpo/answers_parsed"] == pytest.approx((3 + 2 + 0) / 3)
+    # the repeated safe route, among 3 + 2 + 1 scored answers per prompt
+    assert metrics["vpo/duplicate_rate"] == pytest.approx(2 / 12)
+    assert metrics["vpo/set_score"] == pytest.approx(np.mean([i["set_score"] for i in by_hand]))
     for name in task.objective_names(examples[0]):  # completion, gold, diamond, avoid_lava
-        key = f"best_{name}"
-        assert metrics[f"vpo/{key}/mean"] == pytest.approx(np.mean([i[key] for i in by_hand]))
+        assert metrics[f"vpo/objective/{name}"] == pytest.approx(np.mean([i[f"best_{name}"] for i in by_hand]))
     stds = [np.std([i["score"] for i in by_hand[g * 3:(g + 1) * 3]]) for g in range(2)]
-    assert metrics["vpo/group_score_std/mean"] == pytest.approx(np.mean(stds)) and min(stds) > 0.1
+    assert metrics["vpo/group_std"] == pytest.approx(np.mean(stds)) and min(stds) > 0.1
 
 
 def test_verl_main_runs_verls_task_runner_with_reward_metrics():

@@ -88,14 +88,14 @@ def test_reward_step_metrics_by_hand():
         {"score": 0.5, "set_score": 0.5, "acc": 0.0, "answers_parsed": 1, "objective_best": "[1.0, 0.5]", "tag": "w"},
     ]
     got = reward_step_metrics(infos, ["a", "a", "b", "b"])
-    assert got == {
-        "vpo/score/mean": 0.5, "vpo/set_score/mean": 0.5, "vpo/acc/mean": 0.5, "vpo/answers_parsed/mean": 1.5,
-        "vpo/objective_best/0/mean": 0.625, "vpo/objective_best/1/mean": 0.5,
-        "vpo/group_score_std/mean": 0.25, "vpo/group_score_std/zero_frac": 0.5,
+    assert got == {  # the names TRL and OpenRLHF log too (vpo.step_metrics)
+        "vpo/score_mean": 0.5, "vpo/set_score": 0.5, "vpo/acc": 0.5, "vpo/answers_parsed": 1.5,
+        "vpo/duplicate_rate": 0.0, "vpo/objective/0": 0.625, "vpo/objective/1": 0.5,
+        "vpo/group_std": 0.25, "vpo/frac_zero_std": 0.5,
     }
     ragged = [dict(infos[0], objective_best="[1.0]"), infos[1]]  # D varies (code): no per-index means
-    assert not any("objective_best" in k for k in reward_step_metrics(ragged, ["a", "a"]))
-    assert math.isclose(reward_step_metrics(ragged, ["a", "b"])["vpo/group_score_std/mean"], 0.0)
+    assert not any("objective" in k for k in reward_step_metrics(ragged, ["a", "a"]))
+    assert math.isclose(reward_step_metrics(ragged, ["a", "b"])["vpo/group_std"], 0.0)
     with pytest.raises(ValueError, match="2 reward infos for 1 group ids"):
         reward_step_metrics(infos[:2], ["a"])
     assert json.dumps(reward_step_metrics([], []))  == "{}"

@@ -1,5 +1,5 @@
-"""An explicit zero K or alpha is an error at every entry point, never a silent default (issue
-#11.2, #16.3): the core, the CLI (before any model loads), the TRL, verl and OpenRLHF adapters."""
+"""An explicit zero K or alpha is an error at every entry point, never a silent default:
+the core, the CLI (before any model loads), the TRL, verl and OpenRLHF adapters."""
 
 import pytest
 
@@ -11,7 +11,7 @@ BAD = [("--num-weights", "0", "num_weights"), ("--alpha", "0", "alpha"), ("--alp
 
 @pytest.mark.parametrize("flag,value,name", BAD)
 def test_the_cli_rejects_them_before_any_work(flag, value, name, capsys, tmp_path):
-    # the message names the flag as typed (#16.7), not the field (name)
+    # the message names the flag as typed, not the field (name)
     missing_model = str(tmp_path / "no-such-model")  # never reached: the options fail first
     assert main(["train", "--task", "maze", "--model", missing_model, flag, value]) == 2
     assert flag in capsys.readouterr().err

@@ -119,7 +119,7 @@ _ANSWER_CLOSE = "</answer>"
 _ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 
 
-def _numbered_blocks(text: str, m: int, tag: str) -> tuple[list[str], bool]:
+def numbered_blocks(text: str, m: int, tag: str) -> tuple[list[str], bool]:
     """Contents of ``<tag_1>..<tag_m>``; the flag says whether any numbered opening tag
     ``<tag_j>`` (any j, also j > m) occurs.
 
@@ -180,7 +180,7 @@ def parse_answers(text: str, m: int, *, tag: str = "answer", fallbacks: bool = F
     Reads numbered blocks ``<{tag}_i>...</{tag}_i>`` for i = 1..m (tag name in any case:
     ``<ROUTE_1>`` is route 1; stripped; an unclosed
     block ends at the next numbered opening tag or the end of the text; see
-    ``_numbered_blocks``). With ``fallbacks=True`` (the maze's rules, docs/algorithm.md §3) and no
+    ``numbered_blocks``). With ``fallbacks=True`` (the maze's rules, docs/algorithm.md §3) and no
     numbered opening tag anywhere in ``text``: split on ``---`` if that gives at least two
     non-blank parts, else take the closed ``<answer>...</answer>`` blocks (any case), else the whole
     (stripped) text is answer 1. Extra answers beyond m are dropped.
@@ -192,7 +192,7 @@ def parse_answers(text: str, m: int, *, tag: str = "answer", fallbacks: bool = F
     _check_tag(tag)
     if not isinstance(text, str):
         return [""] * m
-    answers, found_any = _numbered_blocks(text, m, tag)
+    answers, found_any = numbered_blocks(text, m, tag)
     if found_any or not fallbacks:
         return answers
     parts = [part.strip() for part in text.split("---")]

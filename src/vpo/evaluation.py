@@ -145,8 +145,8 @@ def sample_pools(model: Any, tokenizer: Any, task: Task, examples: Sequence[Exam
     Sampling (``sample_chains``): left-padded batches of ``batch_size`` chains per
     ``model.generate`` call (0: auto, ``vpo.sampling.HFSampler``), temperature and top-p
     (top-k off), seeded by ``seed``: with ``seeding="chain"`` every chain has its own stream, so
-    the pool does not depend on ``batch_size``; ``"batch"`` replays the stream of the first
-    releases. ``sampler`` (e.g. ``vpo.integrations.vllm.VLLMSampler``) replaces the model and
+    the pool does not depend on ``batch_size``; ``"batch"`` replays the older per-call
+    stream (one seed per generate call). ``sampler`` (e.g. ``vpo.sampling.vllm.VLLMSampler``) replaces the model and
     tokenizer. Raises ValueError unless ``m`` divides ``pool``.
     """
     if m < 1 or pool < 1 or pool % m:

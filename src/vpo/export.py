@@ -22,7 +22,9 @@ veRL rows (verl's RLHF parquet schema; ``reward.custom_reward_function`` reads t
 
 TRL rows (``GRPOTrainer`` passes the extra columns to reward functions as kwargs)::
 
-    prompt        the prompt string (m-answer prompt when answers > 1)
+    prompt        the task's chat turns, TRL's conversational format (toolcall: a system turn
+                  first; m-answer prompt when answers > 1); ``chat=False``
+                  (``--trl-prompt text``): one merged string, for tokenizers without a chat template
     example       JSON string of the example (a reward function json.loads it)
     task, answers, index, split, task_params (JSON string), example_id
 
@@ -80,9 +82,11 @@ def verl_row(task: Task, example: Example, *, index: int, split: str, answers: i
 
 
 def trl_row(task: Task, example: Example, *, index: int, split: str, answers: int = 1,
-            task_params: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """One row of the TRL table (see the module docstring)."""
-    return {"prompt": task.prompt(example, answers), "example": _dumps(example), "task": task.name,
+            task_params: Mapping[str, Any] | None = None, chat: bool = True) -> dict[str, Any]:
+    """One row of the TRL table (see the module docstring): the prompt as the task's chat turns,
+    or with ``chat=False`` as one string (``task.prompt``)."""
+    prompt = [dict(turn) for turn in task.messages(example, answers)] if chat else task.prompt(example, answers)
+    return {"prompt": prompt, "example": _dumps(example), "task": task.name,
             "answers": int(answers), "index": int(index), "split": split,
             "task_params": _dumps(dict(task_params or {})),
             "example_id": example_key(example, split, index)}
@@ -100,8 +104,9 @@ def example_from_row(row: Mapping[str, Any]) -> Example:
 
 
 def export_rows(task: Task, examples: Sequence[Example], *, split: str, fmt: str = "verl", answers: int = 1,
-                task_params: Mapping[str, Any] | None = None, goals: Any = None) -> list[dict[str, Any]]:
-    """Rows of one split in format ``fmt`` ("verl" or "trl").
+                task_params: Mapping[str, Any] | None = None, goals: Any = None,
+                chat: bool = True) -> list[dict[str, Any]]:
+    """Rows of one split in format ``fmt`` ("verl" or "trl"); ``chat`` (TRL): chat turns or one string.
 
     ``goals`` (a ``WeightOptions``; goal-conditioned GRPO): each example gets its keyed goal
     weights (``vpo.goals.attach_goal``, keyed on ``example_key``), stated in its prompt and
@@ -117,7 +122,8 @@ def export_rows(task: Task, examples: Sequence[Example], *, split: str, fmt: str
 
         examples = [attach_goal(task, ex, key=example_key(ex, split, i), seed=goals.seed, alpha=goals.alpha,
                                 sampler=goals.sampler) for i, ex in enumerate(examples)]
-    return [build(task, example, index=i, split=split, answers=answers, task_params=task_params)
+    extra = {"chat": chat} if fmt == "trl" else {}
+    return [build(task, example, index=i, split=split, answers=answers, task_params=task_params, **extra)
             for i, example in enumerate(examples)]
 
 
@@ -181,7 +187,7 @@ def _examples(task: Task, split: str, n: int, seed: int, source: str | None) -> 
 def export(task_name: str, out_dir: str | os.PathLike[str], *, fmt: str = "verl", train: int = 1000,
            test: int = 100, seed: int = 42, answers: int = 1, source: str | None = None,
            task_params: Mapping[str, Any] | None = None, size: int | None = 9, goals: Any = None,
-           overlap: bool = False) -> dict[str, Any]:
+           overlap: bool = False, chat: bool = True) -> dict[str, Any]:
     """Write ``train.parquet`` and ``test.parquet`` for ``task_name`` into ``out_dir``, and
     ``export.json`` (what was asked, what was written, and why any split is short).
 
@@ -221,7 +227,7 @@ def export(task_name: str, out_dir: str | os.PathLike[str], *, fmt: str = "verl"
                    if split == "train" and result["overlap_removed"] else
                    f"the source has no {split} examples" + (f" ({source})" if source else ""))
             raise ValueError(f"nothing to write to {Path(out_dir) / f'{split}.parquet'}: {why}")
-        rows = export_rows(task, chosen[split], split=split, fmt=fmt, answers=answers, task_params=params,
+        rows = export_rows(task, chosen[split], split=split, fmt=fmt, answers=answers, task_params=params, chat=chat,
                            goals=goals)
         result[split] = write_parquet(rows, Path(out_dir) / f"{split}.parquet")
         result["counts"][split] = len(rows)

@@ -84,7 +84,7 @@ class TaskFormat:
 
 
 _FORMATS: dict[str, Callable[[Mapping[str, Any]], PromptFormat]] = {}
-_BUILTIN_FORMATS = {"maze-compact": "vpo.demo.format"}
+_BUILTIN_FORMATS = {"maze-compact": "vpo.tasks.maze.format"}
 """Format name -> module that registers it on import."""
 
 

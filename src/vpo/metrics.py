@@ -105,6 +105,11 @@ def _pass_at_k_scalar(n: int, c: int, k: int) -> float:
     return float(1.0 - np.prod(1.0 - k / i))
 
 
+def _shown(values: np.ndarray) -> str:
+    """Values as a reader writes them in a message: ``3`` or ``[1, 5]``, not ``array(3)``."""
+    return repr(values.tolist())
+
+
 def pass_at_k(n: Any, c: Any, k: int) -> float | np.ndarray:
     """Unbiased pass@k (Chen et al. 2021): P(at least one of k draws without replacement from
     n samples, c of them correct, is correct) = 1 - C(n-c, k) / C(n, k).
@@ -129,11 +134,11 @@ def pass_at_k(n: Any, c: Any, k: int) -> float | np.ndarray:
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     if np.any(c_b < 0):
-        raise ValueError(f"c must be >= 0, got {c_arr!r}")
+        raise ValueError(f"c must be >= 0, got c={_shown(c_arr)}")
     if np.any(c_b > n_b):
-        raise ValueError(f"c must be <= n, got c={c_arr!r}, n={n_arr!r}")
+        raise ValueError(f"c must be <= n, got c={_shown(c_arr)}, n={_shown(n_arr)}")
     if np.any(n_b < k):
-        raise ValueError(f"k={k} exceeds the number of samples n={n_arr!r}")
+        raise ValueError(f"k={k} exceeds the number of samples n={_shown(n_arr)}")
     out = np.array([_pass_at_k_scalar(int(nn), int(cc), k) for nn, cc in zip(n_b.ravel(), c_b.ravel())],
                    dtype=np.float64).reshape(n_b.shape)
     return float(out) if out.ndim == 0 else out

@@ -69,6 +69,7 @@ __all__ = [
     "load_reward_funcs",
     "objective_diagnostics",
     "objective_names",
+    "prompt_key",
     "rewrite_chain_prompt",
     "score_answers",
     "score_chains",
@@ -163,14 +164,26 @@ def single_answer(completion: Any, answer: str) -> Any:
 
 
 def group_keys(prompts: Sequence[Any], columns: Mapping[str, Sequence[Any]] | None = None) -> list[Hashable]:
-    """The group label of each row: its ``example_id`` column when the data has one, else the
-    prompt (chat messages as canonical JSON). Rows of one label are one prompt's rollouts."""
+    """The group label of each row, the one keying of every engine: its ``example_id`` column
+    (as a string) when the data has one, else the prompt (chat messages as canonical JSON). Rows
+    of one label are one prompt's rollouts, and share its keyed weights."""
     ids = (columns or {}).get("example_id")
-    if ids is not None:
-        return [f"id:{value}" for value in ids]
-    return [prompt if isinstance(prompt, str) else json.dumps(list(prompt), sort_keys=True, ensure_ascii=False,
-                                                              default=str)
-            for prompt in prompts]
+    if ids is not None and len(ids) != len(prompts):
+        raise ValueError(f"column 'example_id' has {len(ids)} values for {len(prompts)} completions")
+    keys: list[Hashable] = []
+    for row, prompt in enumerate(prompts):
+        if ids is not None and ids[row] is not None:
+            keys.append(str(ids[row]))
+        else:
+            keys.append(prompt_key(prompt))
+    return keys
+
+
+def prompt_key(prompt: str | Sequence[Mapping[str, Any]]) -> str:
+    """Stable text key of a prompt: the string itself, or the canonical JSON of chat messages."""
+    if isinstance(prompt, str):
+        return prompt
+    return json.dumps(list(prompt), sort_keys=True, ensure_ascii=False, default=str)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -182,7 +182,7 @@ def best_of_n(model: Any, tokenizer: Any, task: Task, example: Example, *, n: in
     score every answer's reward vector and return the best one under ``select``.
 
     ``model``/``tokenizer``: any transformers causal LM and its tokenizer (or None and a
-    ``sampler``, e.g. ``vpo.integrations.vllm.VLLMSampler``). ``fmt``: a prompt format
+    ``sampler``, e.g. ``vpo.sampling.vllm.VLLMSampler``). ``fmt``: a prompt format
     (``vpo.evaluation.PromptFormat``); default the task's own prompts, wrapped in the
     tokenizer's chat template when it has one (``chat=None``) or when ``chat=True``.
     Sampling is ``vpo.evaluation.sample_chains`` (temperature, top-p, ``batch_size`` chains per
@@ -389,8 +389,8 @@ def run_search_eval(checkpoints: Sequence[tuple[str, Any]], task: Task, examples
 
     Sampling: with ``seeding="chain"`` every example's chains are sampled in the same batched
     calls (``options.batch_size`` chains each), chain c of example i seeded by (seed, i, c), as
-    ``vpo eval`` does; ``seeding="batch"`` replays the stream of the first releases of vpo (one
-    call per example, seeded ``seed + i``). The JSON holds per label the curves with their 95%
+    ``vpo eval`` does; ``seeding="batch"`` replays the older per-call stream (one call
+    per example, seeded ``seed + i``). The JSON holds per label the curves with their 95%
     intervals over examples and, per example, the selected answer's index, score and reward vector.
     """
     import gc

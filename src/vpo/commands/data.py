@@ -47,6 +47,9 @@ class ExportConfig(RewardFuncsOptions):
     out: str | None = field(default=None,
                             metadata={"help": "output folder for train.parquet and test.parquet (required)"})
     format: str = field(default="verl", metadata={"help": "table layout", "choices": FORMATS})
+    trl_prompt: str = field(default="chat", metadata={
+        "help": "TRL prompt column: the task's chat turns (TRL's conversational format) or one merged string "
+                "(text: for tokenizers without a chat template)", "choices": ("chat", "text")})
     size: int = field(default=9, metadata={"help": "grid size, for tasks that take one (maze)"})
     train: int = field(default=1000, metadata={"help": "train rows (0 skips the split)", "min": 0})
     test: int = field(default=100, metadata={"help": "test rows (0 skips the split)", "min": 0})
@@ -130,6 +133,8 @@ def run_export(args: argparse.Namespace) -> int:
             raise ValueError(f"task {task_name} needs real data: pass --source FILE (e.g. with EXPORT_ARGS in the "
                              f"recipes); without it vpo exports the shipped sample, a few invented rows for tests"
                              + (f", and --source {cfg.source} is that sample" if cfg.source else ""))
+    if cfg.trl_prompt != "chat" and cfg.format != "trl":
+        raise ValueError("--trl-prompt applies to --format trl (verl rows always hold the chat turns)")
     task_params = own_params if own_params is not None else parse_params(cfg.task_params)
     _check_task(task_name, task_params, cfg.size)
     from vpo.runs import claim_out_dir
@@ -146,7 +151,7 @@ def run_export(args: argparse.Namespace) -> int:
             goals = WeightOptions(alpha=cfg.alpha, seed=cfg.goal_seed)
     result = export(task_name, cfg.out, fmt=cfg.format, train=cfg.train, test=cfg.test, seed=cfg.seed,
                     answers=cfg.answers, source=cfg.source, task_params=task_params,
-                    size=cfg.size, goals=goals, overlap=cfg.overlap)
+                    size=cfg.size, goals=goals, overlap=cfg.overlap, chat=cfg.trl_prompt == "chat")
     for split in ("train", "test"):
         if split in result:
             print(f"{split}: {result['counts'][split]} rows (seed {result['seeds'][split]}) -> {result[split]}")

@@ -154,14 +154,16 @@ def _load_rows(path: str) -> list[dict[str, Any]]:
 
 
 def build_train_rows(task: Any, answers: int, *, data: str | None = None, n: int | None = None,
-                     seed: int = 42, goals: WeightOptions | None = None) -> list[dict[str, Any]]:
-    """Rows ``{prompt, example (JSON), task, answers, index}`` for TRL.
+                     seed: int = 42, goals: WeightOptions | None = None, chat: bool = False) -> list[dict[str, Any]]:
+    """Rows ``{prompt, example (JSON), task, answers, index, example_id}`` for TRL.
 
     ``data`` rows that already carry ``prompt`` and ``example`` (a TRL export) are used as they
     are (their ``answers`` must equal ``answers``); other rows are task examples and get their
     m-answer prompt here. Without ``data`` the task supplies its training split. ``goals``
     (goal-conditioned GRPO) gives each raw example its keyed goal weights (``vpo.goals``), which
-    its prompt states; an export must already carry them.
+    its prompt states; an export must already carry them. ``chat``: prompts as the task's chat
+    turns (a TRL export's turns are used as written; a text export's are the task's turns),
+    else as one string.
     """
     if data is not None:
         raw = _load_rows(data)
@@ -194,14 +196,20 @@ def build_train_rows(task: Any, answers: int, *, data: str | None = None, n: int
             if goals is not None and GOAL_FIELD not in json.loads(text):
                 raise ValueError(f"row {i}: goal-conditioned training needs prompts that state goal weights; "
                                  "re-export with `vpo data export TASK --format trl --method goal_conditioned`")
-            rows.append({"prompt": row["prompt"], "example": text,
-                         "task": task.name, "answers": answers, "index": int(row.get("index", i))})
+            key = row.get("example_id")  # the group key every engine uses for this row's weights
+            prompt = row["prompt"]
+            if chat != (not isinstance(prompt, str)):  # the export's other prompt style
+                example = json.loads(text)
+                prompt = task.messages(example, answers) if chat else task.prompt(example, answers)
+            rows.append({"prompt": prompt, "example": text, "task": task.name, "answers": answers,
+                         "index": int(row.get("index", i)),
+                         "example_id": str(key) if key is not None else example_key(json.loads(text), "train", i)})
         else:
             example = task.validate(row, i)
             if goals is not None:
                 example = attach_goal(task, example, key=example_key(example, "train", i), seed=goals.seed,
                                       alpha=goals.alpha, sampler=goals.sampler)
-            rows.append(trl_row(task, example, index=i, split="train", answers=answers))
+            rows.append(trl_row(task, example, index=i, split="train", answers=answers, chat=chat))
     return rows
 
 
@@ -356,7 +364,7 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
             raise ValueError(f"--source {cfg.source}: no training rows")
     else:
         rows = build_train_rows(task, answers, data=cfg.source, n=cfg.examples, seed=cfg.data_seed,
-                                goals=weight_options if spec.conditions_prompt else None)
+                                goals=weight_options if spec.conditions_prompt else None, chat=True)
     _, (info,) = check_checkpoints([cfg.model], task=task.name, given=given)  # vouched for before it loads
     model_dir = info.path if info.kind in ("folder", "lora") and info.format_applies else None
     claim_out_dir(cfg.out, command="train", record={"method": cfg.method, "task": task.name, "answers": answers},
@@ -395,11 +403,12 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
         if rl.max_completion_length is None:
             grpo_overrides["max_completion_length"] = fmt.completion_budget(examples, answers)
     elif cfg.chat_template and getattr(tokenizer, "chat_template", None):
-        # the task's chat turns, as verl and evaluation send them (toolcall: system + user)
-        for row in rows:
-            if isinstance(row["prompt"], str):
-                row["prompt"] = task.messages(json.loads(row["example"]), answers)
+        # the rows hold the task's chat turns, as verl and evaluation send them (toolcall: system + user)
         grpo_overrides["chat_template_kwargs"] = {"enable_thinking": False}
+    else:  # no chat template: one string per prompt, the task's merged prompt
+        for row in rows:
+            if not isinstance(row["prompt"], str):
+                row["prompt"] = task.prompt(json.loads(row["example"]), answers)
     dataset = Dataset.from_list(rows)
     if grpo_overrides:
         args = grpo_args(cfg, rl, engine, task=task.name, answers=answers, **grpo_overrides)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from vpo.demo.config import METHODS, DemoConfig
-from vpo.demo.format import CompactMazeFormat
+from vpo.tasks.maze.format import CompactMazeFormat
 
 PAPER = {"grpo": 0.432, "max_at_k": 0.577, "multi_rlvr": 0.436, "vpo": 0.593}
 """The paper's maze best@30 (9x9, Qwen3-4B), docs/algorithm.md §6."""

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from vpo.demo.config import METHODS, DemoConfig
-from vpo.demo.format import CompactMazeFormat
+from vpo.tasks.maze.format import CompactMazeFormat
 
 LOGGED_SERIES = {"demo/diversity": "diversity", "demo/answer_scalar": "answer scalar",
                  "demo/completion": "completion rate", "demo/truncated": "truncated rollouts"}

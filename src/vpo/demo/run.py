@@ -30,7 +30,7 @@ import numpy as np
 
 from vpo.demo.config import METHODS, DemoConfig
 from vpo.demo.device import describe_setting, device_record
-from vpo.demo.format import CompactMazeFormat, GoalPerChainFormat
+from vpo.tasks.maze.format import CompactMazeFormat, GoalPerChainFormat
 from vpo.demo.plots import headline_plots
 from vpo.demo.results import build_metrics, oracle_reference, pipeline_checks
 from vpo.checkpoints import check_checkpoint

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from vpo.demo.config import DemoConfig
-from vpo.demo.format import CompactMazeFormat
+from vpo.tasks.maze.format import CompactMazeFormat
 
 
 WARMUP_DATA = ("random_walk", "oracle")

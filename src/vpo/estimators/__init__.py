@@ -32,40 +32,58 @@ name                 per-rollout score                                          
 ``goal_conditioned`` as random_weight, with w written into the prompt            as grpo
 ==================== ========================================================== ==========================
 
-Modules: ``registry`` (specs), ``options`` (the knobs and engine presets), ``normalize``,
-``group_weights`` (keyed weights per group), ``vpo`` (with ``vpo_reference``, a plain loop),
-``baselines``.
+Every estimator registers its per-rollout reduction (``reductions``: how one rollout's (m, D)
+matrix becomes its score, equal to the estimator's ``scores``) and its advantage rule on those
+scores (``rules``); engines with one scalar reward per rollout (verl, OpenRLHF) call the two
+halves through ``rollout_score`` and ``advantages_from_scores``. ``check.check_estimator``
+checks an estimator against the contract.
+
+Modules: ``registry`` (specs), ``reductions``, ``rules``, ``check``, ``options`` (the knobs
+and engine presets), ``normalize``, ``group_weights`` (keyed weights per group), ``vpo`` (with
+``vpo_reference``, a plain loop), ``baselines``.
 """
 
 from __future__ import annotations
 
-from vpo.estimators import baselines as _baselines  # noqa: F401  (registers the baselines)
-from vpo.estimators import vpo as _vpo  # noqa: F401  (registers vpo)
-from vpo.estimators.baselines import max_at_k_weights
 from vpo.estimators.common import ZERO_STD, EstimatorResult
 from vpo.estimators.normalize import group_normalize
 from vpo.estimators.options import (GRPO_NORM, OPENRLHF_NORM, TRL_NORM, VPO_NORM, NormOptions,
                                     WeightOptions)
-from vpo.estimators.registry import (ROLLOUT_SCORES, EstimatorSpec, get_estimator, get_spec, list_estimators,
-                                     register_estimator)
+from vpo.estimators.reductions import (CONTEXT, fixed_scalar, reduction_context, rollout_score, scalar_sum,
+                                       set_score, weighted)
+from vpo.estimators.registry import (INJECTED_OPTIONS, WEIGHT_OPTIONS, EstimatorSpec, get_estimator, get_spec,
+                                     list_estimators, register_estimator)
+from vpo.estimators.rules import advantages_from_scores, group_norm, max_at_k_rule, max_at_k_weights, maxrl_rule
 from vpo.estimators.vpo import vpo_reference
 
 __all__ = [
+    "CONTEXT",
     "EstimatorResult",
     "EstimatorSpec",
     "GRPO_NORM",
+    "INJECTED_OPTIONS",
     "NormOptions",
     "OPENRLHF_NORM",
-    "ROLLOUT_SCORES",
     "TRL_NORM",
     "VPO_NORM",
+    "WEIGHT_OPTIONS",
     "WeightOptions",
     "ZERO_STD",
+    "advantages_from_scores",
+    "fixed_scalar",
     "get_estimator",
     "get_spec",
+    "group_norm",
     "group_normalize",
     "list_estimators",
+    "max_at_k_rule",
     "max_at_k_weights",
+    "maxrl_rule",
+    "reduction_context",
     "register_estimator",
+    "rollout_score",
+    "scalar_sum",
+    "set_score",
     "vpo_reference",
+    "weighted",
 ]

@@ -15,7 +15,6 @@ Shape glossary: B rollouts, G groups, N rollouts per group, M answers per chain,
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
@@ -26,16 +25,17 @@ from vpo.estimators.common import (EstimatorResult, grpo_result, make_result, re
 from vpo.estimators.group_weights import draw_group_weights, random_source
 from vpo.estimators.normalize import group_normalize, group_stats
 from vpo.estimators.normalize import whiten as whiten_values  # gdpo's option is named whiten
-from vpo.estimators.options import (GRPO_NORM, MAX_AT_K_NORM, WHITEN_MODES, WeightOptions, check_choice,
-                                    check_nonnegative)
+from vpo.estimators.options import GRPO_NORM, MAX_AT_K_NORM, WHITEN_MODES, WeightOptions, check_choice
+from vpo.estimators.reductions import fixed_scalar, scalar_sum, weighted
 from vpo.estimators.registry import register_estimator
+from vpo.estimators.rules import check_k, group_norm, max_at_k_rule, max_at_k_weights, maxrl_rule
 from vpo.objective import RewardBatch
 
 __all__ = ["gdpo", "goal_conditioned", "grpo", "max_at_k", "max_at_k_weights", "maxrl", "multi_rlvr",
            "random_weight"]
 
 
-@register_estimator("grpo", multi_answer=False, rollout_score="scalar", group_norm=True)
+@register_estimator("grpo", multi_answer=False, reduce=fixed_scalar, advantage=group_norm)
 def grpo(rewards: Any, group_ids: Any, *, scalar: Callable | None = None, std: str = GRPO_NORM.std,
          eps: float = GRPO_NORM.eps, degenerate: str = GRPO_NORM.degenerate,
          scale: str = GRPO_NORM.scale) -> EstimatorResult:
@@ -50,7 +50,7 @@ def grpo(rewards: Any, group_ids: Any, *, scalar: Callable | None = None, std: s
     return grpo_result(batch, row_scalars(batch, scalar), std, eps, degenerate, scale, prefix="grpo")
 
 
-@register_estimator("multi_rlvr", multi_answer=True, rollout_score="scalar_sum", group_norm=True)
+@register_estimator("multi_rlvr", multi_answer=True, reduce=scalar_sum, advantage=group_norm)
 def multi_rlvr(rewards: Any, group_ids: Any, *, scalar: Callable | None = None, std: str = GRPO_NORM.std,
                eps: float = GRPO_NORM.eps, degenerate: str = GRPO_NORM.degenerate,
                scale: str = GRPO_NORM.scale) -> EstimatorResult:
@@ -60,63 +60,30 @@ def multi_rlvr(rewards: Any, group_ids: Any, *, scalar: Callable | None = None, 
     return grpo_result(batch, row_scalars(batch, scalar), std, eps, degenerate, scale, prefix="multi_rlvr")
 
 
-def max_at_k_weights(n: int, k: int) -> np.ndarray:
-    """(n, n) matrix C with A_sorted = C @ r_sorted for ascending r_sorted (Bagirov et al.).
-
-    Row i (0-based rank) holds C(i, k-1) on the diagonal and C(j-1, k-2) for j > i, divided
-    by C(n, k): C(n, k) A_i is the sum, over the k-subsets that contain rollout i, of the
-    subset's max. Exact with ties (the max value does not depend on how ties are ranked).
-    """
-    if not 1 <= k <= n:
-        raise ValueError(f"k must be in [1, n={n}], got {k}")
-    ranks = np.arange(n)
-    coeff = np.zeros((n, n))
-    coeff[ranks, ranks] = [math.comb(i, k - 1) for i in range(n)]
-    if k >= 2:
-        above = np.array([math.comb(j - 1, k - 2) if j >= 1 else 0 for j in range(n)], dtype=np.float64)
-        coeff += np.triu(np.broadcast_to(above, (n, n)), k=1)
-    return coeff / math.comb(n, k)
-
-
-@register_estimator("max_at_k", multi_answer=False, rollout_score="scalar")
+@register_estimator("max_at_k", multi_answer=False, reduce=fixed_scalar, advantage=max_at_k_rule)
 def max_at_k(rewards: Any, group_ids: Any, *, k: int | None = None, scalar: Callable | None = None,
              std: str = MAX_AT_K_NORM.std, eps: float = MAX_AT_K_NORM.eps, degenerate: str = MAX_AT_K_NORM.degenerate,
              scale: str = MAX_AT_K_NORM.scale) -> EstimatorResult:
     """Max@K (Bagirov et al. 2025): per group of N single-answer rollouts, the unbiased
     gradient weights of E[max fixed scalar over a k-subset], then group z-norm.
 
-    ``scores`` are those weights A_i. ``k`` defaults to max(2, N // 2) clamped to N - 1 (k = N
+    ``scores`` are the fixed scalars the rule weights (what verl's ``compute_score`` returns;
+    ``rules.max_at_k_rule`` turns them into advantages). ``k`` defaults to max(2, N // 2) clamped to N - 1 (k = N
     makes every A equal, so it is rejected when given explicitly, as in the authors' release).
     One-member groups get 0. Normalisation defaults as the release: Bessel std, eps 1e-6.
     """
     batch = RewardBatch.from_rewards(rewards, group_ids)
     require_single_answer(batch, "max_at_k")
-    if k is not None and (isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1):
-        raise ValueError(f"k must be a positive integer, got {k!r}")
+    check_k(k)
     values = row_scalars(batch, scalar)
-    scores = np.zeros(batch.num_rollouts)
-    order = np.argsort(batch.group_index, kind="stable")
-    starts = np.concatenate([[0], np.cumsum(batch.group_sizes)[:-1]])
-    for n in np.unique(batch.group_sizes).tolist():
-        if n < 2:
-            continue  # a one-member group: no subset comparison, advantage 0
-        groups = np.flatnonzero(batch.group_sizes == n)
-        k_n = min(max(2, n // 2), n - 1) if k is None else int(k)
-        if k_n >= n:
-            raise ValueError(f"max_at_k: k={k_n} must be < n={n} (group {batch.group_labels[groups[0]]!r})")
-        members = order[starts[groups][:, None] + np.arange(n)[None, :]]  # (Gn, N) batch indices
-        member_values = values[members]
-        rank_order = np.argsort(member_values, axis=1, kind="stable")
-        sorted_values = np.take_along_axis(member_values, rank_order, axis=1)
-        weighted = sorted_values @ max_at_k_weights(n, k_n).T
-        scores[np.take_along_axis(members, rank_order, axis=1)] = weighted
-    result = grpo_result(batch, scores, std, eps, degenerate, scale,
+    result = grpo_result(batch, values, std, eps, degenerate, scale,
                          {"max_at_k/reward_mean": float(values.mean()) if values.size else 0.0}, prefix="max_at_k")
-    result.advantages[batch.group_sizes[batch.group_index] < 2] = 0.0
+    result.advantages = max_at_k_rule(values, batch.group_index, k=k, std=std, eps=eps, degenerate=degenerate,
+                                      scale=scale)
     return result
 
 
-@register_estimator("gdpo", multi_answer=True, rollout_score="vector")
+@register_estimator("gdpo", multi_answer=True)
 def gdpo(rewards: Any, group_ids: Any, *, objective_weights: Any = None, std: str = GRPO_NORM.std,
          eps: float = GRPO_NORM.eps, degenerate: str = GRPO_NORM.degenerate, whiten: str = "verl", response_lengths: Sequence[float] | None = None) -> EstimatorResult:
     """GDPO (arXiv 2601.05242): z-norm each objective within the group, weighted sum, then
@@ -159,7 +126,7 @@ def gdpo(rewards: Any, group_ids: Any, *, objective_weights: Any = None, std: st
     return make_result(batch, scores, whiten_values(summed, whiten, response_lengths), stds, prefix="gdpo")
 
 
-@register_estimator("maxrl", multi_answer=False, rollout_score="scalar")
+@register_estimator("maxrl", multi_answer=False, reduce=fixed_scalar, advantage=maxrl_rule)
 def maxrl(rewards: Any, group_ids: Any, *, scalar: Callable | None = None, eps: float = 1e-6,
           degenerate: str = "zero") -> EstimatorResult:
     """MaxRL (arXiv 2602.02710): A = (r - mean_g) / (mean_g + eps) of the fixed scalar.
@@ -169,18 +136,9 @@ def maxrl(rewards: Any, group_ids: Any, *, scalar: Callable | None = None, eps: 
     """
     batch = RewardBatch.from_rewards(rewards, group_ids)
     require_single_answer(batch, "maxrl")
-    if degenerate not in ("zero", "raw"):
-        raise ValueError(f"degenerate must be 'zero' or 'raw' for maxrl, got {degenerate!r}")
-    eps = check_nonnegative(eps, "eps")
     values = row_scalars(batch, scalar)
-    sizes, means, stds = group_stats(values, batch.group_index, batch.num_groups, 0)
-    if degenerate == "raw":
-        means = np.where(sizes == 1, 0.0, means)
-    mean_b = means[batch.group_index]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        advantages = np.where(mean_b + eps != 0, (values - mean_b) / (mean_b + eps), 0.0)
-    if degenerate == "zero":
-        advantages[sizes[batch.group_index] == 1] = 0.0
+    advantages = maxrl_rule(values, batch.group_index, eps=eps, degenerate=degenerate)
+    stds = group_stats(values, batch.group_index, batch.num_groups, 0)[2]
     return make_result(batch, values, advantages, stds, prefix="maxrl")
 
 
@@ -245,7 +203,7 @@ def _one_weight_per_group(name: str, rewards: Any, group_ids: Any, explicit: Any
     return grpo_result(batch, scores, *scalar_norm, prefix=name)
 
 
-@register_estimator("random_weight", multi_answer=False, rollout_score="weighted", weights="fixed", group_norm=True)
+@register_estimator("random_weight", multi_answer=False, reduce=weighted, advantage=group_norm, weights="fixed")
 def random_weight(rewards: Any, group_ids: Any, *, alpha: float = WeightOptions.alpha, sampler: str = "iid",
                   seed: Any = None, rng: np.random.Generator | None = None, step: Any = None,
                   weight_keys: Sequence[Hashable] | None = None, std: str = GRPO_NORM.std, eps: float = GRPO_NORM.eps,
@@ -262,8 +220,8 @@ def random_weight(rewards: Any, group_ids: Any, *, alpha: float = WeightOptions.
                                  weight_keys, (std, eps, degenerate, scale))
 
 
-@register_estimator("goal_conditioned", multi_answer=False, rollout_score="weighted", weights="fixed",
-                    conditions_prompt=True, group_norm=True)
+@register_estimator("goal_conditioned", multi_answer=False, reduce=weighted, advantage=group_norm, weights="fixed",
+                    conditions_prompt=True)
 def goal_conditioned(rewards: Any, group_ids: Any, *, goal_weights: Any = None, alpha: float = WeightOptions.alpha,
                      sampler: str = "iid", seed: Any = None, rng: np.random.Generator | None = None,
                      step: Any = None, weight_keys: Sequence[Hashable] | None = None, std: str = GRPO_NORM.std,

@@ -24,7 +24,9 @@ from vpo.estimators.common import EstimatorResult, make_result
 from vpo.estimators.group_weights import draw_group_weights, explicit_weights, random_source
 from vpo.estimators.normalize import group_normalize
 from vpo.estimators.options import VPO_NORM, WeightOptions
+from vpo.estimators.reductions import set_score
 from vpo.estimators.registry import register_estimator
+from vpo.estimators.rules import group_norm
 from vpo.objective import RewardBatch, bucket_scores
 
 __all__ = ["vpo", "vpo_reference"]
@@ -63,15 +65,16 @@ def vpo_reference(rewards: Sequence[np.ndarray], group_ids: Sequence[Hashable],
     return np.array(scores), np.array(advantages)
 
 
-@register_estimator("vpo", multi_answer=True, rollout_score="set_score", weights="per_step", group_norm=True)
-def vpo(rewards: Any, group_ids: Any, *, num_weights: int | None = None, alpha: float | None = None,
-        sampler: str | None = None, seed: Any = None, rng: np.random.Generator | None = None, step: Any = None,
+@register_estimator("vpo", multi_answer=True, reduce=set_score, advantage=group_norm, weights="per_step")
+def vpo(rewards: Any, group_ids: Any, *, num_weights: int = _DEFAULT.num_weights, alpha: float = _DEFAULT.alpha,
+        sampler: str = _DEFAULT.sampler, seed: Any = None, rng: np.random.Generator | None = None, step: Any = None,
         weight_keys: Sequence[Hashable] | None = None, weights: Any = None, std: str = VPO_NORM.std,
         eps: float = VPO_NORM.eps, degenerate: str = VPO_NORM.degenerate,
         scale: str = VPO_NORM.scale) -> EstimatorResult:
     """VPO (docs/algorithm.md §1): R = mean_k max_i w_k . r_i with K weights per group, group z-norm.
 
     ``num_weights`` K, ``alpha``, ``sampler`` default to ``WeightOptions`` (100, 1.0, iid);
+    its per-rollout reduction is ``reductions.set_score`` with the group's keyed weights;
     ``seed`` and ``step`` key the weights per group (``vpo.weights.group_weights`` of the group
     label, or of its ``weight_keys`` entry), or ``rng`` draws them; ``weights`` fixes them
     instead: a (K, D) array shared by every group, or a mapping group label -> (K, D) (then none
@@ -82,17 +85,15 @@ def vpo(rewards: Any, group_ids: Any, *, num_weights: int | None = None, alpha: 
     """
     batch = RewardBatch.from_rewards(rewards, group_ids)
     if weights is not None:
-        given = [n for n, v in (("num_weights", num_weights), ("alpha", alpha), ("sampler", sampler),
-                                ("seed", seed), ("rng", rng), ("step", step), ("weight_keys", weight_keys))
-                 if v is not None]
+        drawn = (("num_weights", num_weights, _DEFAULT.num_weights), ("alpha", alpha, _DEFAULT.alpha),
+                 ("sampler", sampler, _DEFAULT.sampler), ("seed", seed, None), ("rng", rng, None), ("step", step, None),
+                 ("weight_keys", weight_keys, None))
+        given = [n for n, v, default in drawn if v is not None and v != default]
         if given:
             raise ValueError(f"weights= fixes the weights; do not also pass {', '.join(given)}")
         per_bucket = explicit_weights(batch, weights)
     else:
-        options = WeightOptions(
-            num_weights=_DEFAULT.num_weights if num_weights is None else num_weights,
-            alpha=_DEFAULT.alpha if alpha is None else alpha,
-            sampler=_DEFAULT.sampler if sampler is None else sampler)
+        options = WeightOptions(num_weights=num_weights, alpha=alpha, sampler=sampler)
         source = random_source(seed, rng, step)
         per_bucket = draw_group_weights(batch, options, seed=seed, step=step, rng=source, weight_keys=weight_keys)
     scores = np.zeros(batch.num_rollouts)

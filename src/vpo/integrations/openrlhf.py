@@ -24,11 +24,13 @@ Label (``--data.label_key label``): a JSON object (string or already decoded), w
 ``convert`` or :func:`make_label`:
 
 * ``task`` (str), ``example`` (the task example), ``m`` (answers the prompt asks for),
-  ``index`` (prompt id; keys the prompt's shared weights): required;
+  ``index`` (the row's position): required; ``example_id`` (the group key of the prompt's shared
+  weights, the one TRL and verl use; labels without it fall back to ``index``);
 * ``task_params`` (dict, default {}), ``method`` (a registered estimator whose advantage is a
   group z-norm of the rollout score: ``vpo``, ``multi_rlvr``, ``grpo``, ``random_weight``,
   ``goal_conditioned``; default ``vpo``), ``num_weights``, ``alpha``, ``sampler``, ``seed``
-  (``WeightOptions``' defaults: 100, 1.0, ``iid``, 0): optional. They live in the label,
+  (``WeightOptions``' defaults: 100, 1.0, ``iid``, 0), ``options`` (the method's own reduction
+  options, e.g. a temperature; default {}): optional. They live in the label,
   not in environment variables, because OpenRLHF's reward workers are Ray actors that need
   not see the launcher's environment: a run's reward is defined by its data file alone.
 
@@ -36,8 +38,9 @@ With ``group_norm`` only estimators whose spec says ``group_norm`` train as the 
 describes; ``max_at_k`` and ``maxrl`` need their own advantage rules, which OpenRLHF cannot take
 (use verl or TRL for them).
 
-Return: ``{"rewards": float, "scores": float, "extra_logs": {name: float}}`` (the numeric
-fields of ``vpo.integrations.verl.score_rollout``).
+Return: ``{"rewards": float, "scores": float, "extra_logs": {name: float}}``, the logs under
+the names TRL and verl use (``vpo.step_metrics``: ``vpo/answers_parsed``, ``vpo/objective/<name>``,
+``vpo/score_mean``, ...).
 """
 
 from __future__ import annotations
@@ -52,11 +55,13 @@ from typing import Any
 
 from vpo.estimators.options import WeightOptions
 from vpo.integrations.verl import reward_methods, score_rollout
+from vpo.integrations.verl_recipe import reward_step_metrics
 
 logger = logging.getLogger("vpo.integrations.openrlhf")
 
 LABEL_REQUIRED = ("task", "example", "m", "index")
-LABEL_OPTIONS = {"task_params": None, "method": "vpo", **WeightOptions().as_dict()}
+LABEL_OPTIONS = {"task_params": None, "method": "vpo", "example_id": None, "options": None,
+                 **WeightOptions().as_dict()}
 """Optional label fields and their defaults."""
 
 # Chat-template control tokens such as <|im_end|>, <|endoftext|>, <|eot_id|>, plus </s>.
@@ -73,14 +78,20 @@ def group_norm_methods() -> list[str]:
 def make_label(task: str, example: Mapping[str, Any], *, m: int, index: int | str,
                task_params: Mapping[str, Any] | None = None, method: str = "vpo",
                num_weights: int = WeightOptions.num_weights, alpha: float = WeightOptions.alpha,
-               sampler: str = WeightOptions.sampler, seed: int = WeightOptions.seed) -> str:
+               sampler: str = WeightOptions.sampler, seed: int = WeightOptions.seed,
+               example_id: str | None = None, options: Mapping[str, Any] | None = None) -> str:
     """The JSON label of one prompt (what ``reward_func`` reads back)."""
     if method not in reward_methods():
         raise ValueError(f"method={method!r} is not one of {', '.join(reward_methods())}")
     WeightOptions(num_weights=num_weights, alpha=alpha, sampler=sampler, seed=seed)  # zero K / alpha raise
-    return json.dumps({"task": task, "example": dict(example), "m": int(m), "index": index,
-                       "task_params": dict(task_params or {}), "method": method, "num_weights": int(num_weights),
-                       "alpha": float(alpha), "sampler": sampler, "seed": int(seed)}, sort_keys=True)
+    label = {"task": task, "example": dict(example), "m": int(m), "index": index,
+             "task_params": dict(task_params or {}), "method": method, "num_weights": int(num_weights),
+             "alpha": float(alpha), "sampler": sampler, "seed": int(seed)}
+    if example_id is not None:
+        label["example_id"] = str(example_id)
+    if options:
+        label["options"] = dict(options)
+    return json.dumps(label, sort_keys=True)
 
 
 def parse_label(label: Any) -> dict[str, Any]:
@@ -169,15 +180,21 @@ def reward_func(queries: Sequence[str], prompts: Sequence[str], labels: Sequence
                              f"{len(queries)}, {len(prompts)}, {len(labels)}")
         label = parse_label(labels[0])
         text = response_of(queries[0], prompts[0])
-        result = score_rollout(label["task"], text, label["example"], m=label["m"], index=label["index"],
+        key = label["index"] if label["example_id"] is None else label["example_id"]
+        result = score_rollout(label["task"], text, label["example"], m=label["m"], key=key,
                                method=label["method"], num_weights=label["num_weights"], alpha=label["alpha"],
-                               sampler=label["sampler"], seed=label["seed"], task_params=label["task_params"])
+                               sampler=label["sampler"], seed=label["seed"], task_params=label["task_params"],
+                               options=label["options"])
     except Exception as err:  # OpenRLHF swallows this at INFO level: say it loudly first
         logger.error("vpo reward_func failed: %s", err)
         print(f"vpo reward_func failed: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
         raise
     score = float(result["score"])
-    extra = {k: float(v) for k, v in result.items() if k != "score" and isinstance(v, int | float)}
+    # the names TRL and verl log (vpo.step_metrics); OpenRLHF averages each over the step's samples
+    # (so vpo/duplicate_rate is a mean of per-sample rates here), and a group's spread needs the
+    # whole group, which one sample does not have
+    extra = {k: v for k, v in reward_step_metrics([result], [0]).items()
+             if k not in ("vpo/group_std", "vpo/frac_zero_std")}
     return {"rewards": score, "scores": score, "extra_logs": extra}
 
 
@@ -213,7 +230,8 @@ def convert(src: str, dst: str, *, method: str = "vpo", num_weights: int = Weigh
             label = make_label(row["data_source"], json.loads(row["reward_model"]["ground_truth"]),
                                m=info["answers"], index=info["index"],
                                task_params=json.loads(params) if isinstance(params, str) else params,
-                               method=method, num_weights=num_weights, alpha=alpha, sampler=sampler, seed=seed)
+                               method=method, num_weights=num_weights, alpha=alpha, sampler=sampler, seed=seed,
+                               example_id=info.get("example_id"))
             out.write(json.dumps({"prompt": row["prompt"], "label": label, "datasource": row["data_source"]}) + "\n")
     return len(rows)
 

@@ -33,9 +33,11 @@ its constructor parameters; default none) and ``answers`` (m; default 1) from ea
 need no Python: every column of that export is what they read.
 
 Shared weights: the K Dirichlet weights of a prompt group are
-``vpo.weights.group_weights([prompt_key], K, D, seed=seed, step=global_step)``, the project's one
-keying, so every rollout of the group and every rank sees the same K vectors without
-communication, and ``VPOReward`` and ``VPOTrainer(estimator="vpo")`` give the same set scores.
+``vpo.weights.group_weights([example_id], K, D, seed=seed, step=global_step)``, the project's one
+keying (``example_id`` is the exported column verl and OpenRLHF key on too; data without it falls
+back to the prompt text, ``prompt_key``), so every rollout of the group and every rank sees the
+same K vectors without communication, and ``VPOReward``, ``VPOTrainer(estimator="vpo")`` and the
+other engines give the same set scores for the same row, seed and step.
 
 Data flows one way in ``VPOTrainer``: ``_calculate_rewards`` decodes each prompt's example once,
 scores the local rollouts with the public hook ``score_rollouts`` (override it to change the
@@ -44,7 +46,7 @@ task scalar as TRL's reward; ``_generate_and_score_completions`` gathers the mat
 replaces TRL's advantages with the estimator's.
 
 ``VPOTrainer`` relies on two private TRL methods, ``_calculate_rewards`` and
-``_generate_and_score_completions`` (maintainer-endorsed for subclassing, TRL #4525);
+``_generate_and_score_completions`` (the TRL maintainers endorse overriding them in subclasses);
 ``check_trl_hooks`` verifies their signatures at construction and fails with a clear message if
 a TRL release changed them.
 """
@@ -66,9 +68,9 @@ from accelerate.utils import gather_object
 from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
-from vpo.estimators import WeightOptions, get_spec
+from vpo.estimators import WeightOptions, get_spec, rollout_score
 from vpo.integrations.trl_config import TASK_EPOCHS, RLConfig
-from vpo.rewards import completion_text
+from vpo.rewards import completion_text, prompt_key
 from vpo.tasks.base import Example, Task
 
 __all__ = [
@@ -86,6 +88,7 @@ __all__ = [
     "group_weights",
     "label_progress",
     "parse_example",
+    "group_keys",
     "prompt_key",
     "score_and_log",
     "step_line",
@@ -129,11 +132,12 @@ def check_trl_hooks(cls: type | None = None) -> None:
             + ". Pin trl==1.16.*, or use VPOReward with the stock GRPOTrainer (public API).")
 
 
-def prompt_key(prompt: str | Sequence[Mapping[str, Any]]) -> str:
-    """Stable text key of a prompt: the string itself, or the canonical JSON of chat messages."""
-    if isinstance(prompt, str):
-        return prompt
-    return json.dumps(list(prompt), sort_keys=True, ensure_ascii=False, default=str)
+def group_keys(prompts: Sequence[Any], example_ids: Sequence[Any] | None) -> list[str]:
+    """The group key of each row: its ``example_id`` (the key every engine uses) when the data
+    has that column, else the prompt text (``vpo.rewards.group_keys``, the one keying)."""
+    from vpo.rewards import group_keys as keys_of
+
+    return keys_of(prompts, None if example_ids is None else {"example_id": example_ids})
 
 
 def parse_example(value: Any, row: int | None = None) -> Example:
@@ -201,21 +205,24 @@ def _check_answers(kwargs: Mapping[str, Any], answers: int, reward: str) -> None
 def score_and_log(task: Task, texts: Sequence[str], examples: Sequence[Example], m: int,
                   log: Callable[[str, float], None] | None) -> list[np.ndarray]:
     """The (m, D) matrices of ``texts`` (one parse and one scoring each) and, through ``log``,
-    the chain metrics of that same pass: ``vpo/answers_parsed`` (non-blank answers per chain),
-    ``vpo/duplicate_rate`` (share of them the task's dedup drops) and ``vpo/objective/<name>``
-    (mean over chains of the best answer's value per objective)."""
-    stats: dict[str, int] = {}
-    matrices = [np.asarray(task.score_chain(t, ex, m, stats=stats), dtype=np.float64)
-                for t, ex in zip(texts, examples, strict=True)]
+    the chain metrics of that same pass (``vpo.step_metrics.chain_metrics``, the names every
+    engine logs): ``vpo/answers_parsed`` (answers per chain found in its tags),
+    ``vpo/duplicate_rate`` (share of the answers the task's dedup drops) and
+    ``vpo/objective/<name>`` (mean over chains of the best answer's value per objective)."""
+    from vpo.step_metrics import chain_metrics
+
+    counts = {"answers": [], "parsed": [], "duplicates": []}
+    matrices = []
+    for text, example in zip(texts, examples, strict=True):
+        stats: dict[str, int] = {}
+        matrices.append(np.asarray(task.score_chain(text, example, m, stats=stats), dtype=np.float64))
+        for key, values in counts.items():
+            values.append(stats.get(key, 0))
     if callable(log):
-        parsed = stats.get("answers", 0)
-        log("vpo/answers_parsed", parsed / max(len(texts), 1))
-        log("vpo/duplicate_rate", stats.get("duplicates", 0) / parsed if parsed else 0.0)
         names = task.objective_names(examples[0]) if examples else ()
-        if names and all(mat.shape[1] == len(names) for mat in matrices):
-            best = np.stack([mat.max(axis=0) if mat.size else np.zeros(len(names)) for mat in matrices])
-            for j, name in enumerate(names):
-                log(f"vpo/objective/{name}", float(best[:, j].mean()))
+        best = [mat.max(axis=0) if mat.size else np.zeros(mat.shape[1]) for mat in matrices]
+        for name, value in chain_metrics(**counts, best=best, names=names).items():
+            log(name, value)
     return matrices
 
 
@@ -227,11 +234,13 @@ class VPOReward:
 
     ``VPOReward(task, answers=m, seed=0, num_weights=100, alpha=1.0, sampler="iid")`` scores each
     completion with ``task.score_chain(text, example, m)`` -> (m, D) and returns
-    R = mean_k max_i w_k . r_i, with the K weights of a prompt keyed on (seed, prompt, global
-    step) (``group_weights``: identical for all N rollouts of the prompt on every rank). Needs
-    the dataset column ``example``. Logs through TRL's ``log_metric``: ``vpo/objective/<name>``
-    (best answer's value per objective, mean over rollouts), ``vpo/answers_parsed`` and
-    ``vpo/duplicate_rate``. The weight options are ``WeightOptions``'s, checked the same way.
+    R = mean_k max_i w_k . r_i (``vpo.estimators.set_score``, VPO's registered reduction), with
+    the K weights of a prompt keyed on (seed, example_id, global step) (``group_weights``:
+    identical for all N rollouts of the prompt on every rank; the prompt text keys data without
+    an ``example_id`` column). Needs the dataset column ``example``. Logs through TRL's
+    ``log_metric``: ``vpo/objective/<name>`` (best answer's value per objective, mean over
+    rollouts), ``vpo/answers_parsed`` and ``vpo/duplicate_rate``. The weight options are
+    ``WeightOptions``'s, checked the same way.
     """
 
     __name__ = "vpo"
@@ -246,7 +255,7 @@ class VPOReward:
         self.options = WeightOptions(num_weights=num_weights, alpha=alpha, sampler=sampler, seed=seed)
 
     def weights(self, prompt: Any, step: int, dim: int) -> np.ndarray:
-        """The (K, D) weights of ``prompt``'s group at ``step``."""
+        """The (K, D) weights of the group keyed ``prompt`` (its example_id or prompt text) at ``step``."""
         o = self.options
         return group_weights(o.seed, prompt_key(prompt), step, o.num_weights, dim, alpha=o.alpha, sampler=o.sampler)
 
@@ -260,15 +269,13 @@ class VPOReward:
         texts = [completion_text(c) for c in completions]
         matrices = score_and_log(self.task, texts, examples, self.answers, kwargs.get("log_metric"))
         cache: dict[tuple[str, int], np.ndarray] = {}
-        row_weights = []
-        for prompt, matrix in zip(prompts, matrices, strict=True):
-            key = (prompt_key(prompt), matrix.shape[1])
-            if key not in cache:
-                cache[key] = self.weights(prompt, step, matrix.shape[1])
-            row_weights.append(cache[key])
-        from vpo.objective import set_scores
-
-        return [float(x) for x in set_scores(matrices, row_weights)] if matrices else []
+        spec = get_spec("vpo")
+        out = []
+        for key, matrix in zip(group_keys(prompts, kwargs.get("example_id")), matrices, strict=True):
+            if (key, matrix.shape[1]) not in cache:
+                cache[key, matrix.shape[1]] = self.weights(key, step, matrix.shape[1])
+            out.append(rollout_score(spec, matrix, weights=cache[key, matrix.shape[1]]))
+        return out
 
 
 class TaskReward:
@@ -279,7 +286,7 @@ class TaskReward:
     answers=3)`` (with data whose prompts ask for 3 answers). Reads the ``example`` column, checks
     ``answers`` when present and logs the same chain metrics as ``VPOReward``
     (``vpo/objective/<name>``, ``vpo/answers_parsed``, ``vpo/duplicate_rate``). ``VPOTrainer``
-    logs it as ``rewards/task/mean`` and ``reward``.
+    hands TRL the estimator's own per-rollout score in its place (``reward``, ``rewards/task/mean``).
     """
 
     __name__ = "task"
@@ -309,14 +316,17 @@ TaskScalarReward = TaskReward
 # ----------------------------------------------------------------------------------------------
 # A'. the same rewards by dotted path, for TRL's own CLI (``trl grpo --reward_funcs``)
 # ----------------------------------------------------------------------------------------------
-_ROW_REWARDS: dict[tuple[str, str, str, int], Any] = {}
-"""One reward object per (kind, task, task parameters, m) the rows name."""
+_ROW_REWARDS: dict[tuple[Any, ...], Any] = {}
+"""One reward object per (kind, task, task parameters, m, weight options) the rows name."""
+
+_WEIGHT_COLUMNS = ("num_weights", "alpha", "sampler", "seed")
+"""Columns a row may carry to set its weight options (``vpo_reward``)."""
 
 
-def _reward_for(kind: str, name: str, params: str, answers: int) -> Any:
+def _reward_for(kind: str, name: str, params: str, answers: int, weights: tuple[tuple[str, Any], ...] = ()) -> Any:
     from vpo.export import make_task
 
-    key = (kind, name, params, answers)
+    key = (kind, name, params, answers, weights)
     if key not in _ROW_REWARDS:
         try:
             decoded = json.loads(params)
@@ -325,28 +335,52 @@ def _reward_for(kind: str, name: str, params: str, answers: int) -> Any:
         if not isinstance(decoded, Mapping):
             raise ValueError(f"column 'task_params' must hold a JSON object, got {params!r}")
         task, _ = make_task(name, decoded)
-        _ROW_REWARDS[key] = VPOReward(task, answers=answers) if kind == "vpo" else TaskReward(task, answers=answers)
+        _ROW_REWARDS[key] = (VPOReward(task, answers=answers, **dict(weights)) if kind == "vpo"
+                             else TaskReward(task, answers=answers))
     return _ROW_REWARDS[key]
+
+
+def _run_seed(kwargs: Mapping[str, Any]) -> int | None:
+    """The seed of the TRL run calling the reward (``--seed``): TRL passes its trainer's bound
+    ``_log_metric`` as ``log_metric``, and the trainer holds the run's arguments."""
+    trainer = getattr(kwargs.get("log_metric"), "__self__", None)
+    seed = getattr(getattr(trainer, "args", None), "seed", None)
+    return int(seed) if isinstance(seed, int) and not isinstance(seed, bool) else None
 
 
 def _row_rewards(kind: str, prompts: Sequence[Any], completions: Sequence[Any],
                  kwargs: Mapping[str, Any]) -> list[float]:
     """Score each row with the reward its ``task``, ``task_params`` and ``answers`` columns name
-    (rows of one setting are scored together, so a mixed dataset works too)."""
+    (rows of one setting are scored together, so a mixed dataset works too). For ``vpo`` the
+    weight options come from the row's ``num_weights``, ``alpha``, ``sampler``, ``seed`` columns
+    when it has them, else the seed is the run's (TRL's ``--seed``) and the rest
+    ``WeightOptions``' defaults."""
     n = len(completions)
     names = _row_values(kwargs, "task", n)
     params = [p if isinstance(p, str) else json.dumps(p or {}, sort_keys=True)
               for p in (kwargs.get("task_params") or [None] * n)]
     answers = [1 if a is None else int(a) for a in (kwargs.get("answers") or [None] * n)]
-    groups: dict[tuple[str, str, int], list[int]] = {}
+    run_seed = _run_seed(kwargs) if kind == "vpo" else None
+
+    def weights_of(i: int) -> tuple[tuple[str, Any], ...]:
+        if kind != "vpo":
+            return ()
+        given = {c: kwargs[c][i] for c in _WEIGHT_COLUMNS if kwargs.get(c) is not None and kwargs[c][i] is not None}
+        if "seed" not in given and run_seed is not None:
+            given["seed"] = run_seed
+        return tuple(sorted((c, v.item() if isinstance(v, np.generic) else v) for c, v in given.items()))
+
+    groups: dict[tuple[Any, ...], list[int]] = {}
     for i, setting in enumerate(zip(names, params, answers, strict=True)):
-        groups.setdefault((str(setting[0]), setting[1] or "{}", setting[2]), []).append(i)
+        groups.setdefault((str(setting[0]), setting[1] or "{}", setting[2], weights_of(i)), []).append(i)
     shared = {k: kwargs[k] for k in ("trainer_state", "log_metric") if k in kwargs}
+    ids = kwargs.get("example_id")
     out = [0.0] * n
-    for (name, task_params, m), rows in groups.items():
-        reward = _reward_for(kind, name, task_params, m)
+    for (name, task_params, m, weights), rows in groups.items():
+        reward = _reward_for(kind, name, task_params, m, weights)
         scores = reward([prompts[i] for i in rows], [completions[i] for i in rows],
-                        example=[kwargs["example"][i] for i in rows] if "example" in kwargs else None, **shared)
+                        example=[kwargs["example"][i] for i in rows] if "example" in kwargs else None,
+                        example_id=[ids[i] for i in rows] if ids is not None else None, **shared)
         for i, score in zip(rows, scores, strict=True):
             out[i] = score
     return out
@@ -361,18 +395,15 @@ def task_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: An
 def vpo_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
     """``VPOReward`` by dotted path (``trl grpo --reward_funcs vpo.integrations.trl.vpo_reward``):
     the set score of each row's m-answer chain (columns ``task``, ``task_params``, ``answers``,
-    ``example``), with ``WeightOptions``' defaults (K = 100, alpha 1, iid, seed 0; for others, pass
-    a ``VPOReward`` object from Python)."""
+    ``example``, ``example_id``). K, alpha, the sampler and the seed come from the row's
+    ``num_weights``, ``alpha``, ``sampler`` and ``seed`` columns when it has them; otherwise the
+    seed is the run's (``trl grpo --seed``) and the others ``WeightOptions``' defaults (100, 1, iid)."""
     return _row_rewards("vpo", prompts, completions, kwargs)
 
 
 # ----------------------------------------------------------------------------------------------
 # B. GRPOTrainer subclass with pluggable estimators
 # ----------------------------------------------------------------------------------------------
-_SET_BY_TRAINER = frozenset({"rng", "step", "weights", "weight_keys", "goal_weights"})
-"""Estimator options VPOTrainer fills in itself (keyed weights, steps, stated goals)."""
-
-
 class VPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` whose advantages come from a ``vpo.estimators`` estimator computed on the
     gathered (m, D) reward matrices of the whole generation batch.
@@ -395,9 +426,10 @@ class VPOTrainer(GRPOTrainer):
     ``group_ids`` (G contiguous rows per prompt, in TRL's global order), ``scalar`` (the task's
     fixed scalarisation, or the sum of the objectives weighted by ``reward_weights`` as TRL adds
     them) where accepted, ``seed`` (default ``args.seed``), ``step`` (the global step, for weights
-    drawn per step) and ``weight_keys`` (the group keys, so the weights are keyed on (seed, prompt,
-    step) exactly as ``VPOReward`` keys them) for estimators with keyed weights, and
-    ``goal_weights`` (read from the examples) for goal-conditioned estimators.
+    drawn per step) and ``weight_keys`` (the rows' ``example_id``, else the prompts, so the weights
+    are keyed on (seed, example_id, step) exactly as ``VPOReward``, verl and OpenRLHF key them) for
+    estimators with keyed weights, and ``goal_weights`` (read from the examples) for
+    goal-conditioned estimators.
     ``estimator_options`` are the estimator's other options (``num_weights``, ``alpha``,
     ``sampler``, ``std``, ``eps``, ``degenerate``, ``scale``, ``k``, ...; each estimator's
     defaults are the authors'; TRL's normalisation is ``TRL_NORM``). Diagnostics are logged as
@@ -433,10 +465,11 @@ class VPOTrainer(GRPOTrainer):
         self.vpo_estimator_name = estimator
         self.vpo_estimator = spec.fn
         self.vpo_options = dict(estimator_options or {})
-        clash = sorted(_SET_BY_TRAINER & set(self.vpo_options))
+        # a Python caller may give its own fixed scalar; the other injected options are the trainer's
+        clash = sorted((set(spec.injected_options) - {"scalar"}) & set(self.vpo_options))
         if clash:
-            raise ValueError(f"estimator_options {clash} are set by VPOTrainer (weights are keyed on (seed, prompt, "
-                             "global_step); goal weights come from the examples); remove them")
+            raise ValueError(f"estimator_options {clash} are set by VPOTrainer (weights are keyed on (seed, "
+                             "example_id, global_step); goal weights come from the examples); remove them")
         unknown = sorted(set(self.vpo_options) - set(spec.options))
         if unknown:
             raise ValueError(f"estimator {estimator!r} does not accept option(s) {unknown}; "
@@ -551,7 +584,7 @@ class VPOTrainer(GRPOTrainer):
             self._vpo_chain_prompts[key] = rewrite_chain_prompt(prompt, self.vpo_answers)
         return self._vpo_chain_prompts[key]
 
-    # -- TRL hook 1: score the local rollouts once -----------------------------------------------
+    # -- TRL hook 1: score the local rollouts once; TRL's reward is the estimator's per-rollout score --
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         if self.vpo_task is None:
             return self._score_with_reward_funcs(inputs, prompts, completions, completion_ids_list)
@@ -562,8 +595,10 @@ class VPOTrainer(GRPOTrainer):
         if len(matrices) != len(completions):
             raise RuntimeError(f"score_rollouts returned {len(matrices)} matrices for {len(completions)} completions")
         goals = [_goal(ex) for ex in examples] if self.vpo_spec.conditions_prompt else [None] * len(matrices)
-        self._vpo_batch = list(zip([prompt_key(p) for p in prompts], matrices, goals, strict=True))
-        rewards = torch.tensor(self.vpo_reward.from_matrices(matrices), dtype=torch.float32,
+        keys = group_keys(prompts, [row.get("example_id") for row in inputs] if any(
+            "example_id" in row for row in inputs) else None)
+        self._vpo_batch = list(zip(keys, matrices, goals, strict=True))
+        rewards = torch.tensor(self.rollout_scores(matrices, keys, goals), dtype=torch.float32,
                                device=self.accelerator.device).reshape(-1, 1)
         return gather(rewards)
 
@@ -654,6 +689,27 @@ class VPOTrainer(GRPOTrainer):
                 grouped[int(owner)].append(value)
             self._pending_extra_logs[key] = list(values[:before.get(key, 0)]) + grouped
 
+    def rollout_scores(self, matrices: Sequence[np.ndarray], keys: Sequence[str], goals: Sequence[Any]) -> list[float]:
+        """What TRL logs as ``reward``: the estimator's own per-rollout score (its registered
+        reduction, keyed as the estimator keys its weights), so the headline of a run is the
+        objective it trains; the best answer's fixed scalar for an estimator with no reduction."""
+        from vpo.estimators import WEIGHT_OPTIONS, reduction_context
+
+        spec = self.vpo_spec
+        if spec.reduce is None:
+            return self.vpo_reward.from_matrices(matrices)
+        options = self.vpo_options
+        own = {k: v for k, v in options.items() if k in spec.reduction_options and k not in WEIGHT_OPTIONS}
+        step = int(self.state.global_step)
+        scores = []
+        for matrix, key, goal in zip(matrices, keys, goals, strict=True):
+            context = reduction_context(spec, key=key, dim=matrix.shape[1], seed=options.get("seed", self.args.seed),
+                                        step=step, goal=goal, scalar=options.get("scalar", self.vpo_task.scalar),
+                                        num_weights=options.get("num_weights"), alpha=options.get("alpha"),
+                                        sampler=options.get("sampler"))
+            scores.append(rollout_score(spec, matrix, **context, **own))
+        return scores
+
     # -- TRL hook 2: replace the advantages with the estimator's, computed on the global batch --
     def _generate_and_score_completions(self, inputs):
         if self.vpo_task is None:
@@ -739,7 +795,8 @@ class VPOTrainer(GRPOTrainer):
     def compute_advantages(self, rewards: Sequence[np.ndarray], keys: Sequence[str], num_generations: int,
                            goals: Sequence[Any] | None = None) -> tuple[np.ndarray, dict[str, float]]:
         """Global advantages (B,) and diagnostics for matrices in TRL's global order (groups of
-        ``num_generations`` contiguous rows, prompts ``keys``). Identical on every rank."""
+        ``num_generations`` contiguous rows, group keys ``keys``: example ids or prompt texts).
+        Identical on every rank."""
         total = len(rewards)
         if total % num_generations:
             raise RuntimeError(f"VPOTrainer: {total} rollouts are not whole groups of {num_generations}")
@@ -756,7 +813,7 @@ class VPOTrainer(GRPOTrainer):
             options.pop("seed", None)
             options["goal_weights"] = np.stack(goals)
         elif spec.weights is not None:
-            # keyed on the prompt text, so two groups of one prompt get its weights, as VPOReward
+            # keyed on the row's example_id, so two groups of one row get its weights, as in every engine
             options["weight_keys"] = list(keys)
             if spec.weights == "per_step":
                 options["step"] = int(self.state.global_step)
@@ -768,7 +825,11 @@ class VPOTrainer(GRPOTrainer):
             raise RuntimeError(f"estimator {self.vpo_estimator_name!r} returned {advantages.shape[0]} "
                                f"advantages for {total} rollouts")
         advantages = np.nan_to_num(advantages, nan=0.0)
-        return advantages, dict(getattr(result, "diagnostics", {}) or {})
+        from vpo.step_metrics import score_metrics
+
+        diagnostics = dict(getattr(result, "diagnostics", {}) or {})
+        diagnostics.update(score_metrics(result.scores, group_ids))  # the names every engine logs
+        return advantages, diagnostics
 
     def _patch_logged_advantages(self, advantages: np.ndarray) -> None:
         logged = self._logs.get("advantages")

@@ -20,48 +20,60 @@ which reduces the rollout's (m, D) reward matrix to the method's per-rollout sca
 registered estimator then turns those scalars into advantages with the method's rule.
 
 Reward methods (``reward_kwargs.method``) are the registered estimators (``vpo.estimators``)
-whose ``EstimatorSpec.rollout_score`` an engine with scalar rewards can serve; the spec says how
-compute_score reduces the rollout's (m, D) matrix:
+that register a per-rollout reduction (``EstimatorSpec.reduce``); compute_score calls that
+reduction (``vpo.estimators.rollout_score``) on the rollout's (m, D) matrix, so the score is
+the estimator's own ``scores`` entry for that rollout:
 
-============== ====== ======================================================= =================
-method          m      per-rollout score from compute_score                    adv_estimator
-============== ====== ======================================================= =================
-vpo             any    set score R_g = (1/K) sum_k max_i w_k . r_i, K weights  vpo
-                       ~ Dir(alpha) shared by the prompt's group
-multi_rlvr      any    sum over the deduplicated, zero-padded answers of the   multi_rlvr (or grpo)
-                       task's fixed scalar
-grpo            1      the task's fixed scalar                                 grpo (verl's own)
-max_at_k        1      the task's fixed scalar                                 max_at_k
-maxrl           1      the task's fixed scalar                                 maxrl
-random_weight   1      w . r, one w ~ Dir(alpha) per prompt, not in the prompt random_weight (or grpo)
-goal_conditioned 1     w . r with the w the prompt states (in the ground truth) goal_conditioned (or grpo)
-============== ====== ======================================================= =================
+================ ====== ===================================================== =================
+method           m      per-rollout score (its reduction)                     adv_estimator
+================ ====== ===================================================== =================
+vpo              any    ``set_score``: R = (1/K) sum_k max_i w_k . r_i, K      vpo
+                        weights ~ Dir(alpha) shared by the prompt's group
+multi_rlvr       any    ``scalar_sum``: the task's fixed scalar summed over    multi_rlvr (or grpo)
+                        the deduplicated, zero-padded answers
+grpo             1      ``fixed_scalar``: the task's fixed scalar              grpo (verl's own)
+max_at_k         1      ``fixed_scalar``                                       max_at_k
+maxrl            1      ``fixed_scalar``                                       maxrl
+random_weight    1      ``weighted``: w . r, one keyed w per prompt            random_weight (or grpo)
+goal_conditioned 1      ``weighted`` with the w the prompt states              goal_conditioned (or grpo)
+================ ====== ===================================================== =================
 
-Registered estimator names: every such spec except verl's own ``grpo`` (``gdpo`` needs
-per-objective rewards, which only verl's deprecated legacy trainer passes; multi-turn
-rollouts need verl's ``grpo``, the only one that gets the per-session broadcast). Each takes
-the per-rollout score ``token_level_rewards.sum(-1)``, groups it by ``uid`` and runs the same
-``vpo.estimators`` estimator on it as (B, 1, 1) reward matrices (one answer, one objective: the
-fixed scalar is the score itself and every weight is 1), so the advantages equal
-``get_estimator(...)`` on the rollouts' own reward matrices with the same weights.
+GDPO registers no reduction (it needs the per-objective rewards), so compute_score refuses it
+as a method. verl runs it with its own ``gdpo`` estimator on compute_score's per-objective
+fields: ``algorithm.adv_estimator=gdpo`` and ``+algorithm.gdpo_reward_keys=[best_<name>, ...]``
+(any reward method; the ``best_<name>`` fields are the per-objective maxima over the answers,
+the rollout vector ``vpo.estimators`` gdpo uses). verl passes that estimator the response
+lengths, so its whitening is token-weighted, equal to ``get_estimator("gdpo")(...,
+response_lengths=...)``. TRL passes no lengths (per-rollout whitening, as TRL's own
+``normalize_then_sum``); OpenRLHF cannot run GDPO (one scalar reward per sample).
 
-Estimator options: ``+algorithm.vpo_options.NAME=VALUE`` passes ``NAME`` to that
-``vpo.estimators`` estimator (``std``, ``eps``, ``degenerate``, ``scale``; ``k`` for
-``max_at_k``); an option it does not take raises, naming it.
+Advantage estimators: every reward method with an advantage rule (``EstimatorSpec.advantage``)
+except verl's own ``grpo`` is registered in verl under its name (multi-turn rollouts need verl's
+``grpo``, the only one that gets the per-session broadcast). Each takes the per-rollout score
+``token_level_rewards.sum(-1)``, groups it by ``uid`` and applies the estimator's rule
+(``vpo.estimators.advantages_from_scores``) without running the estimator again, so the
+advantages equal ``get_estimator(...)`` on the rollouts' own reward matrices with the same weights.
+
+Options split in two (``EstimatorSpec.reduction_options`` and ``.advantage_options``): the
+weight options (``num_weights``, ``alpha``, ``sampler``, ``seed``) and a reduction's own options
+go in ``reward.custom_reward_function.reward_kwargs``; the advantage rule's (``std``, ``eps``,
+``degenerate``, ``scale``; ``k`` for ``max_at_k``) in ``+algorithm.vpo_options.NAME=VALUE``. An
+option on the wrong side, or one the estimator does not take, raises naming it.
 ``algorithm.norm_adv_by_std_in_grpo=false`` is rejected by these estimators rather than
 ignored (use ``+algorithm.vpo_options.scale=none`` for centring without division).
 
 Shared weights. verl passes no uid and no step to ``compute_score``; the weights of a prompt
-are ``vpo.weights.group_weights([extra_info["index"]], K, D, seed=seed, step=step)``, the
-project's one keying, so all N rollouts of a prompt use the same K weights (common random
-numbers, docs/algorithm.md §1). ``step`` is ``extra_info["global_steps"]`` when the data carries it
-(a custom dataset or reward manager can add it); verl 0.9.1's reward loop does not, and then
-the step is ``FIXED``: a prompt keeps its K weights for the whole run (a fixed bank of K draws
-per prompt). ``docs/algorithm.md`` lists this as a deviation.
+are ``vpo.weights.group_weights([extra_info["example_id"]], K, D, seed=seed, step=step)``, the
+project's one keying (the key TRL and OpenRLHF use too; data exported without ``example_id``
+falls back to ``extra_info["index"]``), so all N rollouts of a prompt use the same K weights
+(common random numbers, docs/algorithm.md §1). ``step`` is ``extra_info["global_steps"]`` when
+the data carries it (a custom dataset or reward manager can add it); verl 0.9.1's reward loop does
+not, and then the step is ``FIXED``: a prompt keeps its K weights for the whole run (a fixed bank
+of K draws per prompt). ``docs/algorithm.md`` lists this as a deviation.
 
 Input checks (a misconfigured run fails on its first reward call, naming the option, instead
 of training on wrong rewards): unknown task in ``data_source``; ``extra_info`` without
-``index`` or ``answers``; ``reward_kwargs.m`` different from the prompt's ``answers``; a
+``example_id`` and ``index``, or without ``answers``; ``reward_kwargs.m`` different from the prompt's ``answers``; a
 single-answer method on an m-answer prompt; an unknown ``reward_kwargs`` option.
 """
 
@@ -93,19 +105,16 @@ __all__ = [
 # Reward side
 # --------------------------------------------------------------------------------------
 
-SCALAR_ROLLOUT_SCORES = ("set_score", "scalar", "scalar_sum", "weighted")
-"""``EstimatorSpec.rollout_score`` values a one-number-per-rollout engine can serve."""
-
 VERL_OWN = ("grpo", "gdpo")
 """verl's own estimator names: used as they are, never registered by vpo."""
 
 
 def reward_methods() -> dict[str, Any]:
-    """The registered estimators compute_score can score for: name -> ``EstimatorSpec``."""
+    """The registered estimators compute_score can score for (those with a per-rollout
+    reduction): name -> ``EstimatorSpec``."""
     from vpo.estimators import get_spec, list_estimators
 
-    return {name: get_spec(name) for name in list_estimators() if get_spec(name).rollout_score in
-            SCALAR_ROLLOUT_SCORES}
+    return {name: get_spec(name) for name in list_estimators() if get_spec(name).reduce is not None}
 
 
 # Keyword arguments some verl reward managers add at call time; accepted and ignored.
@@ -165,13 +174,21 @@ def _get_task(name: str, params: Mapping[str, Any]):
     return task
 
 
-def _group_key(index: Any) -> int | str:
-    """The prompt's ``index`` as a plain int or str (numpy scalars hash like Python ones)."""
-    if isinstance(index, np.generic):
-        index = index.item()
-    if isinstance(index, bool) or not isinstance(index, int | str):
-        raise ValueError(f"extra_info.index must be an int or a str, got {type(index).__name__} {index!r}")
-    return index
+def _group_key(key: Any) -> int | str:
+    """The prompt's group key as a plain int or str (numpy scalars hash like Python ones)."""
+    if isinstance(key, np.generic):
+        key = key.item()
+    if isinstance(key, bool) or not isinstance(key, int | str):
+        raise ValueError(f"the group key (extra_info.example_id) must be a str or an int, got "
+                         f"{type(key).__name__} {key!r}")
+    return key
+
+
+def row_key(extra_info: Mapping[str, Any]) -> int | str:
+    """The group key of an exported row: its ``example_id`` (the key every engine uses), or its
+    ``index`` for data exported without one."""
+    key = extra_info.get("example_id")
+    return _group_key(extra_info["index"] if key is None else key)
 
 
 @lru_cache(maxsize=8192)
@@ -185,12 +202,13 @@ def _cached_weights(seed: int, key: int | str, step: Any, dim: int, num_weights:
     return weights
 
 
-def group_weights(index: Any, dim: int, *, num_weights: int = WeightOptions.num_weights,
+def group_weights(key: Any, dim: int, *, num_weights: int = WeightOptions.num_weights,
                   alpha: float = WeightOptions.alpha, sampler: str = WeightOptions.sampler,
                   seed: int = WeightOptions.seed, step: Any = FIXED) -> np.ndarray:
-    """The (K, D) Dirichlet weights of the prompt with dataset ``index`` at ``step``: identical
-    for every rollout of that prompt, in every process (``vpo.weights.group_weights``). Read-only."""
-    return _cached_weights(int(seed), _group_key(index), step, int(dim), int(num_weights), float(alpha), sampler)
+    """The (K, D) Dirichlet weights of the prompt with group ``key`` (its ``example_id``) at
+    ``step``: identical for every rollout of that prompt, in every process and engine
+    (``vpo.weights.group_weights``). Read-only."""
+    return _cached_weights(int(seed), _group_key(key), step, int(dim), int(num_weights), float(alpha), sampler)
 
 
 def _check_options(method: str, num_weights: Any, alpha: Any, sampler: Any, seed: Any) -> WeightOptions:
@@ -203,34 +221,44 @@ def _check_options(method: str, num_weights: Any, alpha: Any, sampler: Any, seed
         raise ValueError(f"reward_kwargs.{err}") from None  # the message starts with the field name
 
 
-def score_rollout(task_name: Any, text: str, example: Mapping[str, Any], *, m: int, index: Any,
+def score_rollout(task_name: Any, text: str, example: Mapping[str, Any], *, m: int, key: Any,
                   method: str = "vpo", num_weights: int = WeightOptions.num_weights, alpha: float = WeightOptions.alpha,
                   sampler: str = WeightOptions.sampler, seed: int = WeightOptions.seed, step: Any = FIXED,
-                  task_params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                  task_params: Mapping[str, Any] | None = None,
+                  options: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Score one rollout (engine-free; verl's and OpenRLHF's adapters call this). ``task_name``:
     a registered task's name (built with ``task_params``), or a ``Task`` instance.
 
-    Returns a flat dict: ``score`` (the method's per-rollout scalar, per its spec's
-    ``rollout_score``), ``set_score`` (VPO's R_g with the prompt's shared weights, logged for
-    every method), ``fixed_scalar`` (best fixed scalar among the answers), ``fixed_scalar_sum``,
-    ``nonzero_answers`` (distinct answers with a non-zero reward vector), ``acc`` (1.0 when
-    some answer is solved), ``answers_parsed`` (non-blank answers found in the text, at most m),
-    ``duplicate_answers`` (those dropped as duplicates), ``best_<objective>`` per objective for
-    tasks with fixed objective names, and ``objective_best`` (JSON list of the per-objective
-    maxima, for every task). The
-    keys depend only on the task class, so they are identical for every rollout of a run.
+    ``key`` is the prompt's group key (the exported ``example_id``); ``options`` the method's
+    own reduction options (``EstimatorSpec.reduction_options`` beyond the weight options).
+    Returns a flat dict: ``score`` (the method's per-rollout score: its registered reduction,
+    ``vpo.estimators.rollout_score``), ``set_score`` (VPO's R_g with the prompt's shared
+    weights, logged for every method), ``fixed_scalar`` (best fixed scalar among the answers),
+    ``fixed_scalar_sum``, ``nonzero_answers`` (distinct answers with a non-zero reward vector),
+    ``acc`` (1.0 when some answer is solved), ``answers_parsed`` (non-blank answers found in the
+    chain's tags, at most m), ``scored_answers`` (non-blank answers scored, fallbacks included),
+    ``duplicate_answers`` (those dropped as duplicates), ``best_<objective>``
+    per objective for tasks with fixed objective names, and ``objective_best`` (JSON list of the
+    per-objective maxima, for every task). The keys depend only on the task class, so they are
+    identical for every rollout of a run.
     """
+    from vpo.estimators import reduction_context, rollout_score
     from vpo.goals import goal_of
     from vpo.objective import set_scores
 
-    options = _check_options(method, num_weights, alpha, sampler, seed)
+    weight_options = _check_options(method, num_weights, alpha, sampler, seed)
     spec = reward_methods()[method]
+    own = dict(options or {})
+    unknown = sorted(set(own) - (set(spec.reduction_options) - {"num_weights", "alpha", "sampler", "seed"}))
+    if unknown:
+        raise ValueError(f"method={method!r}: {', '.join(unknown)} is not an option of its reduction (its options: "
+                         f"{', '.join(spec.reduction_options) or 'none'})")
     if isinstance(m, bool) or not isinstance(m, int | np.integer) or m < 1:
         raise ValueError(f"m (extra_info.answers) must be a positive integer, got {m!r}")
     if not spec.multi_answer and m != 1:
         raise ValueError(f"reward_kwargs.method={method!r} trains single-answer rollouts but the prompt asks for "
                          f"m={m} answers (extra_info.answers); export with --answers 1 or use method vpo/multi_rlvr")
-    key = _group_key(index)
+    key = _group_key(key)
     # a Task instance scores as it is (vpo.integrations.verl_rewards: a user's compute_score as a task)
     task = task_name if not isinstance(task_name, str) else _get_task(task_name, dict(task_params or {}))
     example = task.validate(example, row=key)
@@ -243,28 +271,19 @@ def score_rollout(task_name: Any, text: str, example: Mapping[str, Any], *, m: i
     rows = matrix if matrix.shape[0] else np.zeros((1, dim))  # code chains are unpadded: keep one row
     scalars = np.atleast_1d(np.asarray(task.scalar(rows), dtype=np.float64))
 
-    weights = group_weights(key, dim, num_weights=options.num_weights, alpha=options.alpha,
-                            sampler=options.sampler, seed=options.seed, step=step)
+    weights = group_weights(key, dim, num_weights=weight_options.num_weights, alpha=weight_options.alpha,
+                            sampler=weight_options.sampler, seed=weight_options.seed, step=step)
     set_score = float(np.asarray(set_scores([rows], weights), dtype=np.float64).reshape(-1)[0])
-
-    if spec.rollout_score == "set_score":
-        score = set_score
-    elif spec.rollout_score == "scalar_sum":
-        score = float(scalars.sum())
-    elif spec.rollout_score == "weighted":
-        if spec.conditions_prompt:
-            w = goal_of(example)
-            if w is None:
-                raise ValueError(f"method={method!r} needs the goal weights the prompt states; export the data "
-                                 f"with `vpo data export {task_name} --format verl --method {method}`")
-            if w.shape != (dim,):
-                raise ValueError(f"the example's goal weights have {w.shape[0]} entries for D={dim} objectives")
-        else:  # one w per prompt, fixed for the run (the authors' release)
-            w = group_weights(key, dim, num_weights=1, alpha=options.alpha, sampler=options.sampler,
-                              seed=options.seed)[0]
-        score = float(rows[0] @ w)
-    else:  # "scalar": the fixed scalar of the single answer
-        score = float(scalars[0])
+    stated = goal_of(example) if spec.conditions_prompt else None
+    if stated is not None and stated.shape != (dim,):
+        raise ValueError(f"the example's goal weights have {stated.shape[0]} entries for D={dim} objectives")
+    try:
+        context = reduction_context(spec, key=key, dim=dim, seed=weight_options.seed, step=step, goal=stated,
+                                    scalar=task.scalar, num_weights=weight_options.num_weights,
+                                    alpha=weight_options.alpha, sampler=weight_options.sampler)
+    except ValueError as err:
+        raise ValueError(f"{err} (`vpo data export {task_name} --format verl --method {method}`)") from None
+    score = rollout_score(spec, matrix, **context, **own)
 
     best = rows.max(axis=0)
     out: dict[str, Any] = {
@@ -275,6 +294,7 @@ def score_rollout(task_name: Any, text: str, example: Mapping[str, Any], *, m: i
         "nonzero_answers": int(np.count_nonzero(np.any(matrix != 0.0, axis=1))) if matrix.size else 0,
         "acc": float(any(task.solved(row) for row in rows)),
         "answers_parsed": int(parsed.get("answers", 0)),
+        "scored_answers": int(parsed.get("parsed", 0)),
         "duplicate_answers": int(parsed.get("duplicates", 0)),
     }
     if type(task).objectives:  # fixed objective names: one flat key per objective
@@ -304,18 +324,24 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
 
     Returns ``score_rollout``'s dict; ``score`` is what verl puts at the last response token.
     """
-    unknown = set(engine_kwargs) - _ENGINE_KWARGS
+    spec = reward_methods().get(method)
+    own = sorted(set(spec.reduction_options) - {"num_weights", "alpha", "sampler", "seed"}) if spec else []
+    unknown = set(engine_kwargs) - _ENGINE_KWARGS - set(own)
     if unknown:
+        advantage_side = sorted(unknown & set(spec.advantage_options)) if spec else []
+        if advantage_side:
+            raise ValueError(f"reward_kwargs {advantage_side} are options of {method!r}'s advantage rule; set "
+                             f"+algorithm.vpo_options.{advantage_side[0]} instead")
         raise ValueError(f"unknown reward_kwargs option(s) {', '.join(sorted(unknown))}; known: method, m, "
-                         "num_weights, alpha, sampler, seed, task_params")
+                         f"num_weights, alpha, sampler, seed, task_params{''.join(', ' + o for o in own)}")
     if not isinstance(data_source, str) or not data_source:
         raise ValueError(f"data_source must be a vpo task name, got {data_source!r}")
     if not isinstance(extra_info, Mapping):
         raise ValueError(f"extra_info must be a mapping with index and answers (vpo data export), got "
                          f"{type(extra_info).__name__}")
-    if "index" not in extra_info or extra_info["index"] is None:
-        raise ValueError("extra_info.index is missing: the prompt's weights are keyed on it; export the data with "
-                         "`vpo data export TASK --format verl`")
+    if extra_info.get("example_id") is None and extra_info.get("index") is None:
+        raise ValueError("extra_info.example_id (and extra_info.index) is missing: the prompt's weights are keyed on "
+                         "it; export the data with `vpo data export TASK --format verl`")
     prompt_m = extra_info.get("answers")
     if prompt_m is None:
         if m is None:
@@ -344,9 +370,9 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
                          f"{type(example).__name__}")
     step = extra_info.get("global_steps")
     step = FIXED if step is None else int(step.item() if isinstance(step, np.generic) else step)
-    return score_rollout(data_source, solution_str, example, m=prompt_m, index=extra_info["index"], method=method,
+    return score_rollout(data_source, solution_str, example, m=prompt_m, key=row_key(extra_info), method=method,
                          num_weights=num_weights, alpha=alpha, sampler=sampler, seed=seed, step=step,
-                         task_params=params)
+                         task_params=params, options={k: engine_kwargs[k] for k in own if k in engine_kwargs})
 
 
 # --------------------------------------------------------------------------------------
@@ -361,16 +387,12 @@ def _config_get(config: Any, key: str, default: Any = None) -> Any:
     return getattr(config, key, default)
 
 
-_REWARD_SIDE_OPTIONS = frozenset({"num_weights", "alpha", "sampler", "seed", "rng", "step", "weights", "weight_keys",
-                                  "goal_weights"})
-"""Estimator options that act in compute_score (the weights), not on the per-rollout scores."""
-
-
 def _scalar_advantage(name: str, token_level_rewards, response_mask, config, index):
-    """Shared body of the registered estimators: per-rollout score -> vpo.estimators -> (bs, L)."""
+    """Shared body of the registered estimators: the estimator's advantage rule on the per-rollout
+    scores compute_score returned (its reduction), grouped by uid -> (bs, L)."""
     import torch
 
-    from vpo.estimators import get_spec
+    from vpo.estimators import advantages_from_scores, get_spec
 
     if index is None:
         raise ValueError(f"advantage estimator {name!r} needs the group ids (verl's non_tensor_batch['uid'])")
@@ -378,30 +400,32 @@ def _scalar_advantage(name: str, token_level_rewards, response_mask, config, ind
         raise ValueError(f"algorithm.norm_adv_by_std_in_grpo=false is not supported by advantage estimator {name!r}; "
                          "use algorithm.adv_estimator=grpo for unscaled advantages")
     spec = get_spec(name)
-    options: dict[str, Any] = {"seed": 0} if "seed" in spec.options else {}  # D = 1: every weight is 1
     user = _config_get(config, "vpo_options", None)
+    options: dict[str, Any] = {}
     if user is not None:
         if not isinstance(user, Mapping):
             raise ValueError(f"algorithm.vpo_options must be a mapping of estimator options, got {type(user).__name__}")
-        misplaced = sorted(set(user) & _REWARD_SIDE_OPTIONS)
+        options = _plain(user)
+        misplaced = sorted(set(options) & set(spec.reduction_options))
         if misplaced:
-            raise ValueError(f"algorithm.vpo_options {misplaced} do nothing in advantage estimator {name!r}: the "
-                             "weights are drawn in compute_score; set reward.custom_reward_function.reward_kwargs."
+            raise ValueError(f"algorithm.vpo_options {misplaced} do nothing in advantage estimator {name!r}: they act "
+                             "in the per-rollout score; set reward.custom_reward_function.reward_kwargs."
                              f"{misplaced[0]} instead")
-        options.update(_plain(user))
+        injected = sorted(set(options) & set(spec.injected_options))
+        if injected:
+            raise ValueError(f"algorithm.vpo_options {injected} are set by the adapter, not by the user")
     scores = token_level_rewards.detach().sum(dim=-1).to(torch.float64).cpu().numpy()
     group_ids = [g.item() if isinstance(g, np.generic) else g for g in index]
     if len(group_ids) != len(scores):
         raise ValueError(f"advantage estimator {name!r}: {len(group_ids)} group ids for {len(scores)} rollouts")
     try:
-        result = spec.fn(scores.reshape(-1, 1, 1), group_ids, **options)
+        values = advantages_from_scores(spec, scores, group_ids, **options)
     except ValueError as err:
         if user:
             raise ValueError(f"advantage estimator {name!r} with algorithm.vpo_options={dict(_plain(user))}: "
                              f"{err}") from None
         raise
-    adv = torch.as_tensor(np.asarray(result.advantages, dtype=np.float64), dtype=token_level_rewards.dtype,
-                          device=token_level_rewards.device)
+    adv = torch.as_tensor(values, dtype=token_level_rewards.dtype, device=token_level_rewards.device)
     advantages = adv.unsqueeze(-1) * response_mask.to(token_level_rewards.dtype)
     return advantages, advantages.clone()
 
@@ -414,9 +438,9 @@ def _verl_estimator(name: str):
         return _scalar_advantage(name, token_level_rewards, response_mask, config, index)
 
     estimator.__name__ = estimator.__qualname__ = f"{name}_advantage"
-    estimator.__doc__ = (f"verl estimator ``{name}``: ``vpo.estimators`` {name!r} on the per-rollout scores grouped "
-                         "by uid (``+algorithm.vpo_options.NAME`` passes its options). ``non_tensor_batch`` is "
-                         "accepted (verl PR #7473) and unused.")
+    estimator.__doc__ = (f"verl estimator ``{name}``: the advantage rule of ``vpo.estimators`` {name!r} on the "
+                         "per-rollout scores grouped by uid (``+algorithm.vpo_options.NAME`` passes its options). "
+                         "``non_tensor_batch`` is accepted (newer verl passes it) and unused.")
     return estimator
 
 
@@ -425,10 +449,11 @@ VERL_ESTIMATORS: dict[str, Any] = {}
 
 
 def verl_estimators() -> dict[str, Any]:
-    """``VERL_ESTIMATORS`` with an entry for every registered estimator verl can run (scalar
-    rollout scores, not one of ``VERL_OWN``); estimators registered since the last call are added."""
-    for name in reward_methods():
-        if name not in VERL_OWN and name not in VERL_ESTIMATORS:
+    """``VERL_ESTIMATORS`` with an entry for every registered estimator verl can run (a per-rollout
+    reduction and an advantage rule, not one of ``VERL_OWN``); estimators registered since the last
+    call are added."""
+    for name, spec in reward_methods().items():
+        if spec.advantage is not None and name not in VERL_OWN and name not in VERL_ESTIMATORS:
             if name != name.lower():
                 raise ValueError(f"estimator {name!r}: verl lower-cases plugin names; register it in lower case")
             VERL_ESTIMATORS[name] = _verl_estimator(name)

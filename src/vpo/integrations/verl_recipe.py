@@ -23,8 +23,6 @@ from typing import Any
 
 __all__ = ["RecipePlan", "plan_run", "reward_step_metrics", "verl_steps"]
 
-ZERO_STD = 1e-6
-"""Group std below which a group's advantages are 0 (the ``vpo`` estimator's default ``degenerate`` rule)."""
 
 
 def verl_steps(train_rows: int, train_batch_size: int, epochs: int) -> tuple[int, int]:
@@ -102,45 +100,49 @@ def _number(value: Any) -> float | None:
     return None
 
 
+_CHAIN_KEYS = ("score", "answers_parsed", "scored_answers", "duplicate_answers", "objective_best")
+"""Per-rollout keys of ``compute_score`` that feed the shared metrics rather than a mean of their own."""
+
+
 def reward_step_metrics(infos: Sequence[Mapping[str, Any]], group_ids: Sequence[Hashable], *,
                         prefix: str = "vpo/") -> dict[str, float]:
     """Per-step metrics from the dicts ``compute_score`` returned for one step's rollouts.
 
     ``infos[i]``: rollout i's reward extra info (verl's ``reward_extra_info``), ``group_ids[i]``
-    its prompt. Returns ``{prefix}<key>/mean`` for every numeric key (``score``, ``set_score``,
-    ``fixed_scalar``, ``acc``, ``answers_parsed``, ``best_<objective>`` ...), the per-objective
-    means ``{prefix}objective_best/<d>/mean`` when every rollout has the same D, and the
-    spread of ``score`` within prompts: ``{prefix}group_score_std/mean`` (population std, the
-    ``vpo`` estimator's) and ``{prefix}group_score_std/zero_frac`` (share of prompts whose std
-    is below 1e-6, whose advantages are all 0).
+    its prompt. Returns the names TRL and OpenRLHF log too (``vpo.step_metrics``):
+    ``vpo/answers_parsed``, ``vpo/duplicate_rate``, ``vpo/objective/<name>`` (objective names
+    from the ``best_<name>`` keys, else their index), ``vpo/score_mean``, ``vpo/group_std``,
+    ``vpo/frac_zero_std``; and ``{prefix}<key>`` for the mean of every other numeric key
+    (``set_score``, ``fixed_scalar``, ``acc`` ...).
     """
+    from vpo.step_metrics import chain_metrics, score_metrics
+
     if len(infos) != len(group_ids):
         raise ValueError(f"{len(infos)} reward infos for {len(group_ids)} group ids")
     out: dict[str, float] = {}
     if not infos:
         return out
     keys = list(dict.fromkeys(k for info in infos for k in info))
+    named = [k[len("best_"):] for k in keys if k.startswith("best_")]
     for key in keys:
+        if key in _CHAIN_KEYS or key.startswith("best_"):
+            continue
         values = [_number(info.get(key)) for info in infos]
         values = [v for v in values if v is not None]
         if values:
-            out[f"{prefix}{key}/mean"] = sum(values) / len(values)
+            out[f"{prefix}{key}"] = sum(values) / len(values)
     best = [json.loads(info["objective_best"]) for info in infos if isinstance(info.get("objective_best"), str)]
-    if best and len(best) == len(infos) and len({len(b) for b in best}) == 1:
-        for d in range(len(best[0])):
-            out[f"{prefix}objective_best/{d}/mean"] = sum(b[d] for b in best) / len(best)
-    groups: dict[Hashable, list[float]] = {}
-    for info, group in zip(infos, group_ids, strict=True):
-        score = _number(info.get("score"))
-        if score is not None:
-            groups.setdefault(group, []).append(score)
-    if groups:
-        stds = []
-        for scores in groups.values():
-            mean = sum(scores) / len(scores)
-            stds.append(math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores)))
-        out[f"{prefix}group_score_std/mean"] = sum(stds) / len(stds)
-        out[f"{prefix}group_score_std/zero_frac"] = sum(s < ZERO_STD for s in stds) / len(stds)
+    if len(best) != len(infos) or len({len(b) for b in best}) != 1:
+        best = []
+    names = named if best and len(named) == len(best[0]) else [str(d) for d in range(len(best[0]))] if best else []
+    out.update(chain_metrics(answers=[_number(i.get("answers_parsed")) or 0.0 for i in infos],
+                             parsed=[_number(i.get("scored_answers", i.get("answers_parsed"))) or 0.0 for i in infos],
+                             duplicates=[_number(i.get("duplicate_answers")) or 0.0 for i in infos],
+                             best=best or None, names=names))
+    scored = [(g, _number(i.get("score"))) for i, g in zip(infos, group_ids, strict=True)]
+    scored = [(g, v) for g, v in scored if v is not None]
+    if scored:
+        out.update(score_metrics([v for _, v in scored], [g for g, _ in scored]))
     return out
 
 

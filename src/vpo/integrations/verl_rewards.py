@@ -131,10 +131,16 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
     """verl's reward function over the user's own ``compute_score`` (see the module docstring)."""
     from vpo.integrations.verl import score_rollout
 
-    unknown = set(engine_kwargs) - _ENGINE_KWARGS
+    from vpo.integrations.verl import reward_methods
+
+    spec = reward_methods().get(method)
+    # the method's own reduction options (beyond the weight options) reach its reduction, as in compute_score
+    own = sorted(set(spec.reduction_options) - {"num_weights", "alpha", "sampler", "seed"}) if spec else []
+    unknown = set(engine_kwargs) - _ENGINE_KWARGS - set(own)
     if unknown:
         raise ValueError(f"unknown reward_kwargs option(s) {', '.join(sorted(unknown))}; known: score_path, "
-                         "score_name, reward_keys, answers, method, num_weights, alpha, sampler, seed, scaling")
+                         "score_name, reward_keys, answers, method, num_weights, alpha, sampler, seed, scaling"
+                         + "".join(", " + o for o in own))
     if not score_path:
         raise ValueError("reward_kwargs.score_path is missing: the file (or pkg://module) of your compute_score, "
                          "what custom_reward_function.path was")
@@ -157,8 +163,9 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
                "extra_info": info}
     step = info.get("global_steps")
     step = FIXED if step is None else int(step.item() if isinstance(step, np.generic) else step)
-    out = score_rollout(task, solution_str, example, m=m, index=key, method=method, num_weights=num_weights,
-                        alpha=alpha, sampler=sampler, seed=seed, step=step)
+    out = score_rollout(task, solution_str, example, m=m, key=key, method=method, num_weights=num_weights,
+                        alpha=alpha, sampler=sampler, seed=seed, step=step,
+                        options={k: engine_kwargs[k] for k in own if k in engine_kwargs})
     for key, value in zip(task.objective_names(example), json.loads(out["objective_best"]), strict=True):
         out[f"best_{key}"] = float(value)
     return out

@@ -5,7 +5,9 @@ Usage::
     from vpo.tasks import get_task, list_tasks
     task = get_task("maze", size=5, reward_mode="linear")
 
-Built-in tasks live one per module and are imported on first use; third-party tasks register
+Built-in tasks live one per module of this package (the task ``X`` in ``vpo/tasks/X.py`` or
+``vpo/tasks/X/``) and register themselves when first used: a new module here needs no other
+edit. Third-party tasks register
 with ``@register_task("name")`` on a ``Task`` subclass, or from another package through an
 entry point of the group ``vpo.tasks`` naming the module that registers them (or the ``Task``
 subclass itself, registered under the entry point's name)::
@@ -32,16 +34,13 @@ logger = logging.getLogger(__name__)
 _REGISTRY: dict[str, type[Task]] = {}
 _PLUGINS_LOADED = False
 
-# name -> module that registers it on import
-_BUILTIN_MODULES = {
-    "maze": "vpo.tasks.maze",
-    "musique": "vpo.tasks.musique",
-    "eureqa": "vpo.tasks.eureqa",
-    "toolcall": "vpo.tasks.toolcall",
-    "code": "vpo.tasks.code",
-    "math": "vpo.tasks.math",
-    "own_rewards": "vpo.tasks.own_rewards",
-}
+
+
+def _in_tree_modules() -> list[str]:
+    """The modules of this package (each task module registers its task on import)."""
+    import pkgutil
+
+    return [info.name for info in pkgutil.iter_modules(__path__)]
 
 
 def register_task(name: str) -> Callable[[type[Task]], type[Task]]:
@@ -59,9 +58,9 @@ def register_task(name: str) -> Callable[[type[Task]], type[Task]]:
 
 
 def _load_builtin(name: str) -> None:
-    module = _BUILTIN_MODULES.get(name)
-    if module is not None and name not in _REGISTRY:
-        importlib.import_module(module)
+    """Import ``vpo.tasks.<name>`` when it exists and ``name`` is not registered yet."""
+    if name not in _REGISTRY and name in _in_tree_modules():
+        importlib.import_module(f"{__name__}.{name}")
 
 
 def _load_plugins() -> None:
@@ -99,10 +98,10 @@ def get_task(name: str, **params: Any) -> Task:
 def list_tasks() -> list[str]:
     """Names of all available tasks (built-in ones whose module imports, ``vpo.tasks`` plugins,
     and any registered since)."""
-    for name in _BUILTIN_MODULES:
+    for module in _in_tree_modules():
         try:
-            _load_builtin(name)
-        except ModuleNotFoundError:
+            importlib.import_module(f"{__name__}.{module}")
+        except ModuleNotFoundError:  # a task whose optional dependency is missing
             continue
     _load_plugins()
     return sorted(_REGISTRY)

@@ -109,6 +109,17 @@ class Task(ABC):
         """Exactly ``m`` answer strings of an m-answer generation (missing ones empty)."""
         return parse_answers(text, m, tag=self.rewrite_rule.tag, fallbacks=self.parse_fallbacks)
 
+    def tagged_answers(self, text: str, m: int) -> int:
+        """How many of the chain's answers stand in its numbered tags (``<tag_i>``), as opposed to
+        the fallbacks (``---`` pieces, the whole text) that ``parse_chain`` also reads. A task
+        with its own ``parse_chain`` and no override here: every answer it parses counts."""
+        from vpo.chains import numbered_blocks
+
+        if type(self).parse_chain is not Task.parse_chain:
+            return sum(1 for a in self.parse_chain(text, m) if isinstance(a, str) and a.strip())
+        blocks, _ = numbered_blocks(text if isinstance(text, str) else "", m, self.rewrite_rule.tag)
+        return sum(1 for block in blocks if block.strip())
+
     def dedup_key(self, answer: str, vector: np.ndarray, example: Example) -> Hashable:
         """Answers of one chain with equal keys count once (default: identical reward vectors)."""
         return vector.tobytes()
@@ -120,14 +131,17 @@ class Task(ABC):
         m = 1 scores the whole text as the single answer, so it is (1, D). Blank answers are
         dropped before scoring; the first of answers with equal ``dedup_key`` is kept. With
         ``pad_chains`` False the matrix is (n <= m, D), one row per kept answer. ``stats``, when
-        given, accumulates ``answers`` (non-blank answers parsed) and ``duplicates`` (those the
-        dedup dropped), so a caller logs them without parsing the text again.
+        given, accumulates ``answers`` (non-blank answers found in the chain's tags,
+        ``tagged_answers``; m = 1: 1 for non-blank text), ``parsed`` (non-blank answers scored,
+        fallbacks included) and ``duplicates`` (those the dedup dropped), so a caller logs them
+        without parsing the text again.
         """
         dim = self.num_objectives(example)
         if m == 1:
             text = text if isinstance(text, str) else ""
             if stats is not None:
                 stats["answers"] = stats.get("answers", 0) + int(bool(text.strip()))
+                stats["parsed"] = stats.get("parsed", 0) + int(bool(text.strip()))
             return self.score_batch([text], example).reshape(1, dim)
         answers = [a for a in self.parse_chain(text, m) if isinstance(a, str) and a.strip()]
         vectors = self.score_batch(answers, example) + 0.0  # + 0.0 folds -0.0 into 0.0 for the keys
@@ -136,7 +150,8 @@ class Task(ABC):
                              f"{len(answers)} answers, expected ({len(answers)}, {dim})")
         kept = dedup(range(len(answers)), key=lambda i: self.dedup_key(answers[i], vectors[i], example))
         if stats is not None:
-            stats["answers"] = stats.get("answers", 0) + len(answers)
+            stats["answers"] = stats.get("answers", 0) + min(self.tagged_answers(text, m), len(answers))
+            stats["parsed"] = stats.get("parsed", 0) + len(answers)
             stats["duplicates"] = stats.get("duplicates", 0) + len(answers) - len(kept)
         rows = vectors[kept].reshape(len(kept), dim)
         return pad_rows(rows, m, dim=dim) if self.pad_chains else rows

@@ -418,6 +418,10 @@ class CodeTask(FileTask):
         return "\n\n".join(parts)
 
     # ----- answers ------------------------------------------------------------------------
+    def tagged_answers(self, text: str, m: int) -> int:
+        """Programs in fenced python blocks (a program's tag), not ``---`` pieces."""
+        return min(len([p for p in extract_code_blocks(text) if p.strip()]), m) if isinstance(text, str) else 0
+
     def parse_chain(self, text: str, m: int) -> list[str]:
         """The first m programs of an m-answer generation; missing ones empty.
 

@@ -15,8 +15,10 @@ Rules (docs/algorithm.md §4, answer = space-separated UP/DOWN/LEFT/RIGHT):
 - A word that is ``UP``/``DOWN``/``LEFT``/``RIGHT`` (any case) is one move. A word made only of
   the ASCII letters ``U D L R`` (any case) is one move per letter, so ``"RRDD"``,
   ``"r r d d"`` and ``"D, D -> R"`` work. Every other word (``UPDOWN``, ``I'd``, ``a``, ``R's``,
-  ``Dé``) is a non-move word: ignored by default (the authors' release reads the four move
-  words wherever they stand), or, with ``strict``, the whole answer is unparseable.
+  ``Dé``) is a non-move word, and so is a one-letter word between a non-move word and a full move
+  word (``Option D: RIGHT RIGHT``: a label in prose, not a move): ignored by default (the
+  authors' release reads the four move words wherever they stand), or, with ``strict``, the
+  whole answer is unparseable.
 
 Why the word rule: before it, the ``d`` of ``I'd`` and the ``ll`` of ``I'll`` were read as
 DOWN and LEFT LEFT, so ordinary prose around a route changed the route. Parsing is one linear
@@ -84,12 +86,18 @@ def _iter_moves(text: str, strict: bool) -> list[str] | None:
     """
     moves: list[str] = []
     common = _COMMON
-    for word in _WORD.findall(text):
+    words = _WORD.findall(text)
+    after_prose = False
+    for i, word in enumerate(words):
         found = common.get(word) or _word_moves(word)
+        if (found is not None and after_prose and len(word) == 1 and i + 1 < len(words)
+                and words[i + 1].upper() in _WORDS):
+            found = None  # a label in prose before a route of full words ("Option D: RIGHT ..."), not a move
         if found is not None:
             moves.extend(found)
         elif strict:
             return None
+        after_prose = found is None
     return moves
 
 

@@ -3,7 +3,7 @@ answer pools at the paper's scale (300 prompts x 30 answers of up to 2,048 token
 
 Usage::
 
-    from vpo.integrations.vllm import VLLMSampler
+    from vpo.sampling.vllm import VLLMSampler
     sampler = VLLMSampler("runs/vpo", tokenizer, dtype="bfloat16")     # vllm.LLM on the folder
     rows = sampler.generate(prompts, temperature=0.7, top_p=1.0, max_new_tokens=2048, seed=0)
 

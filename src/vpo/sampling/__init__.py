@@ -14,7 +14,7 @@ Usage::
 checkpoint was trained. A chain ends at EOS or after ``max_new_tokens``.
 
 Seeding (``seeding``; the commands' ``--seeding auto`` picks ``"batch"`` for the hf backend on
-CPU, so CPU reports reproduce those of the first releases, and ``"chain"`` on a GPU and with
+CPU, so CPU reports reproduce those made before chains were seeded one by one, and ``"chain"`` on a GPU and with
 vLLM, where the automatic batch size depends on the free memory):
 
 * ``"chain"`` (the library default): chain c of example g has its own stream of uniforms u, from numpy's
@@ -24,11 +24,11 @@ vLLM, where the automatic batch size depends on the free memory):
   or on the device's random generator (only float rounding of the logits, which can differ
   between batch shapes and devices, can move a draw that sits on a boundary).
 * ``"batch"``: one ``torch.manual_seed(seed)`` per call, then ``generate(do_sample=True)``: the
-  stream of the first releases of ``vpo eval``, which depends on the batch size; kept to reproduce
+  older stream of ``vpo eval``, which depends on the batch size; kept to reproduce
   reports made with it.
 
 Backends: ``hf`` (transformers ``generate``, the default and the reference) and ``vllm``
-(``vpo.integrations.vllm``, on a GPU; ``pip install 'vpo[vllm]'``).
+(``vpo.sampling.vllm``, on a GPU; ``pip install 'vpo[vllm]'``).
 
 Shapes: G examples, C chains per example, B chains per generate call, T new tokens, V vocabulary.
 """
@@ -87,8 +87,8 @@ class SamplingOptions(DeviceOptions):
                 f"free memory on a GPU, at most {MAX_CHAINS_PER_CALL})", "min": 0})
     seeding: str = field(default="auto", metadata={
         "help": "chain: every chain has its own seeded stream, so pools do not depend on --batch-size; "
-                "batch: one seed per generate() call, the stream of the first releases of vpo eval (reproduces "
-                "old reports; hf only); auto: batch for --backend hf on CPU, chain on a GPU and with vLLM",
+                "batch: one seed per generate() call, the older stream of vpo eval (reproduces old "
+                "reports; hf only); auto: batch for --backend hf on CPU, chain on a GPU and with vLLM",
         "choices": ["auto", *SEEDINGS]})
     threads: int = field(default=0, metadata={
         "help": "torch CPU threads (0: the cores free now, from the load average; shown when sampling starts)",
@@ -364,7 +364,7 @@ def open_sampler(model: str | Path, options: SamplingOptions) -> tuple[Sampler, 
 
         torch.set_num_threads(options.threads)
     if options.backend == "vllm":
-        from vpo.integrations.vllm import VLLMSampler
+        from vpo.sampling.vllm import VLLMSampler
         from vpo.models import checkpoint_tokenizer
 
         tokenizer = checkpoint_tokenizer(model)

@@ -1,0 +1,149 @@
+"""Per-rollout reductions: how one rollout's (M, D) reward matrix becomes the one number an
+engine with scalar rewards (verl's ``compute_score``, OpenRLHF's reward function, a TRL reward
+function) hands to the advantage rule.
+
+Usage::
+
+    from vpo.estimators import get_spec, reduction_context, rollout_score
+    spec = get_spec("vpo")
+    context = reduction_context(spec, key="train-3", dim=4, seed=0, step=7)   # the group's K weights
+    rollout_score(spec, matrix, **context)      # == get_estimator("vpo")(...).scores[b]
+
+A reduction is ``fn(matrix (M, D), *, <context>, <own options>) -> float``. Its keyword-only
+parameters named in ``CONTEXT`` are supplied by the adapter (``reduction_context`` builds them
+from the group key, the seed and the step); any other keyword parameter is an option of the
+reduction and must be an option of the estimator with the same default (the registry checks
+this). An empty matrix (M = 0, nothing parseable) scores 0 in every built-in reduction.
+
+Shape glossary: M answers per chain, D objectives, K weights.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import numpy as np
+
+from vpo.estimators.common import apply_scalar
+from vpo.estimators.options import WeightOptions
+
+__all__ = ["CONTEXT", "fixed_scalar", "reduction_context", "rollout_score", "scalar_sum", "set_score",
+           "weighted"]
+
+CONTEXT = ("weights", "goal", "scalar")
+"""What an adapter supplies to a reduction that names it:
+
+* ``weights``: (K, D) the group's keyed weights (``vpo.weights.group_weights`` of the group key,
+  seed and step, with the estimator's ``num_weights``, ``alpha`` and ``sampler``);
+* ``goal``: (D,) the group's one weight vector: the one its prompt states (``conditions_prompt``)
+  or the keyed draw ``group_weights([key], 1, D, seed=seed)`` fixed for the run;
+* ``scalar``: the task's fixed scalarisation (N, D) -> (N,) (None: the mean over D).
+"""
+
+
+def _rows(matrix: Any) -> np.ndarray:
+    rows = np.asarray(matrix, dtype=np.float64)
+    if rows.ndim != 2:
+        raise ValueError(f"a reduction takes one rollout's (M, D) reward matrix, got shape {rows.shape}")
+    return rows
+
+
+def set_score(matrix: Any, *, weights: Any) -> float:
+    """VPO's set score E_w[max_i w . r_i] = (1/K) sum_k max_i w_k . r_i with the group's (K, D) weights."""
+    from vpo.objective import set_scores
+
+    rows = _rows(matrix)
+    if rows.shape[0] == 0:
+        return 0.0
+    return float(np.asarray(set_scores([rows], np.asarray(weights, dtype=np.float64))).reshape(-1)[0])
+
+
+def fixed_scalar(matrix: Any, *, scalar: Callable | None = None) -> float:
+    """The task's fixed scalar of the rollout's single answer (0 when it has none)."""
+    rows = _rows(matrix)
+    if rows.shape[0] > 1:
+        raise ValueError(f"fixed_scalar reduces one answer per rollout, got {rows.shape[0]}")
+    return float(apply_scalar(scalar, rows).sum())
+
+
+def scalar_sum(matrix: Any, *, scalar: Callable | None = None) -> float:
+    """The sum of the fixed scalar over the rollout's (deduplicated, zero-padded) answers."""
+    return float(apply_scalar(scalar, _rows(matrix)).sum())
+
+
+def weighted(matrix: Any, *, goal: Any) -> float:
+    """w . r of the rollout's single answer with the group's one weight vector ``goal`` (D,)."""
+    rows = _rows(matrix)
+    if rows.shape[0] > 1:
+        raise ValueError(f"weighted reduces one answer per rollout, got {rows.shape[0]}")
+    if rows.shape[0] == 0:
+        return 0.0
+    w = np.asarray(goal, dtype=np.float64).reshape(-1)
+    if w.shape != (rows.shape[1],):
+        raise ValueError(f"goal has {w.size} weights for D={rows.shape[1]} objectives")
+    return float(rows[0] @ w)
+
+
+def reduction_context(spec: Any, *, key: Hashable, dim: int, seed: int = WeightOptions.seed, step: Any = None,
+                      goal: Any = None, scalar: Callable | None = None, num_weights: int | None = None,
+                      alpha: float | None = None, sampler: str | None = None) -> dict[str, Any]:
+    """The context ``spec.reduce`` asks for, for the group keyed ``key`` with D = ``dim``.
+
+    ``key`` is the group key every engine uses (the row's ``example_id``); ``step`` the
+    training step (None: ``FIXED``, one draw for the run); ``goal`` the weights the prompt
+    states (estimators that condition the prompt need it); ``scalar`` the task's fixed
+    scalarisation. ``num_weights``, ``alpha``, ``sampler`` default to the estimator's own
+    defaults. Weights are ``vpo.weights.group_weights``: the same on every rank and engine.
+    """
+    from vpo.weights import FIXED, group_weights
+
+    needs = spec.context
+    options = WeightOptions(
+        num_weights=spec.defaults.get("num_weights", WeightOptions.num_weights) if num_weights is None
+        else num_weights,
+        alpha=spec.defaults.get("alpha", WeightOptions.alpha) if alpha is None else alpha,
+        sampler=spec.defaults.get("sampler", WeightOptions.sampler) if sampler is None else sampler, seed=seed)
+    context: dict[str, Any] = {}
+    if "scalar" in needs:
+        context["scalar"] = scalar
+    keyed_step = FIXED if step is None or spec.weights != "per_step" else step
+    if "weights" in needs:
+        context["weights"] = group_weights([key], options.num_weights, int(dim), seed=options.seed, step=keyed_step,
+                                           alpha=options.alpha, sampler=options.sampler)[0]
+    if "goal" in needs:
+        if spec.conditions_prompt:
+            if goal is None:
+                raise ValueError(f"estimator {spec.name!r} needs the goal weights its prompt states (the example's "
+                                 f"'goal_weights'); export the data with --method {spec.name}")
+            context["goal"] = np.asarray(goal, dtype=np.float64).reshape(-1)
+        else:
+            context["goal"] = group_weights([key], 1, int(dim), seed=options.seed, step=keyed_step,
+                                            alpha=options.alpha, sampler=options.sampler)[0, 0]
+    return context
+
+
+def rollout_score(spec: Any, matrix: Any, **context: Any) -> float:
+    """The per-rollout score of estimator ``spec`` for one rollout's (M, D) ``matrix``: its
+    registered reduction called with ``context`` (what ``reduction_context`` builds, plus any of
+    the reduction's own options). Context the reduction does not name is not passed; an
+    option it does not take raises. ValueError for an estimator with no reduction (GDPO)."""
+    if spec.reduce is None:
+        raise ValueError(f"estimator {spec.name!r} has no per-rollout reduction (it needs the whole reward "
+                         "vectors); an engine with one scalar reward per rollout cannot train it")
+    accepted = reduce_parameters(spec.reduce)
+    unknown = sorted(set(context) - set(accepted) - set(CONTEXT))
+    if unknown:
+        raise ValueError(f"estimator {spec.name!r}: its reduction takes no option(s) {', '.join(unknown)}; "
+                         f"it takes {', '.join(accepted) or 'none'}")
+    value = spec.reduce(matrix, **{k: v for k, v in context.items() if k in accepted})
+    value = float(value)
+    if not np.isfinite(value):
+        raise ValueError(f"estimator {spec.name!r}: its reduction returned {value}")
+    return value
+
+
+def reduce_parameters(fn: Callable) -> tuple[str, ...]:
+    """The keyword-only parameter names of a reduction or advantage rule."""
+    return tuple(p.name for p in inspect.signature(fn).parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY)
