@@ -34,7 +34,7 @@ from pathlib import Path
 
 def policy(folder: Path) -> Path:
     from vpo.demo.config import DemoConfig
-    from vpo.demo.format import CompactMazeFormat
+    from vpo.tasks.maze.format import CompactMazeFormat
     from vpo.models import build_char_tokenizer, build_tiny_llama
 
     cfg, fmt = DemoConfig(), CompactMazeFormat()

@@ -201,7 +201,7 @@ def test_export_and_train_two_steps_on_your_rewards(tiny_model, prompts, tmp_pat
 
     (row,) = pq.read_table(data / "train.parquet").to_pylist()
     assert row["task"] == "own_rewards" and json.loads(row["task_params"]) == {"reward_funcs": FUNCS}
-    assert "<response_3>" in row["prompt"]
+    assert row["prompt"][-1]["role"] == "user" and "<response_3>" in row["prompt"][-1]["content"]  # chat turns
     from vpo.integrations.trl import task_reward  # `trl grpo --reward_funcs vpo.integrations.trl.task_reward`
 
     chain = f"<response_1>A {json.loads(row['example'])['keyword']}</response_1><response_2>no</response_2>"

@@ -19,7 +19,7 @@ BAR_MARKS = ("%|", "it/s", "s/it", "Loading weights", "Writing model shards", "\
 
 def untrained_demo_checkpoint(path: Path, method: str) -> Path:
     """A random-init tiny Llama in the demo's compact maze format, recording ``method`` (seconds to build)."""
-    from vpo.demo.format import CompactMazeFormat
+    from vpo.tasks.maze.format import CompactMazeFormat
     from vpo.models import build_char_tokenizer, build_tiny_llama
     from transformers.utils import logging as hf_logging
 
