@@ -116,6 +116,10 @@ def test_a_module_dropped_into_the_package_registers_itself(tmp_path, monkeypatc
         "        return 'A:'\n"
         "    def score(self, text, example):\n"
         "        return np.array([float('x' in text)])\n")
+    # every real module registers into the real registries first: one first imported inside the
+    # copies below would stay in sys.modules, its task or estimator lost with the copies
+    tasks.list_tasks()
+    list_estimators()
     monkeypatch.setattr(estimators, "__path__", [*estimators.__path__, str(tmp_path / "est")])
     monkeypatch.setattr(tasks, "__path__", [*tasks.__path__, str(tmp_path / "task")])
     monkeypatch.setattr(registry, "_PLUGINS_LOADED", False)
