@@ -26,8 +26,12 @@ def test_same_seed_same_output(capsys):
 
 
 def test_single_answer_estimator_errors_and_hints(capsys):
-    assert main(["advantages", "--estimator", "grpo"]) == 2
+    assert main(["advantages", "--estimator", "grpo", "--answers", "3"]) == 2
     assert "try --answers 1" in capsys.readouterr().err
+    # without --answers, m follows the estimator as in vpo train (1 for GRPO, 3 for VPO)
+    assert main(["advantages", "--estimator", "grpo"]) == 0
+    assert "x 1 answers" in capsys.readouterr().out
+    assert main(["advantages"]) == 0 and "x 3 answers" in capsys.readouterr().out
     assert main(["advantages", "--estimator", "grpo", "--answers", "1", "--num-weights", "5"]) == 2
     assert "--num-weights does not apply" in capsys.readouterr().err
     assert main(["advantages", "--estimator", "max_at_k", "--answers", "1", "--rollouts", "6"]) == 0

@@ -35,7 +35,7 @@ BAD = [
     (["demo", "--eval-weights", "0"], "--eval-weights"),
     (["demo", "--eval-temperature", "0"], "--eval-temperature"),
     (["demo", "--eval-examples", "1"], "--eval-examples"),
-    (["demo", "--workers", "0"], "--workers"),
+    (["demo", "--workers", "-1"], "--workers"),
     (["demo", "--threads", "-1"], "--threads"),
     (["demo", "--methods", "grpo,ppo"], "--methods"),
     (["demo", "--reward-mode", "cubic"], "--reward-mode"),
@@ -61,7 +61,7 @@ BAD = [
     (["search", "best-of-n", "--model", "{model}", "--m", "0"], "--m"),
     (["search", "best-of-n", "--model", "{model}", "--pool", "10", "--answers", "3"], "--pool"),
     (["search", "best-of-n", "--model", "{model}", "--temperature", "-1"], "--temperature"),
-    (["search", "best-of-n", "--model", "{model}", "--max-new-tokens", "0"], "--max-new-tokens"),
+    (["search", "best-of-n", "--model", "{model}", "--max-new-tokens", "-1"], "--max-new-tokens"),
     # vpo search openevolve
     (["search", "openevolve", "--model", "{model}", "--iterations", "0"], "--iterations"),
     (["search", "openevolve", "--model", "{model}", "--chains", "0"], "--chains"),

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -201,7 +202,8 @@ def quick_run(tmp_path_factory):
     start = time.time()
     stdout, stderr = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-        result = run_demo(DemoConfig(quick=True, out=str(out), progress=False))
+        # two workers whatever the load, so the parallel path runs (--workers 0 picks from the free cores)
+        result = run_demo(DemoConfig(quick=True, out=str(out), progress=False, workers=2))
     # what this process showed on the terminal (the RL workers print from their own processes)
     out.with_name(out.name + "-terminal.json").write_text(json.dumps({"stdout": stdout.getvalue(),
                                                                       "stderr": stderr.getvalue()}))
@@ -232,10 +234,30 @@ def test_quick_demo_report(quick_run, numbers_in):
     assert (out / "checkpoints" / "vpo-s0" / "vpo_format.json").is_file()
     md = (out / "report.md").read_text()
     assert "0.593" in md and "plots/best_at_k.png" in md
-    assert 0.0 < metrics["references"][0]["pref_best_at_k"] <= 1.0 and "Headroom:" in md
+    assert 0.0 < metrics["references"][0]["pref_best_at_k"] <= 1.0
     # a smoke run says so first, on the terminal (findings) and in the report
     assert metrics["findings"][0].startswith("This is a --quick smoke run")
     assert md.split("\n\n")[1].startswith("This is a --quick smoke run")
+    # and it states no finding about the methods (8 steps of sparse reward leave pools identical):
+    # plumbing checks instead, every one passed, the six plots among them
+    assert len(metrics["findings"]) == 1 and "significant" not in md.split("## Results")[0]
+    assert "Headroom:" not in md and "## Pipeline checks" in md
+    assert len(metrics["checks"]) == 5 and all(line.startswith("ok: ") for line in metrics["checks"])
+    assert "ok: 6 of 6 plots written" in metrics["checks"]
+
+
+def test_demo_command_prints_the_checks_and_counts_every_plot(quick_run, monkeypatch, capsys):
+    import argparse
+
+    import vpo.demo.run
+    from vpo.commands.demo import run
+
+    out, result, _ = quick_run
+    monkeypatch.setattr(vpo.demo.run, "run_demo", lambda cfg: result)
+    args = argparse.Namespace(**{**dataclasses.asdict(DemoConfig(quick=True, out=str(out))), "progress": False})
+    assert run(args) == 0
+    printed = capsys.readouterr().out
+    assert "6 plots)" in printed and "- ok: 6 of 6 plots written" in printed and "significant" not in printed
 
 
 def test_no_progress_hides_the_bars_not_the_stage_log(quick_run):

@@ -11,7 +11,7 @@
 #
 # Before any model loads it stops, in one line, on: a text task without real data (--source),
 # fewer train rows than TRAIN_BATCH_SIZE (zero steps), an estimator that is not registered.
-# Untested on GPU in the session that wrote it (no device was available); its Hydra
+# Not yet run on a GPU; its Hydra
 # overrides are checked against verl's config by tests/test_verl_integration.py.
 set -euo pipefail
 

@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="vpo",
         description="Vector Policy Optimization: vector rewards, multi-answer chains, set objectives.",
     )
+    parser.add_argument("--version", action="version", version=f"vpo {version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in COMMAND_MODULES:
         try:
@@ -54,8 +55,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-RESUMABLE = ("demo",)
-"""Commands that pick up where an interrupted run stopped."""
+RESUME_HINTS = {
+    "demo": "run the same command again to resume",
+    "train": "run the same command with --resume-from-checkpoint latest to continue from the last checkpoint "
+             "(saved every --save-steps steps)",
+}
+"""What to type after Ctrl-C, for the commands that pick up where an interrupted run stopped."""
+
+
+def version() -> str:
+    """The installed version of vpo (the package metadata; the source tree's when not installed)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("vpo")
+    except PackageNotFoundError:
+        from vpo import __version__
+
+        return __version__
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,8 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vpo {args.command}: error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        again = "; run the same command again to resume" if args.command in RESUMABLE else ""
-        print(f"vpo {args.command}: interrupted{again}", file=sys.stderr)
+        hint = RESUME_HINTS.get(args.command)
+        # on a line of its own: a progress bar leaves the cursor mid-line
+        print(f"\nvpo {args.command}: interrupted" + (f"; {hint}" if hint else ""), file=sys.stderr)
         return 130
     finally:
         from vpo.runs import release_out_dir

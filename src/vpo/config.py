@@ -135,6 +135,22 @@ class _StoreTyped(argparse.Action):
         setattr(namespace, TYPED_FLAGS, {**getattr(namespace, TYPED_FLAGS, {}), self.dest: option_string})
 
 
+def task_help() -> str:
+    """``task name: code, eureqa, math, ...``: the help of a --task flag, listing the tasks
+    registered now (built-in and plugins), so no list goes stale."""
+    from vpo.tasks import list_tasks
+
+    return f"task name: {', '.join(list_tasks())}"
+
+
+def _default_text(help_text: str, default: Any, form: str = "; default {}") -> str:
+    """`` (default: X)`` for a flag's help, or nothing when there is no default to show (an empty
+    string, None) or the help already says what the default is."""
+    if default in ("", None) or "default" in help_text.lower():
+        return ""
+    return form.format(default)
+
+
 def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, *, skip: tuple[str, ...] = ()) -> None:
     """Add one flag per field of dataclass ``cls`` to ``parser`` (defaults taken from the class)."""
     hints = typing.get_type_hints(cls)
@@ -143,6 +159,8 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, *, skip: tupl
             continue
         tp = _base_type(hints[f.name])
         help_text = f.metadata.get("help", "")
+        if callable(help_text):  # computed when the parser is built (e.g. the registered tasks)
+            help_text = help_text()
         if any(key in f.metadata for key in RANGE_KEYS):
             help_text = f"{help_text}; {range_text(f.metadata)}"
         flags = (_flag(f.name), *f.metadata.get("aliases", ()))  # old spellings keep working
@@ -156,14 +174,15 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, *, skip: tupl
             (item_type, *_) = typing.get_args(tp) or (str,)
             parser.add_argument(*flags, dest=f.name, default=default, action=_StoreTyped,
                                 type=lambda s, t=item_type: [t(x) for x in _split_csv(s)],
-                                help=f"{help_text} (comma-separated; default {','.join(map(str, default or []))})")
+                                help=f"{help_text} (comma-separated"
+                                     f"{_default_text(help_text, ','.join(map(str, default or [])))})")
         else:
             choices = f.metadata.get("choices")
             if callable(choices):  # computed when the parser is built (e.g. the estimator registry)
                 choices = list(choices())
             parser.add_argument(*flags, dest=f.name, type=tp if tp in (int, float, str) else str,
                                 default=default, choices=choices, action=_StoreTyped,
-                                help=f"{help_text} (default: {default})")
+                                help=f"{help_text}{_default_text(help_text, default, ' (default: {})')}")
 
 
 def dataclass_from_args(cls: type[T], args: argparse.Namespace, **overrides: Any) -> T:

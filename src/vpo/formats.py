@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from vpo.tasks.base import Example, Task
 
 __all__ = ["DEFAULT_TOKENS_PER_ANSWER", "FORMAT_FILE", "PromptFormat", "TaskFormat", "load_format",
-           "recorded_task_params", "register_format", "resolve_task_params"]
+           "recorded_method", "recorded_task_params", "register_format", "resolve_task_params"]
 
 FORMAT_FILE = "vpo_format.json"
 """File in a checkpoint folder naming the prompt format it was trained on (and its task params)."""
@@ -137,6 +137,16 @@ def recorded_task_params(model_dir: str | Path, task: str | None = None) -> dict
         return None
     params = spec.get("task_params")
     return dict(params) if isinstance(params, Mapping) else None
+
+
+def recorded_method(model_dir: str | Path | None) -> str | None:
+    """The RL method a checkpoint folder records (``vpo_format.json``: ``vpo demo`` and ``vpo
+    train`` write it), or None; the reports colour a checkpoint by it."""
+    spec_path = Path(model_dir) / FORMAT_FILE if model_dir is not None else None
+    if spec_path is None or not spec_path.is_file():
+        return None
+    method = json.loads(spec_path.read_text()).get("method")
+    return str(method) if method else None
 
 
 def resolve_task_params(given: Mapping[str, Any], checkpoints: Sequence[str | Path],

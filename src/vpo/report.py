@@ -26,7 +26,8 @@ The metrics dict (what ``vpo demo`` and ``vpo eval`` build; every key but ``meth
   (``vpo.rewards.objective_diagnostics``), shown as a table and a correlation heatmap;
 * ``references``: list of {label, best_at_k, pref_best_at_k}: constant levels (e.g. the pool
   of a task's oracle answers) drawn as dashed lines in the best@k plot;
-* ``findings``, ``notes``: lists of sentences; ``timings``: {stage: seconds}; ``config``.
+* ``findings``, ``notes``: lists of sentences; ``checks``: a smoke run's pipeline checks (lines);
+  ``timings``: {stage: seconds}; ``config``.
 
 Plots need matplotlib (the ``plot`` extra); without it the report is written without them and
 says so. Numbers that are missing (NaN, a CI from one seed) print as "n/a".
@@ -166,22 +167,80 @@ class _Doc:
 
 # ----- plots ------------------------------------------------------------------------------
 
+METHOD_STYLES: dict[str, dict[str, Any]] = {
+    "vpo": {"color": "tab:blue", "linestyle": "-"},
+    "grpo": {"color": "tab:red", "linestyle": "--"},
+    "max_at_k": {"color": "tab:orange", "linestyle": "-."},
+    "multi_rlvr": {"color": "tab:green", "linestyle": (0, (5, 1.5, 1, 1.5, 1, 1.5))},
+    "goal_conditioned": {"color": "tab:purple", "linestyle": (0, (8, 2))},
+}
+"""One colour and line style per method for every figure (the demo's, ``vpo eval``'s and ``vpo
+search``'s): a reader who learns "blue = VPO" from one figure reads every other one right."""
+WARM_START_STYLES = ({"color": "black", "linestyle": ":"}, {"color": "dimgray", "linestyle": ":"})
+"""The warm start (a checkpoint before RL) is black and dotted; a second warm-start entry (its
+multi-answer pool) dark grey."""
+OTHER_COLORS = ("tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:gray")
+"""Colours, in order, of lines that are no known method (never a method's colour)."""
+WARM_START_PREFIXES = ("warmup", "warm_up", "warm_start")
+
+
+def method_of(*names: Any) -> str | None:
+    """The method (a ``METHOD_STYLES`` key, or "warm_start") that a report key, label or recorded
+    method names, or None: ``"vpo-s0"``, ``"VPO (m=3)"`` and ``"vpo"`` are VPO, ``"Max@K"`` is
+    max_at_k, ``"warmup-m3"`` the warm start. The first name that resolves wins."""
+    for name in names:
+        if not name:
+            continue
+        text = str(name).strip().lower().replace("@", "_at_")
+        for sep in ("-", " ", "."):
+            text = text.replace(sep, "_")
+        if text.startswith(WARM_START_PREFIXES):
+            return "warm_start"
+        for method in sorted(METHOD_STYLES, key=len, reverse=True):
+            if text == method or text.startswith(method) and not text[len(method)].isalpha():
+                return method
+    return None
+
+
+def line_styles(entries: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """{key: matplotlib line style (color, linestyle, linewidth)} for the entries of a figure:
+    ``entries`` maps a key to its report entry (a dict with optional ``label`` and ``method``)
+    or to a label. Methods get ``METHOD_STYLES``, warm starts ``WARM_START_STYLES``, the rest
+    ``OTHER_COLORS`` in order."""
+    styles: dict[str, dict[str, Any]] = {}
+    warm = other = 0
+    for key, entry in entries.items():
+        label, method = (entry.get("label"), entry.get("method")) if isinstance(entry, Mapping) else (entry, None)
+        found = method_of(method, key, label)
+        if found == "warm_start":
+            style = WARM_START_STYLES[min(warm, len(WARM_START_STYLES) - 1)]
+            warm += 1
+        elif found is not None:
+            style = METHOD_STYLES[found]
+        else:
+            style = {"color": OTHER_COLORS[other % len(OTHER_COLORS)], "linestyle": "-"}
+            other += 1
+        styles[key] = {"linewidth": 1.8, **style}
+    return styles
+
+
 def _plot_best_at_k(metrics: Mapping[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     panels = [("best_at_k", "best@k, fixed scalar"), ("pref_best_at_k", "preference-weighted best@k")]
     if any(any(v for v in e["pass_at_k"]["mean"]) for e in metrics["methods"].values()):
         panels.append(("pass_at_k", "pass@k (all objectives at max)"))  # all-zero curves are not drawn
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.3))
+    styles = line_styles(metrics["methods"])
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.3 * len(panels), 4.0))
     for ax, (key, title) in zip(axes, panels, strict=True):
-        for entry in metrics["methods"].values():
+        for name, entry in metrics["methods"].items():
             stat = entry[key]
             ks = list(range(1, len(stat["mean"]) + 1))
-            line, = ax.plot(ks, stat["mean"], label=entry.get("label", key), marker=".", markersize=3)
+            ax.plot(ks, stat["mean"], label=entry.get("label", name), marker=".", markersize=3, **styles[name])
             band = stat["ci_seeds"] if entry.get("num_seeds", 1) > 1 else stat["ci_examples"]
             if band and all(b[0] is not None for b in band):
                 ax.fill_between(ks, [b[0] for b in band], [b[1] for b in band], alpha=0.15,
-                                color=line.get_color())
+                                color=styles[name]["color"])
         for ref in metrics.get("references") or []:
             if ref.get(key) is not None:
                 ax.axhline(ref[key], color="grey", linestyle="--", linewidth=1, label=ref.get("label", "reference"))
@@ -190,9 +249,9 @@ def _plot_best_at_k(metrics: Mapping[str, Any], path: Path) -> None:
         ax.set_xlabel("k (answers)")
         ax.set_title(title)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
+    axes[0].legend(fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
@@ -232,23 +291,28 @@ def training_figure(training: Mapping[str, Any]) -> Any:
     fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.4 * rows + 0.5), squeeze=False)
     for ax in axes.flat[len(names):]:
         ax.set_visible(False)
+    styles = line_styles(training)
     for ax, name in zip(axes.flat, names):
-        for run in training.values():
+        for key, run in training.items():
             series = run.get("series", {}).get(name)
             if not series:
                 continue
             steps = run["steps"]
             win = training_window(len(steps))
-            line, = ax.plot(steps, smooth(series["mean"], win), label=run.get("label", ""))
+            ax.plot(steps, smooth(series["mean"], win), label=run.get("label", ""), **styles[key])
             if series.get("low") and all(v is not None for v in series["low"]):
                 ax.fill_between(steps, smooth(series["low"], win), smooth(series["high"], win), alpha=0.15,
-                                color=line.get_color())
+                                color=styles[key]["color"])
         ax.set_xlabel("RL step")
         ax.set_title(name)
         ax.grid(alpha=0.3)
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 4) or 1, fontsize=10, frameon=False)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.45 / fig.get_figheight()))
+    # four "Multi-RLVR (m=3)"-long entries in one row overran the figure's width: two rows of two
+    ncol = max(1, len(labels) if len(labels) <= 3 else 2 if len(labels) == 4 else 3)
+    legend_rows = -(-len(labels) // ncol)
+    fig.set_figheight(fig.get_figheight() + 0.25 * (legend_rows - 1))
+    fig.legend(handles, labels, loc="upper center", ncol=ncol, fontsize=10, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 1 - (0.2 + 0.25 * legend_rows) / fig.get_figheight()))
     return fig
 
 
@@ -260,50 +324,70 @@ def _plot_training(training: Mapping[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def _plot_objective_space(space: Mapping[str, Any], objectives: Sequence[str], labels: Mapping[str, str],
+OBJECTIVE_SPACE_COLUMNS = 3
+"""Panels per row of the objective-space figure: six pools side by side came out 1920 px wide,
+shown at about 1000 px with 6 px text; three per row stay near full size."""
+
+
+def _plot_objective_space(space: Mapping[str, Any], objectives: Sequence[str], entries: Mapping[str, Any],
                           path: Path) -> None:
+    """One panel per (pool, example): a row per pool with a column per example, or, for one
+    example, the pools in rows of ``OBJECTIVE_SPACE_COLUMNS``. ``entries``: the report's methods
+    ({key: entry with its label and method}); panel titles carry the method's colour (``line_styles``)."""
+    import textwrap
+
     import matplotlib.pyplot as plt
     import numpy as np
 
     keys = list(space["vectors"])
     titles = space.get("examples") or []
-    n_rows = len(space["vectors"][keys[0]])
+    n_examples = len(space["vectors"][keys[0]])
+    panels = [(key, row) for key in keys for row in range(n_examples)]
+    cols = n_examples if n_examples > 1 else min(OBJECTIVE_SPACE_COLUMNS, len(keys))
+    rows = -(-len(panels) // cols)
+    styles = line_styles({key: entries.get(key, key) for key in keys})
+    labels = {key: entries[key].get("label", key) if isinstance(entries.get(key), Mapping)
+              else str(entries.get(key, key)) for key in keys}
     xi, yi = objectives.index(space["x"]), objectives.index(space["y"])
     ci = objectives.index(space["color"]) if space.get("color") in objectives else None
-    fig, axes = plt.subplots(n_rows, len(keys), figsize=(3.2 * len(keys), 3.0 * n_rows), squeeze=False)
-    for col, key in enumerate(keys):
-        for row in range(n_rows):
-            ax = axes[row][col]
-            vec = np.asarray(space["vectors"][key][row], dtype=float)
-            if vec.size:
-                uniq, counts = np.unique(np.round(vec, 4), axis=0, return_counts=True)
-                zero = ~np.any(uniq > 0, axis=1)
-                colors = uniq[:, ci] if ci is not None else None
-                sc = ax.scatter(uniq[~zero, xi], uniq[~zero, yi], s=25 + 18 * counts[~zero],
-                                c=None if colors is None else colors[~zero], cmap="viridis", vmin=0, vmax=1,
-                                edgecolors="k", linewidths=0.4)
-                if zero.any():
-                    ax.scatter([0], [0], marker="x", color="red", s=25 + 18 * counts[zero].sum())
-                    ax.annotate(f"{int(counts[zero].sum())} zero", (0.02, 0.02), fontsize=7, color="red")
-                if ci is not None and row == 0 and col == len(keys) - 1:
-                    fig.colorbar(sc, ax=ax, label=space["color"])
-            if space.get("oracle"):  # reference answers of the row's example (the demo: its oracle routes)
-                ref = np.asarray(space["oracle"][row], dtype=float)
-                ax.scatter(ref[:, xi], ref[:, yi], marker="*", s=110, facecolors="none", edgecolors="red",
-                           linewidths=1.0)
-            ax.set_xlim(-0.08, 1.08)
-            ax.set_ylim(-0.08, 1.08)
-            ax.grid(alpha=0.3)
-            if row == 0:
-                ax.set_title(labels.get(key, key), fontsize=9)
-            if row == n_rows - 1:
-                ax.set_xlabel(space["x"])
-            if col == 0:
-                ax.set_ylabel(f"{titles[row] if row < len(titles) else row}\n{space['y']}", fontsize=8)
-    fig.suptitle("Reward vectors of each answer pool (marker size = number of answers"
-                 + (f"; red stars: {space.get('oracle_label', 'reference answers')})" if space.get("oracle") else ")"),
-                 fontsize=10)
-    fig.tight_layout()
+    fig, axes = plt.subplots(rows, cols, figsize=(3.3 * cols + (0.9 if ci is not None else 0), 3.0 * rows + 0.8),
+                             squeeze=False, layout="constrained")
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    mappable = None
+    for i, (key, row) in enumerate(panels):
+        ax = axes.flat[i]
+        vec = np.asarray(space["vectors"][key][row], dtype=float)
+        if vec.size:
+            uniq, counts = np.unique(np.round(vec, 4), axis=0, return_counts=True)
+            zero = ~np.any(uniq > 0, axis=1)
+            shade = {} if ci is None else {"c": uniq[~zero, ci], "cmap": "viridis", "vmin": 0, "vmax": 1}
+            mappable = ax.scatter(uniq[~zero, xi], uniq[~zero, yi], s=25 + 18 * counts[~zero], edgecolors="k",
+                                  linewidths=0.4, **shade)
+            if zero.any():
+                ax.scatter([0], [0], marker="x", color="red", s=25 + 18 * counts[zero].sum())
+                ax.annotate(f"{int(counts[zero].sum())} zero", (0.04, 0.04), fontsize=9, color="red")
+        if space.get("oracle"):  # reference answers of the example (the demo: its oracle routes)
+            ref = np.asarray(space["oracle"][row], dtype=float)
+            ax.scatter(ref[:, xi], ref[:, yi], marker="*", s=110, facecolors="none", edgecolors="red",
+                       linewidths=1.0)
+        ax.set_xlim(-0.08, 1.08)
+        ax.set_ylim(-0.08, 1.08)
+        ax.grid(alpha=0.3)
+        example = titles[row] if row < len(titles) else str(row)
+        title = labels.get(key, key) + (f", {example}" if n_examples > 1 else "")
+        ax.set_title(title, fontsize=10, color=styles[key]["color"], fontweight="bold")
+        if i % cols == 0:
+            ax.set_ylabel(space["y"], fontsize=10)
+        if i + cols >= len(panels):
+            ax.set_xlabel(space["x"], fontsize=10)
+    if ci is not None and mappable is not None:
+        fig.colorbar(mappable, ax=axes, label=space["color"], shrink=0.6)
+    heading = ("Reward vectors of each answer pool" + (f" ({titles[0]})" if n_examples == 1 and titles else "")
+               + ": marker size = number of answers"
+               + (f"; red stars: {space.get('oracle_label', 'reference answers')}" if space.get("oracle") else ""))
+    width_chars = int(fig.get_figwidth() * 72 / (11 * 0.55))  # about one line per figure width at 11 pt
+    fig.suptitle(textwrap.fill(heading, width_chars), fontsize=11)
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
@@ -371,8 +455,7 @@ def make_plots(metrics: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
     space = metrics.get("objective_space")
     objectives = list((metrics.get("task") or {}).get("objectives") or [])
     if space and space.get("vectors") and objectives:
-        labels = {k: v.get("label", k) for k, v in metrics["methods"].items()}
-        _plot_objective_space(space, objectives, labels, plot_dir / "objective_space.png")
+        _plot_objective_space(space, objectives, metrics["methods"], plot_dir / "objective_space.png")
         paths.append(plot_dir / "objective_space.png")
     diagnostics = metrics.get("objective_diagnostics")
     if diagnostics and len(diagnostics.get("objectives") or ()) >= 2:
@@ -426,6 +509,9 @@ def build_document(metrics: Mapping[str, Any], plots: Sequence[Path]) -> _Doc:
     if metrics.get("findings"):
         doc.h(2, "Findings")
         doc.ul(metrics["findings"])
+    if metrics.get("checks"):
+        doc.h(2, "Pipeline checks")
+        doc.ul(metrics["checks"])
     if metrics.get("comparison") or metrics.get("paper"):
         doc.h(2, "Next to the paper")
         for key in ("paper", "comparison"):

@@ -285,14 +285,18 @@ def _finite_or_none(x: float) -> float | None:
 
 
 def plot_search_curves(curves: Mapping[str, Mapping[str, Any]], path: str | Path, *,
-                       names: Sequence[str] = CURVE_NAMES, title: str | None = None) -> Path:
+                       names: Sequence[str] = CURVE_NAMES, title: str | None = None,
+                       methods: Mapping[str, str | None] | None = None) -> Path:
     """One PNG with a panel per curve (best@k, pass@k, coverage@k against k) and one line per
     checkpoint, with its 95% band over examples when ``ci`` has one. ``curves``: {label: output
-    of ``search_curves``}. Needs matplotlib."""
+    of ``search_curves``}; ``methods``: {label: the method a checkpoint records}, for its colour
+    (``vpo.report.line_styles``; without it the label names the method). Needs matplotlib."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from vpo.report import line_styles
 
     if not curves:
         raise ValueError("plot_search_curves needs the curves of at least one checkpoint")
@@ -301,20 +305,21 @@ def plot_search_curves(curves: Mapping[str, Mapping[str, Any]], path: str | Path
             raise ValueError(f"unknown curve {name!r}; known: {', '.join(CURVE_NAMES)}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    styles = line_styles({label: {"label": str(label), "method": (methods or {}).get(label)} for label in curves})
     fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.6), squeeze=False)
     for ax, name in zip(axes[0], names, strict=True):
         for label, entry in curves.items():
-            line, = ax.plot(entry["ks"], entry[name], marker="o", markersize=3, label=str(label))
+            ax.plot(entry["ks"], entry[name], marker="o", markersize=3, label=str(label), **styles[label])
             band = (entry.get("ci") or {}).get(name)
             if band and all(x is not None for x in (*band["low"], *band["high"])):
-                ax.fill_between(entry["ks"], band["low"], band["high"], color=line.get_color(), alpha=0.15)
+                ax.fill_between(entry["ks"], band["low"], band["high"], color=styles[label]["color"], alpha=0.15)
         ax.set_xlabel("k (answers)")
         ax.set_title(CURVE_TITLES[name])
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
         if max(max(entry["ks"]) for entry in curves.values()) >= 16:
             ax.set_xscale("log", base=2)
-    axes[0][0].legend(fontsize=8)
+    axes[0][0].legend(fontsize=9)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
@@ -429,11 +434,17 @@ def run_search_eval(checkpoints: Sequence[tuple[str, Any]], task: Task, examples
         if not isinstance(source, tuple) and Path(source).is_dir():
             fmt = load_format(source, task, tokenizer=tokenizer, chat=chat)   # e.g. the demo's compact maze
         fmt = _task_format(task, fmt, tokenizer, chat)
+        budget = max_new_tokens if max_new_tokens > 0 else fmt.completion_budget(examples, m_label)  # 0: the format's
         settings = dict(m=m_label, chains=n // m_label, fmt=fmt, temperature=temperature, top_p=top_p,
-                        max_new_tokens=max_new_tokens, sampler=sampler, progress=progress, desc=f"best-of-n {label}")
+                        max_new_tokens=budget, sampler=sampler, progress=progress, desc=f"best-of-n {label}")
         if options.seeding == "batch":     # the old stream: one call per example, seeded seed + i
-            rows = [sample_chains(None, None, [example], seed=seed + i, **settings)[0]
-                    for i, example in enumerate(examples)]
+            from tqdm.auto import tqdm
+
+            settings["progress"] = False   # one bar over the examples, not one per example
+            rows = []
+            for i, example in enumerate(tqdm(examples, desc=f"best-of-n {label}", unit="example",
+                                             disable=not progress, leave=False)):
+                rows.append(sample_chains(None, None, [example], seed=seed + i, **settings)[0])
         else:
             rows = sample_chains(None, None, examples, seed=seed, **settings)
         del sampler
@@ -452,7 +463,11 @@ def run_search_eval(checkpoints: Sequence[tuple[str, Any]], task: Task, examples
         if has_levels:
             report["checkpoints"][label]["by_level"] = levels_of_pools(task, pools, levels)
         report["checkpoints"][label]["source"] = str(report["checkpoints"][label]["source"])
-    plot = plot_search_curves(curves, out_dir / "search_curves.png",
+    from vpo.formats import recorded_method
+
+    methods = {label: recorded_method(source) if isinstance(source, str | Path) and Path(source).is_dir() else None
+               for label, source in checkpoints}
+    plot = plot_search_curves(curves, out_dir / "search_curves.png", methods=methods,
                               title=f"{task.name}: best-of-n, n={n}, m={','.join(map(str, sorted(set(per_checkpoint_m))))}")
     report["plot"] = plot.name
     if has_levels and len(checkpoints) >= 2:

@@ -14,6 +14,7 @@ per-rollout scalar before normalisation) and its advantage, then the estimator's
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from dataclasses import dataclass, field, fields
 
 import numpy as np
@@ -34,8 +35,8 @@ class AdvantagesConfig:
 
     groups: int = field(default=2, metadata={"help": "number of prompt groups G", "min": 1})
     rollouts: int = field(default=4, metadata={"help": "rollouts per group", "min": 1})
-    answers: int = field(default=3, metadata={"help": "answers per rollout m (single-answer estimators need 1)",
-                                              "min": 1})
+    answers: int | None = field(default=None, metadata={
+        "help": "answers per rollout m (default, as vpo train: 3 for multi-answer estimators, else 1)", "min": 1})
     objectives: int = field(default=4, metadata={"help": "objectives D per answer", "min": 1})
     method: str = field(default="vpo", metadata={"help": "advantage estimator", "choices": _estimator_names,
                                                  "aliases": ("--estimator",)})
@@ -57,10 +58,13 @@ def random_batch(cfg: AdvantagesConfig) -> tuple[list[np.ndarray], list[str]]:
     check_fields(cfg)
     from vpo.weights import keyed_rng
 
+    from vpo.estimators import get_spec
+
     rng = keyed_rng(cfg.seed, "vpo advantages: synthetic batch")
     num = cfg.groups * cfg.rollouts
-    rewards = rng.integers(0, 5, size=(num, cfg.answers, cfg.objectives)) / 4.0
-    rewards[rng.random((num, cfg.answers)) < cfg.zero_fraction] = 0.0
+    m = cfg.answers if cfg.answers is not None else get_spec(cfg.method).default_answers
+    rewards = rng.integers(0, 5, size=(num, m, cfg.objectives)) / 4.0
+    rewards[rng.random((num, m)) < cfg.zero_fraction] = 0.0
     labels = [f"p{g}" for g in range(cfg.groups) for _ in range(cfg.rollouts)]
     return list(rewards), labels
 
@@ -103,6 +107,10 @@ def run(args: argparse.Namespace) -> int:
     from vpo.estimators import get_estimator
 
     cfg = dataclass_from_args(AdvantagesConfig, args)
+    if cfg.answers is None:
+        from vpo.estimators import get_spec
+
+        cfg = dataclasses.replace(cfg, answers=get_spec(cfg.method).default_answers)
     estimator = get_estimator(cfg.method)
     options = _options_for(cfg, estimator.options)
     rewards, labels = random_batch(cfg)

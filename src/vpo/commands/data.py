@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vpo.commands.rewards import RewardFuncsOptions, resolve_task
-from vpo.config import add_dataclass_args, check_out_dir, dataclass_from_args, field_like, parse_params
+from vpo.config import add_dataclass_args, check_out_dir, dataclass_from_args, field_like, parse_params, task_help
 from vpo.estimators.options import WeightOptions
 
 FORMATS = ("verl", "trl")
@@ -193,12 +193,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="data_command", metavar="ACTION")
     export_parser = sub.add_parser("export", help="write train.parquet and test.parquet for a task")
-    export_parser.add_argument("task", nargs="?", default="",
-                               help="task name (maze, musique, eureqa, toolcall, code, math); or --reward-funcs")
+    export_parser.add_argument("task", nargs="?", default="", help=f"{task_help()}; or --reward-funcs")
     add_dataclass_args(export_parser, ExportConfig)
     export_parser.set_defaults(func=run_export)
     preview_parser = sub.add_parser("preview", help="print one example's prompt")
-    preview_parser.add_argument("task", help="task name")
+    preview_parser.add_argument("task", help=task_help())
     add_dataclass_args(preview_parser, PreviewConfig)
     preview_parser.set_defaults(func=run_preview)
     parser.set_defaults(func=lambda _args: parser.print_help() or 2)

@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vpo.commands.rewards import RewardFuncsOptions, resolve_task
-from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, parse_params
+from vpo.config import (add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, parse_params,
+                        task_help)
 from vpo.sampling import SamplingOptions
 
 
@@ -42,7 +43,7 @@ from vpo.sampling import SamplingOptions
 class EvalConfig(RewardFuncsOptions, SamplingOptions):
     """Options of ``vpo eval`` (the sampling ones, --device to --threads, from ``SamplingOptions``)."""
 
-    task: str = field(default="maze", metadata={"help": "task name (see vpo.tasks.list_tasks)"})
+    task: str = field(default="maze", metadata={"help": task_help})
     task_params: str = field(default="", metadata={
         "help": "task parameters as key=value pairs, comma-separated (e.g. size=5,reward_mode=linear); "
                 "default: those recorded in the checkpoint's vpo_format.json, if any"})
@@ -101,7 +102,7 @@ def run_eval(cfg: EvalConfig, args: argparse.Namespace | None = None) -> dict:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from vpo.checkpoints import chain_answers, check_checkpoints
     from vpo.evaluation import example_weights, load_format, pool_metrics, sample_pools, summarize
-    from vpo.formats import TaskFormat
+    from vpo.formats import TaskFormat, recorded_method
     from vpo.report import write_report
     from vpo.runs import claim_out_dir
     from vpo.sampling import check_sampling, open_sampler
@@ -128,9 +129,9 @@ def run_eval(cfg: EvalConfig, args: argparse.Namespace | None = None) -> dict:
         raise ValueError(f"--pool ({cfg.pool}) must be a multiple of m = {m} ({why}) for equal pools")
     print(f"m = {m}: {why}", flush=True)
     if not cfg.progress:
-        import transformers
+        from vpo.sampling import hide_library_progress
 
-        transformers.utils.logging.disable_progress_bar()
+        hide_library_progress()
     task = own_task if own_task is not None else get_task(cfg.task, **params)
     examples = task.examples(cfg.split, cfg.examples, source=cfg.source or None)
     if not examples:
@@ -167,7 +168,8 @@ def run_eval(cfg: EvalConfig, args: argparse.Namespace | None = None) -> dict:
     label = cfg.label or (model_dir.stem if gguf else model_dir.name)
     objectives = list(task.objective_names(examples[0]))
     entry = summarize([per_example], label=f"{label} (m={m})", m=m, objectives=objectives,
-                      extra={"tokens_per_chain": pools.completion_tokens, "truncated": pools.truncated})
+                      extra={"tokens_per_chain": pools.completion_tokens, "truncated": pools.truncated,
+                             "method": None if gguf else recorded_method(model_dir)})   # its colour in the plots
     shown = list(range(min(3, len(examples))))
     metrics = {
         "title": f"Evaluation of {label} on {task.name}",

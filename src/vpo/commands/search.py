@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from vpo.commands.rewards import RewardFuncsOptions, resolve_task
-from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, parse_params
+from vpo.config import (add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, parse_params,
+                        task_help)
 from vpo.sampling import DeviceOptions, SamplingOptions
 
 
@@ -42,13 +43,13 @@ from vpo.sampling import DeviceOptions, SamplingOptions
 class BestOfNConfig(RewardFuncsOptions, SamplingOptions):
     """Options of ``vpo search best-of-n`` (the sampling ones, --device to --threads, from ``SamplingOptions``)."""
 
-    task: str = field(default="maze", metadata={"help": "task name (vpo.tasks)"})
+    task: str = field(default="maze", metadata={"help": task_help})
     task_params: str = field(default="", metadata={"help": "task parameters, e.g. 'size=5,reward_mode=linear'"})
     model: list[str] = field(default_factory=list, metadata={"help": "checkpoint folders or .gguf files"})
     labels: list[str] = field(default_factory=list, metadata={"help": "one label per --model (default: folder names)"})
     source: str | None = field(default=None, metadata={"help": "data source of the task (None: its default)"})
     split: str = field(default="test", metadata={"help": "split of the examples"})
-    examples: int = field(default=20, metadata={"help": "number of examples", "min": 1})
+    examples: int = field(default=100, metadata={"help": "number of examples (as vpo eval)", "min": 1})
     pool: int = field(default=30, metadata={"help": "answers per example (pool // answers chains)",
                                             "aliases": ("--n",), "min": 1})
     answers: list[int] = field(default_factory=list, metadata={
@@ -58,11 +59,15 @@ class BestOfNConfig(RewardFuncsOptions, SamplingOptions):
     select: str = field(default="scalar", metadata={"help": "'scalar' or comma-separated weights, one per objective"})
     temperature: float = field(default=0.7, metadata={"help": "sampling temperature", "above": 0.0})
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling", "above": 0.0, "max": 1.0})
-    max_new_tokens: int = field(default=256, metadata={"help": "tokens per chain", "min": 1})
+    max_new_tokens: int = field(default=0, metadata={
+        "help": "generation budget per chain (0, as vpo eval: the prompt format's own, 256 x m for the task's "
+                "prompts, the step budget for the demo's compact maze format)", "min": 0})
     seed: int = field(default=0, metadata={"help": "seed of the examples and of sampling", "min": 0})
     out: str = field(default="runs/search", metadata={"help": "output folder"})
     overwrite: bool = field(default=False, metadata={
         "help": "replace the results already in --out (without it such a folder is refused)"})
+    progress: bool = field(default=True, metadata={
+        "help": "one progress bar per checkpoint (--no-progress: no bar from any library either)"})
 
 
 @dataclass
@@ -85,7 +90,8 @@ class OpenEvolveConfig(DeviceOptions):
     workers: int = field(default=1, metadata={"help": "OpenEvolve worker processes (each loads the model)",
                                               "min": 1})
     islands: int = field(default=2, metadata={"help": "OpenEvolve islands", "min": 1})
-    threads: int = field(default=0, metadata={"help": "torch threads per process (0: cores // workers)", "min": 0})
+    threads: int = field(default=0, metadata={
+        "help": "torch threads per process (0: the cores free now // workers, from the load average)", "min": 0})
     test_timeout: float = field(default=6.0, metadata={"help": "CPU seconds per test", "above": 0.0})
     max_tests: int = field(default=16, metadata={"help": "tests kept per problem (the smallest)", "min": 1})
     temperature: float = field(default=0.7, metadata={"help": "sampling temperature (0: greedy)", "min": 0.0})
@@ -96,7 +102,9 @@ class OpenEvolveConfig(DeviceOptions):
     out: str = field(default="runs/openevolve", metadata={"help": "output folder"})
     overwrite: bool = field(default=False, metadata={
         "help": "replace the results already in --out (without it such a folder is refused)"})
-    progress: bool = field(default=True, metadata={"help": "a progress bar per policy (the stage lines always print)"})
+    progress: bool = field(default=True, metadata={
+        "help": "a progress bar per policy (the stage lines always print; --no-progress: no bar from any library, "
+                "OpenEvolve's errors only)"})
 
 
 def _labels(models: list[str], labels: list[str]) -> list[str]:
@@ -166,10 +174,12 @@ def run_best_of_n(cfg: BestOfNConfig, args: argparse.Namespace | None = None) ->
         raise ValueError(f"--temperature {cfg.temperature}: must be > 0 (sampling)")
     if not 0 < cfg.top_p <= 1:
         raise ValueError(f"--top-p {cfg.top_p}: must be in (0, 1]")
-    if cfg.max_new_tokens < 1:
-        raise ValueError(f"--max-new-tokens {cfg.max_new_tokens}: must be >= 1")
     checkpoints = [(label, _resolve_model(model)) for label, model in zip(labels, cfg.model, strict=True)]
     options = cfg.check([path for _, path in checkpoints])   # --backend/--device/--dtype, before any load
+    if not cfg.progress:
+        from vpo.sampling import hide_library_progress
+
+        hide_library_progress()
     given_params = {} if own_name is not None else parse_params(cfg.task_params)
     paths = [path for _, path in checkpoints]
     if own_name is not None:
@@ -184,17 +194,23 @@ def run_best_of_n(cfg: BestOfNConfig, args: argparse.Namespace | None = None) ->
     if any(cfg.pool % m for m in answers):
         raise ValueError(f"--pool ({cfg.pool}) must be a multiple of every checkpoint's m "
                          f"({', '.join(f'{label}: m = {m}, {why}' for label, (m, why) in zip(labels, chosen))})")
+    from vpo.evaluation import load_format
+
+    # --max-new-tokens 0: each checkpoint's prompt format sets the budget, as in vpo eval; the largest sizes the pools
+    budget = cfg.max_new_tokens or max(
+        load_format(path if Path(path).is_dir() and info.format_applies else None, task, chat=False)
+        .completion_budget(examples, m) for path, info, m in zip(paths, infos, answers, strict=True))
     work = check_pool_workload(examples=len(examples), pool=cfg.pool, m=min(answers),
                                objectives=task.num_objectives(examples[0]) if examples else 1,
-                               max_new_tokens=cfg.max_new_tokens, checkpoints=len(checkpoints))
+                               max_new_tokens=budget, checkpoints=len(checkpoints))
     claim_out_dir(cfg.out, command="search best-of-n", overwrite=cfg.overwrite, resume_flag="")
     for label, (m, why) in zip(labels, chosen, strict=True):
         print(f"{label}: m = {m}: {why}", flush=True)
-    print(f"sampling {work.chains:,} chains of up to {cfg.max_new_tokens} tokens ({len(checkpoints)} checkpoint(s) x "
+    print(f"sampling {work.chains:,} chains of up to {budget} tokens ({len(checkpoints)} checkpoint(s) x "
           f"{len(examples)} examples x {cfg.pool} answers)", flush=True)
     report = run_search_eval(checkpoints, task, examples, cfg.out, n=cfg.pool, m=answers, select=parse_select(cfg.select),
                              temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
-                             seed=cfg.seed, options=options)
+                             seed=cfg.seed, options=options, progress=cfg.progress)
     for label, entry in report["checkpoints"].items():
         print(curve_line(label, entry["curves"]))
     print(f"wrote {Path(cfg.out) / 'search.json'} and {Path(cfg.out) / report['plot']}")
@@ -278,11 +294,11 @@ def search_from_eval_config(kind: str, cfg: Any) -> dict[str, Any]:
             reward_funcs=getattr(cfg, "reward_funcs", ""), reward_names=list(getattr(cfg, "reward_names", []) or []),
             scaling=list(getattr(cfg, "scaling", []) or []),
             max_failure_rate=getattr(cfg, "max_failure_rate", RewardFuncsOptions.max_failure_rate),
-            reward_time_limit=getattr(cfg, "reward_time_limit", None),
-            source=cfg.source or None, split=cfg.split, examples=cfg.examples, pool=cfg.pool,
-            answers=[cfg.answers] if cfg.answers else [], temperature=cfg.temperature, top_p=cfg.top_p,
-            max_new_tokens=cfg.max_new_tokens if cfg.max_new_tokens > 0 else 256 * (cfg.answers or 1),
-            seed=cfg.seed, out=cfg.out, overwrite=bool(getattr(cfg, "overwrite", False)), **sampling))
+            reward_time_limit=getattr(cfg, "reward_time_limit", None), source=cfg.source or None, split=cfg.split,
+            examples=cfg.examples, pool=cfg.pool, answers=[cfg.answers] if cfg.answers else [],
+            temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
+            seed=cfg.seed, out=cfg.out, overwrite=bool(getattr(cfg, "overwrite", False)),
+            progress=bool(getattr(cfg, "progress", True)), **sampling))
     if kind == "openevolve":
         if getattr(cfg, "reward_funcs", ""):
             raise ValueError("--search openevolve scores code problems in the sandbox; --reward-funcs is for best-of-n")

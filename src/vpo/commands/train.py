@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from vpo.commands.rewards import RewardFuncsOptions, resolve_task
-from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, field_like, parse_params
+from vpo.config import (add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, field_like,
+                        parse_params, task_help)
 from vpo.estimators.options import WeightOptions
 from vpo.integrations.trl_config import TASK_EPOCHS, VPO_OWNED, RLConfig, TRLOptions, check_engine, read_grpo_yaml
 
@@ -57,7 +58,7 @@ def _estimator_names() -> list[str]:
 class TrainArgs(RewardFuncsOptions):
     """What to train, on what, and where to write it (the RL hyperparameters are RLConfig's)."""
 
-    task: str = field(default="", metadata={"help": "task name (maze, musique, eureqa, toolcall, code, ...)"})
+    task: str = field(default="", metadata={"help": task_help})
     model: str = field(default="", metadata={"help": "model folder, cached hub id, or .gguf file"})
     method: str = field(default="vpo", metadata={"help": "advantage estimator (any registered in vpo.estimators)",
                                                  "choices": _estimator_names})
@@ -86,6 +87,9 @@ class TrainArgs(RewardFuncsOptions):
     chat_template: bool = field(
         default=True, metadata={"help": "wrap prompts in the tokenizer's chat template when it has one"})
     save: bool = field(default=True, metadata={"help": "save the final model (or adapter) to output_dir"})
+    progress: bool = field(default=True, metadata={
+        "help": "a progress bar (--no-progress: no bar from any library); either way one short line per "
+                "logged step, the full log in OUT/train_log.jsonl"})
     config: str | None = field(default=None, metadata={
         "help": "a TRL GRPOConfig YAML, as `trl grpo --config` reads it (flags typed here win over its values)"})
     overwrite: bool = field(default=False, metadata={
@@ -367,8 +371,12 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
                   resume=engine.resume_from_checkpoint is not None, overwrite=cfg.overwrite, stale=("checkpoint-*",))
     from datasets import Dataset
 
-    from vpo.integrations.trl import VPOTrainer, label_progress
+    from vpo.integrations.trl import StepLines, VPOTrainer, label_progress
 
+    if not cfg.progress:
+        from vpo.sampling import hide_library_progress
+
+        hide_library_progress()
     model, tokenizer = load_pretrained(cfg.model)
     fmt = load_format(model_dir, task, tokenizer=tokenizer, chat=False)
     grpo_overrides: dict[str, Any] = {}
@@ -422,8 +430,10 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
         trainer = VPOTrainer(model, answers=answers, estimator=cfg.method, estimator_options=options,
                              args=args, train_dataset=dataset, processing_class=tokenizer,
                              peft_config=peft_config, **objectives)
-    if not trainer.args.disable_tqdm:  # transformers hides the bar below its WARNING log level
-        label_progress(trainer, f"train {cfg.method}")
+    # transformers hides the bar below its WARNING log level; its 40-key dicts per step go to the log file
+    label_progress(trainer, f"train {cfg.method}", show=cfg.progress and not trainer.args.disable_tqdm, logs=False)
+    Path(cfg.out).mkdir(parents=True, exist_ok=True)
+    trainer.add_callback(StepLines(str(Path(cfg.out) / "train_log.jsonl")))
     trainer.train(resume_from_checkpoint=engine.resume_from_checkpoint)
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
     summary = {"task": task.name, "method": cfg.method, "answers": answers, "steps": trainer.state.global_step,

@@ -26,6 +26,32 @@ METHODS = {
 """The RL methods of the demo: label, answers per chain (m; overridden by --answers for the
 multi-answer ones) and the ``vpo.estimators`` name VPOTrainer runs."""
 
+MEASURED_RUNS: dict[str, dict[str, Any]] = {
+    # seconds: wall time of a run from scratch (the report's run_wall); load: 1-minute load average
+    # at its start (None: not recorded, the machine was idle); update with scripts/record_demo_time.py
+    "default": {"seconds": 879, "cpus": 2, "load": None, "workers": 2},
+    "quick": {"seconds": 37, "cpus": 2, "load": 2.0, "workers": 1},
+}
+"""Measured wall times of ``vpo demo`` and ``vpo demo --quick``: the help texts and the README
+state them from these numbers (``measured_time``), never typed by hand."""
+
+
+def measured_time(kind: str) -> str:
+    """``"14 min 39 s on 2 idle cores"``: the measured wall time of ``MEASURED_RUNS[kind]`` and
+    the machine it ran on."""
+    run = MEASURED_RUNS[kind]
+    minutes, seconds = divmod(round(run["seconds"]), 60)
+    took = f"{minutes} min {seconds} s" if minutes else f"{seconds} s"
+    from vpo.cores import IDLE_LOAD
+
+    load = run.get("load")
+    if load is None or load < IDLE_LOAD:
+        where = f"{run['cpus']} idle cores"
+    else:
+        where = f"{run['cpus']} cores at load average {load:.1f}"
+    return f"{took} on {where}"
+
+
 PAPER_METHODS = ("grpo", "vpo", "multi_rlvr", "max_at_k")
 """``--methods all`` (the default): the paper's four methods (goal_conditioned is asked for by name)."""
 
@@ -36,11 +62,12 @@ class DemoConfig:
 
     out: str = field(default="runs/demo", metadata={"help": "report folder (checkpoints, logs, report.md, plots)"})
     quick: bool = field(default=False, metadata={
-        "help": "CI-sized smoke run (about 3 minutes): the QUICK values replace every field left at its default"})
+        "help": f"CI-sized smoke run ({measured_time('quick')}): the QUICK values replace every field left at "
+                "its default; it prints plumbing checks, not findings"})
     preset: str = field(default="none", metadata={
         "help": "a named configuration whose values replace every field left at its default: paper-maze = the "
                 "paper's 1,000 train and 100 test 9x9 mazes, a 27M-parameter model, all four methods, 2 seeds, "
-                "sized for about 15 minutes on one H100",
+                "sized for one H100 (not yet run there)",
         "choices": ["none", "paper-maze"]})
     device: str = field(default="auto", metadata={
         "help": "where the warm-up, RL and evaluation run: auto (cuda when available), cpu or cuda (the first "
@@ -98,9 +125,10 @@ class DemoConfig:
     eval_weights: int = field(default=64, metadata={
         "help": "fixed Dirichlet(1) weights per maze (preference metrics)", "min": 1})
     eval_batch: int = field(default=600, metadata={"help": "chains per generate() call in evaluation", "min": 1})
-    workers: int = field(default=2, metadata={
+    workers: int = field(default=0, metadata={
         "help": "parallel worker processes for RL runs and evaluation pools (one torch thread each unless --threads "
-                "says otherwise; the warm-up, which runs alone, uses workers x threads)", "min": 1})
+                "says otherwise; the warm-up, which runs alone, uses workers x threads); 0: as many as the cores "
+                "free at the start hold (from the load average; the log says how many)", "min": 0})
     threads: int = field(default=1, metadata={
         "help": "torch CPU threads (0: torch default); 1 is fastest for this tiny model, and far faster on a shared "
                 "machine", "min": 0})

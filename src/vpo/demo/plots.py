@@ -21,17 +21,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from vpo.report import line_styles
+
 PLOT_DIR = "plots"
-WARM_STYLE = {"color": "black", "linestyle": ":", "linewidth": 2.0}
-"""The warm start is drawn black and dotted in every figure; the methods get the colour cycle."""
-METHOD_COLORS = {"grpo": "tab:red", "max_at_k": "tab:orange", "multi_rlvr": "tab:green", "vpo": "tab:blue",
-                 "goal_conditioned": "tab:purple"}
 
 
-def _style(key: str) -> dict[str, Any]:
-    if key.startswith("warmup"):
-        return dict(WARM_STYLE, color="black" if key.endswith("m1") else "dimgray")
-    return {"color": METHOD_COLORS.get(key, None), "linewidth": 2.0}
+PAPER_STAR_SPREAD = 1.07
+"""The paper's best@30 stars sit side by side from k = 30 rightwards, each this factor further
+along the log axis, so stars with close values do not hide one another."""
 
 
 def _best_at_k(metrics: Mapping[str, Any], path: Path) -> None:
@@ -39,27 +36,28 @@ def _best_at_k(metrics: Mapping[str, Any], path: Path) -> None:
 
     paper = metrics.get("paper_best_at_30") or {}
     pool = int(metrics["eval"]["pool"])
+    styles = line_styles(metrics["methods"])
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.6))
     for ax, (key, title) in zip(axes, (("best_at_k", "best@k, fixed scalar (the paper's metric)"),
                                        ("pref_best_at_k", "preference-weighted best@k")), strict=True):
         for name, entry in metrics["methods"].items():
             mean = entry[key]["mean"]
             ks = list(range(1, len(mean) + 1))
-            ax.plot(ks, mean, label=entry.get("label", name), **_style(name))
+            ax.plot(ks, mean, label=entry.get("label", name), **dict(styles[name], linewidth=2.0))
         for ref in metrics.get("references") or []:
             if ref.get(key) is not None:
                 ax.axhline(ref[key], color="grey", linestyle="--", linewidth=1.2,
                            label="oracle ceiling (3 oracle routes)")
         if key == "best_at_k":
-            for name, value in paper.items():
-                if name in metrics["methods"]:
-                    ax.plot([pool], [value], marker="*", markersize=13, linestyle="none",
-                            color=_style(name)["color"], markeredgecolor="k",
-                            label=f"paper: {metrics['methods'][name].get('label', name).split(' (')[0]} "
-                                  f"{value:.3f}")
+            stars = [name for name in paper if name in metrics["methods"]]
+            for i, name in enumerate(stars):
+                ax.plot([pool * PAPER_STAR_SPREAD ** i], [paper[name]], marker="*", markersize=13, linestyle="none",
+                        color=styles[name]["color"], markeredgecolor="k",
+                        label=f"paper: {metrics['methods'][name].get('label', name).split(' (')[0]} "
+                              f"{paper[name]:.3f}")
         ax.set_xscale("log")
         ax.set_xlabel("k (answers)")
-        ax.set_title(title, fontsize=10)
+        ax.set_title(title, fontsize=11)
         ax.grid(alpha=0.3)
     handles, labels = [], []
     for ax in axes:  # one legend for both panels, outside on the right
@@ -67,9 +65,9 @@ def _best_at_k(metrics: Mapping[str, Any], path: Path) -> None:
             if lab not in labels:
                 handles.append(h)
                 labels.append(lab)
-    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(0.79, 0.5), fontsize=8, frameon=False,
-               title="paper: best@30, 9x9 maze, Qwen3-4B" if paper else None, title_fontsize=7)
-    fig.tight_layout(rect=(0, 0, 0.78, 1))
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(0.76, 0.5), fontsize=9, frameon=False,
+               title="stars: paper's best@30,\n9x9 maze, Qwen3-4B" if paper else None, title_fontsize=9)
+    fig.tight_layout(rect=(0, 0, 0.75, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -79,23 +77,24 @@ def _diversity(metrics: Mapping[str, Any], path: Path) -> None:
 
     from vpo.report import smooth, training_window
 
+    styles = line_styles(metrics["training"])
     fig, ax = plt.subplots(figsize=(8.5, 4))
     for name, run in metrics["training"].items():
         series = (run.get("series") or {}).get("diversity")
         if not series:
             continue
         steps, win = run["steps"], training_window(len(run["steps"]))
-        style = _style(name)
+        style = dict(styles[name], linewidth=2.0)
         ax.plot(steps, smooth(series["mean"], win), label=run.get("label", name), **style)
         if series.get("low"):
             ax.fill_between(steps, smooth(series["low"], win), smooth(series["high"], win), alpha=0.15,
                             color=style["color"])
     ax.set_xlabel("RL step")
     ax.set_ylabel("mean pairwise L1 of reward vectors")
-    ax.set_title("Diversity of the training rollouts' answers per maze", fontsize=10)
+    ax.set_title("Diversity of the training rollouts' answers per maze", fontsize=11)
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9, frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -104,8 +103,7 @@ def _diversity(metrics: Mapping[str, Any], path: Path) -> None:
 def _objective_space(metrics: Mapping[str, Any], path: Path) -> None:
     from vpo.report import _plot_objective_space
 
-    labels = {key: entry.get("label", key) for key, entry in metrics["methods"].items()}
-    _plot_objective_space(metrics["story_space"], list(metrics["task"]["objectives"]), labels, path)
+    _plot_objective_space(metrics["story_space"], list(metrics["task"]["objectives"]), metrics["methods"], path)
 
 
 CAPTIONS = {

@@ -177,11 +177,11 @@ def build_metrics(cfg: DemoConfig, task: Any, methods: list[str], seeds: list[in
     }
     metrics["paper"], metrics["comparison"] = _paper_tables(entries, methods, pool, cfg)
     metrics["findings"] = findings(entries, paired_rows, methods, pool, cfg)
-    if cfg.quick:  # a smoke test's numbers say nothing about the method
-        metrics["findings"].insert(0, SMOKE_TEST)
+    if cfg.quick:  # a smoke run's numbers say nothing about the methods: it reports plumbing checks instead
+        metrics["findings"] = [SMOKE_TEST]
         metrics["intro"] = SMOKE_TEST + " " + metrics["intro"]
     oracle = evaluated.get("oracle")
-    if oracle:
+    if oracle and not cfg.quick:
         warm_key = f"warmup_m{m_multi}"
         metrics["findings"].append(
             "Headroom: the pool of the three oracle routes per maze (shortest lava-free, via gold, via diamond; "
@@ -195,6 +195,37 @@ def build_metrics(cfg: DemoConfig, task: Any, methods: list[str], seeds: list[in
             f"{pool}: " + ", ".join(f"{e['label']} {e['distinct_answers']:.1f}" for e in entries.values()) + ".")
     metrics["notes"] = _notes(cfg)
     return metrics
+
+
+def pipeline_checks(metrics: dict[str, Any], cfg: DemoConfig, plots: list[str]) -> list[str]:
+    """What a smoke run checks, one line each, "ok: ..." or "FAILED: ...": every RL run logged its
+    steps, every pool has its mazes and answers, every number is finite, best@k never falls as k
+    grows, every plot was written (``plots``: the PNG files found)."""
+    def line(ok: bool, text: str) -> str:
+        return ("ok: " if ok else "FAILED: ") + text
+
+    methods = metrics["methods"]
+    training = metrics.get("training") or {}
+    steps_ok = all(run.get("steps") and run["steps"][-1] == cfg.rl_steps for run in training.values())
+    shapes_ok = all(len(e["best_at_k"]["mean"]) == cfg.pool for e in methods.values())
+    numbers = [float(x) for e in methods.values() for key in ("best_at_k", "pref_best_at_k")
+               for x in e[key]["mean"]]
+    numbers += [float(row["mean"]) for row in metrics.get("paired") or []]
+    numbers += [float(x) for run in training.values() for series in run["series"].values() for x in series["mean"]]
+    finite_ok = bool(numbers) and all(np.isfinite(numbers))
+    monotone_ok = all(np.all(np.diff(e["best_at_k"]["mean"]) >= -1e-9) for e in methods.values())
+    expected = ["best_at_k.png", "training.png", "objective_space.png", "story_best_at_k.png",
+                "story_diversity.png", "story_objective_space.png"]
+    missing = [name for name in expected if name not in plots]
+    return [
+        line(steps_ok, f"{len(training)} RL runs logged {cfg.rl_steps} steps each"),
+        line(shapes_ok, f"{len(methods)} pools of {cfg.eval_examples} mazes x {cfg.pool} answers scored"),
+        line(finite_ok, f"{len(numbers)} reported numbers (best@k curves, paired differences, training series) "
+                        "are finite"),
+        line(monotone_ok, "every best@k curve is non-decreasing in k"),
+        line(not missing, f"{len(expected) - len(missing)} of {len(expected)} plots written"
+                          + (f" (missing: {', '.join(missing)})" if missing else "")),
+    ]
 
 
 def _paper_tables(entries: dict[str, Any], methods: list[str], pool: int, cfg: DemoConfig) -> tuple[dict, dict]:

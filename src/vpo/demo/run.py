@@ -32,7 +32,7 @@ from vpo.demo.config import METHODS, DemoConfig
 from vpo.demo.device import describe_setting, device_record
 from vpo.tasks.maze.format import CompactMazeFormat, GoalPerChainFormat
 from vpo.demo.plots import headline_plots
-from vpo.demo.results import build_metrics, oracle_reference
+from vpo.demo.results import build_metrics, oracle_reference, pipeline_checks
 from vpo.checkpoints import check_checkpoint
 from vpo.runs import lock_folder  # noqa: F401  (re-exported: the demo's lock is every command's)
 from vpo.runs import atomic_write_text, claim_out_dir, release_out_dir
@@ -124,11 +124,18 @@ def _run_demo(cfg: DemoConfig, out: Path) -> dict[str, Any]:
 
     load_start = os.getloadavg()[0]
     t0 = time.time()
+    if cfg.workers:
+        workers, why = cfg.workers, "--workers"
+    else:  # oversubscribed cores are the enemy: a worker per free core
+        from vpo.cores import pick_workers
+
+        workers, why = pick_workers(len(cfg.method_list()) * cfg.seeds + 2, max(1, cfg.threads))
     task = get_task("maze", size=cfg.size, reward_mode=cfg.reward_mode)
     fmt = CompactMazeFormat(max_answers=max(3, cfg.answers))
     methods, seeds = cfg.method_list(), cfg.seed_list()
     log(f"demo: methods {methods}, seeds {seeds}, maze {cfg.size}x{cfg.size} ({cfg.reward_mode}, protocol "
         f"{task.protocol}), device {device_record(cfg.torch_device())['name']}, out {out}")
+    log(f"demo: {workers} worker process(es) of {cfg.threads or 'torch default'} torch thread(s) ({why})")
 
     # 1. warm-up ------------------------------------------------------------------------
     warm_dir = out / "checkpoints" / "warmup"
@@ -138,7 +145,7 @@ def _run_demo(cfg: DemoConfig, out: Path) -> dict[str, Any]:
         log(f"warm-up: SFT on {cfg.warmup_examples} examples of {data} "
             f"({cfg.warmup_single_fraction:.0%} single-route)")
         if cfg.threads > 0:  # the warm-up runs alone: it gets every worker's threads
-            torch.set_num_threads(cfg.threads * max(1, cfg.workers))
+            torch.set_num_threads(cfg.threads * workers)
         warm = run_warmup(cfg, task, fmt, warm_dir, log=log)
         if cfg.threads > 0:
             torch.set_num_threads(cfg.threads)
@@ -170,12 +177,12 @@ def _run_demo(cfg: DemoConfig, out: Path) -> dict[str, Any]:
         check_checkpoint(folder, task="maze")
     t_rl = time.time()
     n_rl = sum(job[0] == "rl" for job in pending)
-    if pending and cfg.workers > 1 and len(pending) > 1:
+    if pending and workers > 1 and len(pending) > 1:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        log(f"RL and evaluation: {len(pending)} jobs on {min(cfg.workers, len(pending))} worker processes")
-        with ProcessPoolExecutor(max_workers=min(cfg.workers, len(pending)),
+        log(f"RL and evaluation: {len(pending)} jobs on {min(workers, len(pending))} worker processes")
+        with ProcessPoolExecutor(max_workers=min(workers, len(pending)),
                                  mp_context=multiprocessing.get_context("spawn")) as pool:
             futures = {job: pool.submit(_job, cfg, job, log) for job in pending}
             for job, future in futures.items():
@@ -183,6 +190,8 @@ def _run_demo(cfg: DemoConfig, out: Path) -> dict[str, Any]:
                 if job[0] == "rl":
                     runs[(job[1], job[2])] = result
     else:
+        if pending:
+            log(f"RL and evaluation: {len(pending)} jobs in this process")
         for job in pending:
             result = _job(cfg, job, log, task=task)
             if job[0] == "rl":
@@ -191,7 +200,7 @@ def _run_demo(cfg: DemoConfig, out: Path) -> dict[str, Any]:
     if n_rl:
         log(f"RL: {n_rl} runs (and their pools) took {time.time() - t_rl:.0f} s wall")
         _write_json(rl_wall_path, {"wall": time.time() - t_rl, "runs": n_rl,
-                                   "workers": min(max(cfg.workers, 1), len(pending))})
+                                   "workers": min(workers, len(pending))})
     for seed in seeds:
         for method in methods:
             log(f"RL: {method} seed {seed} done ({runs[(method, seed)]['seconds']:.0f} s)")
@@ -224,17 +233,37 @@ def _run_demo(cfg: DemoConfig, out: Path) -> dict[str, Any]:
     timings["evaluation (sampling, all pools; sum over pools)"] = both(list(evaluated["seconds"].values()))
     metrics["timings"] = timings
     paths = write_report(metrics, out)
+    if cfg.quick:  # plumbing checks instead of findings, plots included
+        drawn = list(paths["plots"]) + [out / figure["file"] for figure in metrics["headline_plots"]]
+        metrics["checks"] = pipeline_checks(metrics, cfg, [p.name for p in drawn if p.is_file()])
     timings["report (this invocation)"] = {"wall": time.time() - t_report, "cpu": None}
     timings["this invocation"] = {"wall": time.time() - t0, "cpu": time.process_time()}
-    metrics["load_average"] = {"start": load_start, "end": os.getloadavg()[0], "cpus": os.cpu_count()}
-    metrics["notes"].append(
-        f"Timings measured on this machine ({os.cpu_count()} CPUs, torch threads {cfg.threads}); the 1-minute "
-        f"load average was {load_start:.1f} at the start and {os.getloadavg()[0]:.1f} at the end, so the "
-        "stages may have shared the CPUs with other work. Stages finished by an earlier invocation keep "
-        "their original time.")
+    load_end = os.getloadavg()[0]
+    metrics["load_average"] = {"start": load_start, "end": load_end, "cpus": os.cpu_count()}
+    # every invocation's wall time, so a resumed run still knows what the whole run took
+    invocations_path = out / "logs" / "invocations.json"
+    invocations = json.loads(invocations_path.read_text()) if invocations_path.is_file() else []
+    invocations.append({"wall": time.time() - t0, "load_start": load_start, "load_end": load_end,
+                        "cpus": os.cpu_count(), "workers": workers, "threads": cfg.threads})
+    _write_json(invocations_path, invocations)
+    metrics["run_wall"] = {"seconds": sum(i["wall"] for i in invocations), "invocations": invocations}
+    metrics["notes"].append(load_note(os.cpu_count() or 1, workers, cfg.threads, load_start, load_end))
     paths = write_report(metrics, out)
     log(f"report: {paths['md']} ({time.time() - t0:.0f} s this invocation)")
     return {"report": paths, "metrics": metrics}
+
+
+def load_note(cpus: int, workers: int, threads: int, load_start: float, load_end: float) -> str:
+    """The report's sentence on the machine the timings were measured on, read off the load
+    average at the start (the one at the end counts this run's own work)."""
+    from vpo.cores import IDLE_LOAD
+
+    load = (f"1-minute load average {load_start:.1f} at the start, {load_end:.1f} at the end with this run's "
+            "own work")
+    machine = (f"the CPUs were otherwise idle ({load})" if load_start < IDLE_LOAD else
+               f"other work shared the CPUs ({load}), so the stages ran slower than they would on an idle machine")
+    return (f"Timings measured on this machine ({cpus} CPUs, {workers} worker process(es), torch threads "
+            f"{threads or 'default'}): {machine}. Stages finished by an earlier invocation keep their original time.")
 
 
 def _job(cfg: DemoConfig, job: tuple[str, Any, Any], log: Any, task: Any = None) -> dict[str, Any]:

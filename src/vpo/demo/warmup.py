@@ -71,10 +71,12 @@ def quiet_libraries(progress: bool) -> None:
     import datasets
     import transformers
 
+    from vpo.sampling import hide_library_progress
+
     datasets.disable_progress_bars()
     transformers.logging.set_verbosity_error()
     if not progress:
-        transformers.utils.logging.disable_progress_bar()
+        hide_library_progress()
 
 
 def run_warmup(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, out_dir: Path, *,

@@ -65,7 +65,7 @@ from typing import Any
 import numpy as np
 import torch
 from accelerate.utils import gather_object
-from transformers.trainer_callback import PrinterCallback, ProgressCallback
+from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from vpo.estimators import WeightOptions, get_spec, rollout_score
@@ -78,6 +78,7 @@ __all__ = [
     "EXPECTED_TRL_HOOKS",
     "RLConfig",
     "StageProgress",
+    "StepLines",
     "TASK_EPOCHS",
     "TaskReward",
     "TaskScalarReward",
@@ -91,6 +92,7 @@ __all__ = [
     "group_keys",
     "prompt_key",
     "score_and_log",
+    "step_line",
     "task_reward",
     "vpo_reward",
 ]
@@ -918,6 +920,52 @@ class StageProgress(ProgressCallback):
     def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
         if self.logs:
             super().on_log(args, state, control, logs=logs, **kwargs)
+
+
+def step_line(logs: Mapping[str, Any], step: int, max_steps: int) -> str | None:
+    """One short line for a training log (None for a log without a reward, e.g. the run's
+    summary): step, objective (TRL's ``reward``: the set score the estimator optimises), the
+    mean reward per objective, KL and seconds per step, each only when logged as a number."""
+    def number(key: str) -> float | None:
+        value = logs.get(key)
+        return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+    if "reward" not in logs:
+        return None
+    parts = [f"step {step}/{max_steps}"]
+    objective = number("reward")
+    parts.append(f"objective {objective:.3f}" if objective is not None else "objective n/a")
+    prefix = "vpo/objective/"
+    per_objective = [f"{key[len(prefix):]} {number(key):.3f}" for key in logs
+                     if key.startswith(prefix) and number(key) is not None]
+    if per_objective:
+        parts.append("(" + ", ".join(per_objective) + ")")
+    if number("kl") is not None:
+        parts.append(f"KL {number('kl'):.4f}")
+    if number("step_time") is not None:
+        parts.append(f"{number('step_time'):.2f} s/step")
+    return "  ".join(parts)
+
+
+class StepLines(TrainerCallback):
+    """A compact line per logged training step on the terminal (``step_line``), and every log
+    dict in full, one JSON object per line, in ``log_file`` (the trackers of ``report_to`` get
+    them in full as well)."""
+
+    def __init__(self, log_file: str | None = None, *, print_lines: bool = True) -> None:
+        self.log_file, self.print_lines = log_file, print_lines
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+        if not state.is_world_process_zero or not logs:
+            return
+        if self.log_file:
+            with open(self.log_file, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps({"step": state.global_step, **logs}, default=str) + "\n")
+        line = step_line(logs, state.global_step, state.max_steps)
+        if line and self.print_lines:
+            from tqdm.auto import tqdm
+
+            tqdm.write(line)   # above the progress bar, which then redraws
 
 
 def label_progress(trainer: Any, desc: str, *, show: bool = True, logs: bool = True) -> None:

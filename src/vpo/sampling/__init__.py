@@ -90,7 +90,9 @@ class SamplingOptions(DeviceOptions):
                 "batch: one seed per generate() call, the older stream of vpo eval (reproduces old "
                 "reports; hf only); auto: batch for --backend hf on CPU, chain on a GPU and with vLLM",
         "choices": ["auto", *SEEDINGS]})
-    threads: int = field(default=0, metadata={"help": "torch CPU threads (0: torch default)", "min": 0})
+    threads: int = field(default=0, metadata={
+        "help": "torch CPU threads (0: the cores free now, from the load average; shown when sampling starts)",
+        "min": 0})
 
     def check(self, models: Sequence[str | Path] = ()) -> SamplingOptions:
         """A copy with device and dtype resolved; one-line ValueError naming the flag for any
@@ -103,7 +105,7 @@ class SamplingOptions(DeviceOptions):
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 0:
             raise ValueError(f"--batch-size {self.batch_size}: must be a positive number of chains, or 0 (auto)")
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 0:
-            raise ValueError(f"--threads {self.threads}: must be >= 0 (0: torch default)")
+            raise ValueError(f"--threads {self.threads}: must be >= 0 (0: the cores free now)")
         if self.backend == "vllm":
             check_vllm(models, device=self.device, seeding="chain" if self.seeding == "auto" else self.seeding)
         resolved = self.check_device()
@@ -113,6 +115,12 @@ class SamplingOptions(DeviceOptions):
         if self.backend == "vllm" and not resolved.device.startswith("cuda"):
             raise ValueError(f"--backend vllm: needs a GPU (--device cuda), got --device {self.device}"
                              + (" and CUDA is not available" if self.device == "auto" else ""))
+        if resolved.threads == 0:
+            from vpo.cores import pick_threads
+
+            threads, why = pick_threads()
+            resolved = replace(resolved, threads=threads)
+            print(f"torch threads: {threads} ({why}; --threads sets them)")
         return resolved
 
 
@@ -328,6 +336,25 @@ class HFSampler:
 
 # ----- opening a checkpoint -----------------------------------------------------------------
 
+def hide_library_progress() -> None:
+    """No progress bar from the libraries in this process (and the processes it spawns after
+    this call, through the environment): transformers' weight loading and saving, datasets' maps,
+    the hub's downloads. ``--no-progress`` means no bar from anyone; our own bars take a
+    ``progress`` argument."""
+    import os
+
+    os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] = "1"
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"   # transformers in a spawned worker reads it too
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        import datasets
+    except ImportError:
+        return
+    datasets.disable_progress_bars()
+
+
 def open_sampler(model: str | Path, options: SamplingOptions) -> tuple[Sampler, Any]:
     """``(sampler, tokenizer)`` of a checkpoint for checked ``options`` (``SamplingOptions.check``):
     ``hf`` loads it with ``vpo.models.load_checkpoint`` on the device in the dtype; ``vllm``
@@ -350,4 +377,4 @@ def open_sampler(model: str | Path, options: SamplingOptions) -> tuple[Sampler, 
 
 __all__ = ["BACKENDS", "SEEDINGS", "ChainDraw", "DeviceOptions", "Generation", "HFSampler", "Sampler",
            "SamplingOptions", "chain_seed", "chain_uniforms", "chains_per_call", "check_sampling", "check_vllm",
-           "check_vllm_inputs", "finish_chain", "kv_bytes_per_token", "open_sampler"]
+           "check_vllm_inputs", "finish_chain", "hide_library_progress", "kv_bytes_per_token", "open_sampler"]

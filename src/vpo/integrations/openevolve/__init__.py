@@ -16,7 +16,7 @@ problem set). Usage::
 
 The same is ``vpo search openevolve --task code --problems FILE --model PATH --iterations 200``.
 
-How it plugs into OpenEvolve (notes/engines.md section 5):
+How it plugs into OpenEvolve:
 
 * **LLM.** ``LLMModelConfig.init_client`` returns a ``TransformersLLM``: async ``generate``
   and ``generate_with_context``, a ``model`` attribute (OpenEvolve logs it), the checkpoint

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import re
 import tempfile
 import time
@@ -63,8 +62,8 @@ def search_problems(problems: Sequence[Mapping[str, Any]], *, models: Sequence[t
     problem are the policy's own programs (``chains`` x ``m`` answers, all kept) unless
     ``seeds[label]`` gives them (one list of programs per problem); then each problem is evolved
     with the policy as the mutation LLM (``client`` overrides that, e.g. a ``scripted_client`` in
-    tests). ``threads``: torch threads per worker (default: cores // workers; on a machine shared
-    with other jobs 1 is often much faster, since idle torch threads spin). ``device``/``dtype``:
+    tests). ``threads``: torch threads per worker (default: the free cores // workers,
+    ``vpo.cores.pick_threads``; more threads than free cores spin against each other). ``device``/``dtype``:
     where every process loads the policy (``vpo.models.load_checkpoint``; "auto" for either). A ``.gguf`` policy is
     saved as a transformers folder in a temporary folder for the workers while its problems run,
     then removed (``worker_model``). ``progress``: where the stage lines go (None: nowhere);
@@ -91,7 +90,17 @@ def search_problems(problems: Sequence[Mapping[str, Any]], *, models: Sequence[t
         raise ValueError("problem ids must be distinct")
     out = Path(output_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    threads = threads or max(1, (os.cpu_count() or 1) // workers)
+    if threads is None:
+        from vpo.cores import pick_threads
+
+        threads, why = pick_threads(workers)
+        if progress is not None:
+            progress(f"torch threads per process: {threads} ({why}; --threads sets them)")
+    quiet_shutdown_warning()
+    if not progress_bar:
+        from vpo.sampling import hide_library_progress
+
+        hide_library_progress()
 
     def say(message: str) -> None:
         if progress is print and progress_bar:
@@ -132,6 +141,7 @@ def search_problems(problems: Sequence[Mapping[str, Any]], *, models: Sequence[t
                              output_dir=out / _safe_name(label) / _safe_name(pid), workers=workers,
                              num_islands=num_islands, seed=seed, limits=limits, diff_based=diff_based,
                              temperature=temperature, top_p=top_p, max_tokens=max_tokens, start_method=start_method,
+                             log_level="WARNING" if progress_bar else "ERROR",   # quiet: OpenEvolve's errors only
                              on_iteration=lambda t, done=done: advance(done + min(t, iterations)))
                 advance(done + iterations)
                 say(f"[{label}] problem {pid}: best {res.best_score:.3f}, solved at "
@@ -152,6 +162,18 @@ def search_problems(problems: Sequence[Mapping[str, Any]], *, models: Sequence[t
     return report
 
 
+def quiet_shutdown_warning() -> None:
+    """No "resource_tracker: There appear to be 1 leaked semaphore objects" at exit: OpenEvolve's
+    process pool leaves a semaphore that multiprocessing's resource tracker then removes itself, so
+    the warning reports a clean-up, not a leak. The tracker process takes this interpreter's -W
+    options when it starts (with the first semaphore), hence the filter in ``sys.warnoptions``."""
+    import sys
+
+    rule = "ignore:resource_tracker:UserWarning"
+    if rule not in sys.warnoptions:
+        sys.warnoptions.append(rule)
+
+
 def _safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(text))[:80] or "_"
 
@@ -170,12 +192,15 @@ def plot_solved(report: Mapping[str, Any], path: str | Path) -> Path | None:
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    from vpo.report import line_styles
+
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.6))
     total = len(report["problems"])
+    styles = line_styles({label: str(label) for label in report["labels"]})
     for label, entry in report["labels"].items():
         steps = list(range(len(entry["solved_by_iteration"])))
-        ax1.step(steps, entry["solved_by_iteration"], where="post", label=str(label))
-        ax2.plot(steps, entry["mean_best_by_iteration"], label=str(label))
+        ax1.step(steps, entry["solved_by_iteration"], where="post", label=str(label), **styles[label])
+        ax2.plot(steps, entry["mean_best_by_iteration"], label=str(label), **styles[label])
     ax1.set_xlabel("iteration (0 = the policy's own samples)")
     ax1.set_ylabel(f"problems solved (of {total})")
     ax1.set_ylim(-0.05 * max(1, total), total * 1.05 + 0.05)
@@ -184,9 +209,11 @@ def plot_solved(report: Mapping[str, Any], path: str | Path) -> Path | None:
     ax2.set_ylabel("mean best fraction of tests passed")
     ax2.set_ylim(-0.02, 1.02)
     for ax in (ax1, ax2):
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))  # iterations are whole
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(f"OpenEvolve: {total} problems, {report['iterations']} iterations")
+        ax.legend(fontsize=9)
+    iterations = report["iterations"]
+    fig.suptitle(f"OpenEvolve: {total} problem{'s' * (total != 1)}, {iterations} iteration{'s' * (iterations != 1)}")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -1,0 +1,127 @@
+"""What the terminal shows: ``--no-progress`` means no bar from any library, ``vpo search
+best-of-n`` one bar per checkpoint, ``vpo train`` one short line per step (the full log in a
+file), Ctrl-C on a line of its own naming how to resume, ``vpo --version``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vpo.cli import main
+
+BAR_MARKS = ("%|", "it/s", "s/it", "Loading weights", "Writing model shards", "\r")
+
+
+def untrained_demo_checkpoint(path: Path, method: str) -> Path:
+    """A random-init tiny Llama in the demo's compact maze format, recording ``method`` (seconds to build)."""
+    from vpo.tasks.maze.format import CompactMazeFormat
+    from vpo.models import build_char_tokenizer, build_tiny_llama
+    from transformers.utils import logging as hf_logging
+
+    fmt = CompactMazeFormat()
+    tokenizer = build_char_tokenizer(fmt.alphabet(), extra_tokens=fmt.extra_tokens())
+    model = build_tiny_llama(tokenizer, hidden=32, layers=1, heads=2, mlp=64, max_positions=256, seed=0)
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # its own saving bar is not what the tests look at
+    try:
+        model.save_pretrained(path)
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
+    tokenizer.save_pretrained(path)
+    fmt.save(path, task="maze", task_params={"size": 5, "reward_mode": "linear"}, method=method)
+    return path
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    pytest.importorskip("transformers")
+    return untrained_demo_checkpoint(tmp_path_factory.mktemp("ckpt") / "run-7", "vpo")
+
+
+def _vpo(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """``python -m vpo ARGV`` in a fresh interpreter (what a user sees), with this checkout's code."""
+    import vpo
+
+    src = str(Path(vpo.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "vpo", *argv], capture_output=True, text=True, timeout=300,
+                          cwd=cwd, env=env)
+
+
+@pytest.mark.parametrize("search", [False, True], ids=["pool report", "--search best-of-n"])
+def test_eval_no_progress_shows_no_library_bars(checkpoint, tmp_path, search):
+    """No bar from transformers (loading the weights) or anyone else on either stream; the
+    pool report colours the checkpoint by the method it records."""
+    argv = ["eval", "--model", str(checkpoint), "--answers", "3", "--pool", "3", "--examples", "2", "--threads", "1",
+            "--no-progress", "--out", str(tmp_path / "eval")] + (["--search", "best-of-n"] if search else [])
+    run = _vpo(argv, tmp_path)
+    assert run.returncode == 0, run.stderr
+    for mark in BAR_MARKS:
+        assert mark not in run.stdout + run.stderr, (mark, run.stdout + run.stderr)
+    assert run.stderr == ""
+    if not search:
+        metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+        assert metrics["methods"]["run-7"]["method"] == "vpo"
+
+
+def test_best_of_n_draws_one_bar_per_checkpoint(checkpoint, tmp_path, capsys):
+    """Per-example seeding used to draw a bar per example (100 for 2 checkpoints x 50 mazes)."""
+    assert main(["search", "best-of-n", "--model", f"{checkpoint},{checkpoint}", "--labels", "a,b", "--answers", "3",
+                 "--pool", "3", "--examples", "4", "--seeding", "batch", "--threads", "1",
+                 "--out", str(tmp_path / "s")]) == 0
+    err = capsys.readouterr().err
+    for label in ("a", "b"):
+        assert err.count(f"best-of-n {label}:   0%") == 1, err
+    assert main(["search", "best-of-n", "--model", str(checkpoint), "--answers", "3", "--pool", "3",
+                 "--examples", "2", "--threads", "1", "--no-progress", "--out", str(tmp_path / "quiet")]) == 0
+    assert not any(mark in capsys.readouterr().err for mark in BAR_MARKS)
+
+
+def test_train_prints_one_short_line_per_step_and_logs_the_rest(checkpoint, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "--task", "maze", "--model", str(checkpoint), "--method", "vpo", "--examples", "8",
+                 "--out", str(out), "--max-steps", "2", "--num-generations", "4", "--per-device-train-batch-size", "8",
+                 "--kl-beta", "0.001", "--force-cpu", "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    steps = [line for line in lines if line.startswith("step ")]
+    assert [line.split()[1] for line in steps] == ["1/2", "2/2"]
+    for line in steps:
+        assert "objective " in line and "gold " in line and "KL " in line and "s/step" in line and len(line) < 160
+    assert not any("'loss'" in line or "grad_norm" in line for line in lines)  # TRL's dict stays off the terminal
+    assert not any(mark in captured.out + captured.err for mark in BAR_MARKS)
+    logged = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert [entry["step"] for entry in logged if "loss" in entry] == [1, 2]
+    assert all("grad_norm" in entry and "vpo/objective/gold" in entry for entry in logged if "loss" in entry)
+
+
+@pytest.mark.parametrize("command,hint", [("train", "--resume-from-checkpoint latest"),
+                                          ("demo", "run the same command again"), ("eval", None)])
+def test_ctrl_c_lands_on_a_fresh_line_and_names_the_resume(monkeypatch, capsys, tmp_path, command, hint):
+    import importlib
+
+    def interrupted(_args):
+        sys.stderr.write("train vpo:  50%|#####     | 1/2")  # a bar, mid-line
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(importlib.import_module(f"vpo.commands.{command}"), "run", interrupted)
+    argv = {"train": ["train", "--task", "maze", "--model", str(tmp_path)], "demo": ["demo"],
+            "eval": ["eval", "--model", str(tmp_path)]}[command]
+    assert main(argv + ["--out", str(tmp_path / "out")]) == 130
+    err = capsys.readouterr().err
+    assert err.startswith("train vpo:  50%|#####     | 1/2\n") and err.splitlines()[1].startswith(f"vpo {command}: ")
+    assert (hint in err) if hint else err.rstrip().endswith("interrupted")
+
+
+def test_version(capsys):
+    import vpo
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0 and capsys.readouterr().out.strip() == f"vpo {vpo.__version__}"
