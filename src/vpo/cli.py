@@ -15,6 +15,8 @@ import importlib
 import sys
 import typing
 
+from vpo.reward_failures import RewardFailureError
+
 # Order is the order shown in --help. A module missing here is simply not offered.
 COMMAND_MODULES = (
     "vpo.commands.advantages",
@@ -86,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
             BlockingIOError) as err:
         print(f"vpo {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except RewardFailureError as err:  # the run's reward functions failed too often: a message, not a traceback
+        print(f"vpo {args.command}: error: {err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         hint = RESUME_HINTS.get(args.command)
         # on a line of its own: a progress bar leaves the cursor mid-line

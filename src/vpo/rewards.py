@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from vpo.chains import RewriteRule, parse_answers, rewrite_prompt
+from vpo.reward_failures import RewardFailures
 
 __all__ = [
     "CHAIN_RULE",
@@ -65,6 +66,7 @@ __all__ = [
     "completion_text",
     "effective_dimension",
     "finish_chains",
+    "function_name",
     "group_keys",
     "load_reward_funcs",
     "objective_diagnostics",
@@ -194,7 +196,8 @@ def is_reward_model(func: Any) -> bool:
     return hasattr(func, "config") and callable(getattr(func, "forward", None))
 
 
-def _func_name(func: Any) -> str:
+def function_name(func: Any) -> str:
+    """A reward function's name as TRL names it: ``__name__``, a model's checkpoint name."""
     if isinstance(func, str):
         return func.rstrip("/").split("/")[-1]
     if is_reward_model(func):
@@ -212,7 +215,7 @@ def _declared_heads(func: Any) -> tuple[str, ...] | None:
     if declared is not None and not is_reward_model(func):
         names = tuple(str(n) for n in declared)
         if not names:
-            raise ValueError(f"reward function {_func_name(func)!r}: objective_names is empty")
+            raise ValueError(f"reward function {function_name(func)!r}: objective_names is empty")
         return names
     if is_reward_model(func):
         labels = int(getattr(func.config, "num_labels", 1) or 1)
@@ -250,7 +253,7 @@ def objective_names(reward_funcs: Sequence[Any], reward_names: Sequence[Any] | N
         if own and given is None and heads is not None and len(heads) == width:
             names.extend(heads)  # a callable's own names for its objectives
             continue
-        base = given if given is not None else _func_name(func)
+        base = given if given is not None else function_name(func)
         if width == 1:
             names.append(base)
         else:
@@ -326,7 +329,7 @@ def score_with_model(model: Any, tokenizer: Any, prompts: Sequence[Any], complet
     import torch
 
     if tokenizer is None:
-        raise ValueError(f"reward model {_func_name(model)!r} needs a tokenizer: pass reward_processing_classes")
+        raise ValueError(f"reward model {function_name(model)!r} needs a tokenizer: pass reward_processing_classes")
     texts = _model_texts(prompts, completions, tokenizer)
     device = next(model.parameters()).device
     out = []
@@ -364,12 +367,15 @@ def _as_values(output: Any, n: int, name: str) -> np.ndarray:
 def call_reward_funcs(reward_funcs: Sequence[Any], prompts: Sequence[Any], completions: Sequence[Any],
                       columns: Mapping[str, Sequence[Any]] | None = None, *,
                       reward_processing_classes: Sequence[Any] | Any = None,
-                      completion_ids: Sequence[Any] | None = None) -> list[np.ndarray]:
+                      completion_ids: Sequence[Any] | None = None,
+                      failures: RewardFailures | None = None) -> list[np.ndarray]:
     """Each function once on all P answers: one (P,) or (P, H) array per function, ``None`` as NaN.
 
     Callables get ``prompts=, completions=, completion_ids=, **columns`` (async ones run together);
     a model id is loaded once (``load_reward_model``) and a model scores prompt + answer with its
-    processing class, all heads. The default ``call`` of ``score_chains``.
+    processing class, all heads. The default ``call`` of ``score_chains``. With ``failures``
+    (``vpo.reward_failures``), callables run under its policy: a call that raises, returns NaN or
+    an infinity, or runs past the time limit scores 0 and is counted there.
     """
     columns = dict(columns or {})
     funcs = list(reward_funcs)
@@ -382,7 +388,9 @@ def call_reward_funcs(reward_funcs: Sequence[Any], prompts: Sequence[Any], compl
     outputs: list[np.ndarray | None] = [None] * len(funcs)
     pending = []
     for i, func in enumerate(funcs):
-        name = _func_name(func)
+        name = function_name(func)
+        if failures is not None and callable(func) and not isinstance(func, str) and not is_reward_model(func):
+            func = failures.guard(func, name, len(_declared_heads(func) or (None,)))
         if isinstance(func, str):
             func, tokenizer = _loaded_model(func)
             outputs[i] = _model_output(score_with_model(func, classes[i] or tokenizer, prompts, completions))
@@ -531,13 +539,15 @@ def _scale(values: np.ndarray, spec: Any) -> np.ndarray:
 def score_answers(reward_funcs: Sequence[Any], prompts: Sequence[Any], completions: Sequence[Any],
                   answers: int = 3, *, reward_names: Sequence[Any] | None = None,
                   reward_processing_classes: Any = None, call: Callable[..., Any] | None = None,
-                  tag: str = CHAIN_TAG, **columns: Sequence[Any]) -> ScoredAnswers:
+                  tag: str = CHAIN_TAG, failures: RewardFailures | None = None,
+                  **columns: Sequence[Any]) -> ScoredAnswers:
     """Split the B chains into their non-blank answers and score them all: the first half of
     ``score_chains`` (``finish_chains`` is the second). ``prompts`` are the single-answer prompts
     the functions see. ``call(prompts, completions, columns)`` evaluates the functions on the flat
     answers (default ``call_reward_funcs``) and returns one (P,) or (P, H) array per function.
     ``tag=None`` (with ``answers=1``) skips the chain format: each completion, as it is, is its
-    one answer (what ``GRPOTrainer`` scores)."""
+    one answer (what ``GRPOTrainer`` scores). ``failures``: the default call's failure tally
+    (``call_reward_funcs``)."""
     funcs = list(reward_funcs) if isinstance(reward_funcs, list | tuple) else [reward_funcs]
     if not funcs:
         raise ValueError("reward_funcs is empty: give at least one reward function")
@@ -566,7 +576,8 @@ def score_answers(reward_funcs: Sequence[Any], prompts: Sequence[Any], completio
     flat_columns = {key: [values[b] for b in owners] for key, values in columns.items()}
     if call is None:
         def call(p: Sequence[Any], c: Sequence[Any], cols: Mapping[str, Sequence[Any]]) -> list[np.ndarray]:
-            return call_reward_funcs(funcs, p, c, cols, reward_processing_classes=reward_processing_classes)
+            return call_reward_funcs(funcs, p, c, cols, reward_processing_classes=reward_processing_classes,
+                                     failures=failures)
     if flat_completions:
         outputs = [np.asarray(out, dtype=np.float64) for out in call(flat_prompts, flat_completions, flat_columns)]
         if len(outputs) != len(funcs):
@@ -672,13 +683,13 @@ def score_chains(reward_funcs: Any, prompts: Sequence[Any], completions: Sequenc
                  reward_names: Sequence[Any] | None = None, scaling: Any = None,
                  group_ids: Sequence[Hashable] | None = None, reward_processing_classes: Any = None,
                  call: Callable[..., Any] | None = None, tag: Any = _DEFAULT_TAG,
-                 **columns: Sequence[Any]) -> ChainRewards:
+                 failures: RewardFailures | None = None, **columns: Sequence[Any]) -> ChainRewards:
     """The (M, D) reward matrix of each of B m-answer ``completions``, scored by ``reward_funcs``.
 
     ``prompts`` (B,) are the single-answer prompts the functions see; ``columns`` are dataset
     columns (B,) each, repeated per answer. ``group_ids`` (B,) defaults to ``group_keys`` (the
     ``example_id`` column, else the prompt). ``scaling``: see ``SCALINGS`` (None: no scaling).
-    ``call``: see ``score_answers``. ``tag``: the chains' numbered tag; by default ``CHAIN_TAG``
+    ``call`` and ``failures``: see ``score_answers``. ``tag``: the chains' numbered tag; by default ``CHAIN_TAG``
     for m > 1, and at m = 1 the whole completion is the one answer, as ``GRPOTrainer`` and
     ``VPOTrainer`` score it (pass ``tag=CHAIN_TAG`` to read a tagged single answer). Raises
     ValueError for misaligned inputs or bad options.
@@ -689,7 +700,8 @@ def score_chains(reward_funcs: Any, prompts: Sequence[Any], completions: Sequenc
     if tag is _DEFAULT_TAG:
         tag = CHAIN_TAG if answers > 1 else None
     scored = score_answers(reward_funcs, prompts, completions, answers, reward_names=reward_names,
-                           reward_processing_classes=reward_processing_classes, call=call, tag=tag, **columns)
+                           reward_processing_classes=reward_processing_classes, call=call, tag=tag,
+                           failures=failures, **columns)
     groups = group_keys(prompts, columns) if group_ids is None else list(group_ids)
     return finish_chains(scored, answers, groups, scaling=scaling)
 

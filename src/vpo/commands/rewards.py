@@ -52,6 +52,13 @@ class RewardFuncsOptions:
         "help": "per-objective scaling into [0, 1]: one spec for all, or name=spec entries; a spec is none, sigmoid "
                 "(reward-model logits), minmax (over the batch's answers; not in tasks) or low:high (a known range, "
                 "clipped); default none, with a warning when an objective leaves [0, 1]"})
+    max_failure_rate: float = field(default=0.5, metadata={
+        "help": "stop when more than this fraction of one step's reward calls (functions x answers) fail: raise, "
+                "return NaN/inf or time out; a failed call scores 0 and is counted (vpo/reward_failures); 1 never "
+                "stops", "min": 0.0, "max": 1.0})
+    reward_time_limit: float | None = field(default=None, metadata={
+        "help": "seconds one call of a --reward-funcs function may run before its answers count as failed (the "
+                "call is abandoned, its thread keeps running); default: no limit", "above": 0.0})
 
 
 def parse_scaling(items: Sequence[str]) -> Any:
@@ -94,6 +101,10 @@ def own_task_params(opts: RewardFuncsOptions) -> dict[str, Any]:
     scaling = parse_scaling(opts.scaling)
     if scaling is not None:
         params["scaling"] = scaling
+    if opts.max_failure_rate != RewardFuncsOptions.max_failure_rate:
+        params["max_failure_rate"] = opts.max_failure_rate
+    if opts.reward_time_limit is not None:
+        params["time_limit"] = opts.reward_time_limit
     return params
 
 
@@ -102,11 +113,15 @@ def resolve_task(opts: Any, args: argparse.Namespace | None, *, source: str | No
     """``(task name, parameters)`` when ``--reward-funcs`` replaces the task, else ``(None, None)``.
 
     With ``--reward-funcs``: ``--task`` and ``--task-params`` typed too are refused (one of them
-    would be ignored), and ``--source`` is required (it holds the prompts). ``--reward-names`` or
-    ``--scaling`` without ``--reward-funcs`` is refused."""
+    would be ignored), and ``--source`` is required (it holds the prompts). ``--reward-names``,
+    ``--scaling``, ``--max-failure-rate`` or ``--reward-time-limit`` without ``--reward-funcs`` is
+    refused."""
     if not opts.reward_funcs:
-        if opts.reward_names or opts.scaling:
-            flag = "--reward-names" if opts.reward_names else "--scaling"
+        given = (("--reward-names", opts.reward_names), ("--scaling", opts.scaling),
+                 ("--max-failure-rate", opts.max_failure_rate != RewardFuncsOptions.max_failure_rate),
+                 ("--reward-time-limit", opts.reward_time_limit is not None))
+        flag = next((flag for flag, value in given if value), None)
+        if flag is not None:
             raise ValueError(f"{flag} is for the objectives of --reward-funcs; give --reward-funcs too")
         return None, None
     typed = dict(getattr(args, TYPED_FLAGS, {}) or {}) if args is not None else {}
@@ -188,6 +203,7 @@ def _matrix_text(matrix: np.ndarray, names: Sequence[str], kept: Sequence[int]) 
 def check_rewards(cfg: CheckConfig, *, echo: bool = True) -> dict[str, Any]:
     """Score ``cfg.source``'s completions; print (``echo``) and return the matrices, the per-objective
     summary and the diagnostics (and write the report when ``cfg.out`` is set)."""
+    from vpo.reward_failures import RewardFailurePolicy, RewardFailures
     from vpo.rewards import RewardScaleWarning, load_reward_funcs, score_chains
 
     check_fields(cfg)
@@ -202,11 +218,14 @@ def check_rewards(cfg: CheckConfig, *, echo: bool = True) -> dict[str, Any]:
     columns = {key: [row.get(key) for row in rows] for key in sorted({k for row in rows for k in row})
                if key not in ("prompt", COMPLETION_COLUMN)}
     scaling = parse_scaling(cfg.scaling)
+    failures = RewardFailures(RewardFailurePolicy(max_failure_rate=cfg.max_failure_rate,
+                                                  time_limit=cfg.reward_time_limit))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RewardScaleWarning)
         result = score_chains(funcs, [row["prompt"] for row in rows], [row[COMPLETION_COLUMN] for row in rows],
                               answers=cfg.answers, reward_names=cfg.reward_names or None, scaling=scaling,
-                              **columns)
+                              failures=failures, **columns)
+    failed = failures.end_step()  # RewardFailureError past --max-failure-rate
     leaves = [str(w.message).split("'")[1] for w in caught if issubclass(w.category, RewardScaleWarning)]
     names = tuple(result.names)
     dim = len(names)
@@ -223,7 +242,7 @@ def check_rewards(cfg: CheckConfig, *, echo: bool = True) -> dict[str, Any]:
     report = {"objectives": list(names), "matrices": [np.asarray(m).tolist() for m in result.matrices],
               "kept": [np.asarray(k).tolist() for k in result.kept], "summary": summary, "stats": stats,
               "objective_diagnostics": diagnostics, "source": cfg.source, "answers": cfg.answers,
-              "completions": len(rows), "unscaled_outside_unit": leaves}
+              "completions": len(rows), "unscaled_outside_unit": leaves, "reward_failures": failed}
     if echo:
         print(f"{len(rows)} completions of {cfg.source}, m = {cfg.answers}, objectives: {', '.join(names)}")
         for i in range(min(cfg.show, len(rows))):

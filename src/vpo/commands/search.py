@@ -292,7 +292,9 @@ def search_from_eval_config(kind: str, cfg: Any) -> dict[str, Any]:
         return run_best_of_n(BestOfNConfig(
             task=cfg.task, task_params=getattr(cfg, "task_params", ""), model=models, labels=labels,
             reward_funcs=getattr(cfg, "reward_funcs", ""), reward_names=list(getattr(cfg, "reward_names", []) or []),
-            scaling=list(getattr(cfg, "scaling", []) or []), source=cfg.source or None, split=cfg.split,
+            scaling=list(getattr(cfg, "scaling", []) or []),
+            max_failure_rate=getattr(cfg, "max_failure_rate", RewardFuncsOptions.max_failure_rate),
+            reward_time_limit=getattr(cfg, "reward_time_limit", None), source=cfg.source or None, split=cfg.split,
             examples=cfg.examples, pool=cfg.pool, answers=[cfg.answers] if cfg.answers else [],
             temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
             seed=cfg.seed, out=cfg.out, overwrite=bool(getattr(cfg, "overwrite", False)),

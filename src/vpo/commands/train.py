@@ -425,7 +425,8 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     with _reference_from_policy(model, enabled=peft_config is None and float(args.beta) != 0.0):
         objectives: dict[str, Any] = (
             {"task": task} if own_name is None else  # your functions, each called once per step on all answers
-            {"reward_funcs": task.reward_funcs, "reward_names": task.reward_names, "scaling": scaling})
+            {"reward_funcs": task.reward_funcs, "reward_names": task.reward_names, "scaling": scaling,
+             "reward_failures": task.failures.policy})
         trainer = VPOTrainer(model, answers=answers, estimator=cfg.method, estimator_options=options,
                              args=args, train_dataset=dataset, processing_class=tokenizer,
                              peft_config=peft_config, **objectives)

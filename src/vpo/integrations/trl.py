@@ -70,6 +70,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from vpo.estimators import WeightOptions, get_spec, rollout_score
 from vpo.integrations.trl_config import TASK_EPOCHS, RLConfig
+from vpo.reward_failures import RewardFailurePolicy, RewardFailures
 from vpo.rewards import completion_text, prompt_key
 from vpo.tasks.base import Example, Task
 
@@ -445,7 +446,7 @@ class VPOTrainer(GRPOTrainer):
                  train_dataset: Any = None, *, task: Task | None = None, answers: int = 1,
                  estimator: str = "vpo", estimator_options: Mapping[str, Any] | None = None,
                  scaling: Any = None, reward_names: Sequence[Any] | None = None,
-                 reward_processing_classes: Any = None, **kwargs: Any) -> None:
+                 reward_processing_classes: Any = None, reward_failures: Any = None, **kwargs: Any) -> None:
         check_trl_hooks(GRPOTrainer)
         if (task is None) == (reward_funcs is None):
             raise ValueError("VPOTrainer takes exactly one of task= (a vpo task scores the chains) and "
@@ -459,6 +460,11 @@ class VPOTrainer(GRPOTrainer):
         if task is not None and (scaling is not None or reward_names is not None):
             raise ValueError("scaling= and reward_names= apply to reward_funcs=; a task's objectives are in [0, 1] "
                              "and named by the task")
+        if task is not None and reward_failures is not None:
+            raise ValueError("reward_failures= applies to reward_funcs=; a task's scorers have their own limits")
+        if reward_failures is not None and not isinstance(reward_failures, RewardFailurePolicy):
+            raise ValueError("reward_failures must be a vpo.reward_failures.RewardFailurePolicy, got "
+                             f"{type(reward_failures).__name__}")
         self.vpo_task = task
         self.vpo_answers = answers
         self.vpo_spec = spec
@@ -491,7 +497,7 @@ class VPOTrainer(GRPOTrainer):
             self._vpo_scalar = task.scalar
             funcs: list[Any] = [self.vpo_reward]
         else:
-            from vpo.rewards import check_scaling, load_reward_model, objective_names
+            from vpo.rewards import check_scaling, function_name, is_reward_model, load_reward_model, objective_names
 
             funcs = list(reward_funcs) if isinstance(reward_funcs, list | tuple) else [reward_funcs]
             if not funcs:
@@ -507,6 +513,8 @@ class VPOTrainer(GRPOTrainer):
                     classes[i] = classes[i] if classes[i] is not None else tokenizer
             reward_processing_classes = classes
             self.vpo_reward_names = reward_names
+            self.vpo_failures = RewardFailures(reward_failures, names=[
+                function_name(f) for f in funcs if not is_reward_model(f)])
             self.vpo_objective_names = objective_names(funcs, reward_names)
             self.vpo_scaling = check_scaling(scaling, self.vpo_objective_names)
             widths = tuple(_function_width(f) for f in funcs)
@@ -621,6 +629,9 @@ class VPOTrainer(GRPOTrainer):
         scored = score_answers(self.reward_funcs, singles, completions, self.vpo_answers,
                                reward_names=self.vpo_reward_names, call=self.call_reward_funcs,
                                tag=CHAIN_TAG if self.vpo_answers > 1 else None, **columns)
+        mode = "train" if self.model.training else "eval"
+        for name, value in self.vpo_failures.end_step().items():  # RewardFailureError past the threshold
+            self._metrics[mode][name].append(value)
         if scored.names != self.vpo_objective_names:
             raise ValueError(f"the reward functions gave objectives {list(scored.names)}, expected "
                              f"{list(self.vpo_objective_names)}: a callable returning one vector per completion "
@@ -643,7 +654,7 @@ class VPOTrainer(GRPOTrainer):
         ``trainer_state`` / ``log_metric`` / ``log_extra``), with its cross-process gather off (the
         trainer gathers the answers itself); multi-head models and callables that declare
         ``objective_names`` are scored by ``vpo.rewards`` with every head."""
-        from vpo.rewards import call_reward_funcs, is_reward_model, score_with_model
+        from vpo.rewards import call_reward_funcs, function_name, is_reward_model, score_with_model
 
         ids, self._vpo_answer_ids = self._vpo_answer_ids, None
         if ids is None or len(ids) != len(completions):
@@ -660,6 +671,9 @@ class VPOTrainer(GRPOTrainer):
             try:
                 self.reward_funcs, self.reward_processing_classes, self.reward_func_names = (
                     [seq[i] for i in shared] for seq in saved)
+                # each callable under the failure policy, wrapped before TRL turns its None into NaN
+                self.reward_funcs = [f if is_reward_model(f) else self.vpo_failures.guard(f, function_name(f))
+                                     for f in self.reward_funcs]
                 with _local_rewards():
                     table = GRPOTrainer._calculate_rewards(self, rows, list(prompts), list(completions), ids)
             finally:
@@ -674,7 +688,7 @@ class VPOTrainer(GRPOTrainer):
                 outputs[i] = score_with_model(func, self.reward_processing_classes[i], prompts, completions)
             else:
                 outputs[i] = call_reward_funcs([func], prompts, completions, {**columns, **hooks},
-                                               completion_ids=ids)[0]
+                                               completion_ids=ids, failures=self.vpo_failures)[0]
         return outputs
 
     def _regroup_extra_logs(self, before: Mapping[str, int], owners: np.ndarray, num: int) -> None:

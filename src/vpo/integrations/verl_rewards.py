@@ -34,7 +34,11 @@ answers (the last user message gets the generic chain instruction) and whose row
 prompt's shared weights are keyed on ``extra_info.example_id`` when the row has one, else on it). Options in ``reward_kwargs``: ``method``, ``num_weights``,
 ``alpha``, ``sampler``, ``seed`` (as ``vpo.integrations.verl.compute_score``), ``answers`` (m when
 the rows do not say), ``scaling`` (``vpo.rewards`` scaling: ``sigmoid``, ``[low, high]`` or
-``{key: spec}``; ``minmax`` is refused: one rollout is not a batch).
+``{key: spec}``; ``minmax`` is refused: one rollout is not a batch), and the reward failure
+policy (``vpo.reward_failures``): ``max_failure_rate``, ``failure_window`` (verl passes no step, so
+the rate is checked over each window of reward calls) and ``time_limit`` (seconds per call). A
+failed call scores 0 and is counted in the returned ``vpo/reward_failures`` (this rollout's failed
+calls) and ``vpo/reward_failures/<score_name>``; past the rate, ``compute_score`` raises.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from vpo.estimators.options import WeightOptions
+from vpo.reward_failures import FAILURE_METRIC, RewardContractError, RewardFailurePolicy, RewardFailures
 from vpo.weights import FIXED
 
 __all__ = ["MultiAnswerDataset", "VerlScore", "compute_score", "load_user_score"]
@@ -79,14 +84,16 @@ class VerlScore:
             if isinstance(result, Mapping):
                 missing = [k for k in self.keys if k not in result]
                 if missing:
-                    raise ValueError(f"reward key(s) {missing} not in what {self.__name__} returned "
-                                     f"(keys: {sorted(result)}); set reward_kwargs.reward_keys to keys it returns")
+                    raise RewardContractError(
+                        f"reward key(s) {missing} not in what {self.__name__} returned (keys: {sorted(result)}); "
+                        "set reward_kwargs.reward_keys to keys it returns")
                 out.append([None if result[k] is None else float(result[k]) for k in self.keys])
             elif self.keys == ("score",):
                 out.append([None if result is None else float(result)])
             else:
-                raise ValueError(f"{self.__name__} returned a {type(result).__name__}, not a dict, so it has no keys "
-                                 f"{list(self.keys)}; leave reward_keys unset to use its score")
+                raise RewardContractError(
+                    f"{self.__name__} returned a {type(result).__name__}, not a dict, so it has no keys "
+                    f"{list(self.keys)}; leave reward_keys unset to use its score")
         return out
 
 
@@ -106,11 +113,12 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _task(score_path: str, score_name: str, keys: tuple[str, ...], scaling: Any) -> Any:
+def _task(score_path: str, score_name: str, keys: tuple[str, ...], scaling: Any,
+          policy: RewardFailurePolicy) -> Any:
     """The ``own_rewards`` task over the user's function, built once per process."""
     from vpo.tasks.own_rewards import OwnRewardsTask
 
-    key = json.dumps([score_path, score_name, keys, scaling], sort_keys=True, default=str)
+    key = json.dumps([score_path, score_name, keys, scaling, repr(policy)], sort_keys=True, default=str)
     task = _TASKS.get(key)
     if task is None:
         with _LOCK:
@@ -118,6 +126,7 @@ def _task(score_path: str, score_name: str, keys: tuple[str, ...], scaling: Any)
             if task is None:
                 fn = load_user_score(score_path, score_name)
                 task = OwnRewardsTask([VerlScore(fn, keys, name=score_name)], scaling=scaling)
+                task.failures = RewardFailures(policy, names=(score_name,))
                 _TASKS[key] = task
     return task
 
@@ -127,6 +136,9 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
                   reward_keys: Sequence[str] | str | None = None, answers: int | None = None, method: str = "vpo",
                   num_weights: int = WeightOptions.num_weights, alpha: float = WeightOptions.alpha,
                   sampler: str = WeightOptions.sampler, seed: int = WeightOptions.seed, scaling: Any = None,
+                  max_failure_rate: float = RewardFailurePolicy.max_failure_rate,
+                  failure_window: int = RewardFailurePolicy.window,
+                  time_limit: float | None = RewardFailurePolicy.time_limit,
                   **engine_kwargs: Any) -> dict[str, Any]:
     """verl's reward function over the user's own ``compute_score`` (see the module docstring)."""
     from vpo.integrations.verl import score_rollout
@@ -139,7 +151,8 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
     unknown = set(engine_kwargs) - _ENGINE_KWARGS - set(own)
     if unknown:
         raise ValueError(f"unknown reward_kwargs option(s) {', '.join(sorted(unknown))}; known: score_path, "
-                         "score_name, reward_keys, answers, method, num_weights, alpha, sampler, seed, scaling"
+                         "score_name, reward_keys, answers, method, num_weights, alpha, sampler, seed, scaling, "
+                         "max_failure_rate, failure_window, time_limit"
                          + "".join(", " + o for o in own))
     if not score_path:
         raise ValueError("reward_kwargs.score_path is missing: the file (or pkg://module) of your compute_score, "
@@ -158,16 +171,22 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
     if key is None:
         raise ValueError("extra_info.example_id and extra_info.index are missing: the prompt's weights are keyed on "
                          "one of them (MultiAnswerDataset adds the row number as index)")
-    task = _task(score_path, score_name, keys, _plain(scaling))
+    policy = RewardFailurePolicy(max_failure_rate=max_failure_rate, window=failure_window, time_limit=time_limit)
+    task = _task(score_path, score_name, keys, _plain(scaling), policy)
     example = {"prompt": str(data_source) or "verl", "data_source": data_source, "ground_truth": ground_truth,
                "extra_info": info}
     step = info.get("global_steps")
     step = FIXED if step is None else int(step.item() if isinstance(step, np.generic) else step)
+    if step is not FIXED:
+        task.failures.tick(step)  # a new step checks the last one (the task checks each window of calls)
+    failed = task.failures.track()
     out = score_rollout(task, solution_str, example, m=m, key=key, method=method, num_weights=num_weights,
                         alpha=alpha, sampler=sampler, seed=seed, step=step,
                         options={k: engine_kwargs[k] for k in own if k in engine_kwargs})
     for key, value in zip(task.objective_names(example), json.loads(out["objective_best"]), strict=True):
         out[f"best_{key}"] = float(value)
+    out[FAILURE_METRIC] = float(sum(failed.values()))  # this rollout's failed reward calls
+    out.update({f"{FAILURE_METRIC}/{name}": float(count) for name, count in failed.items()})
     return out
 
 

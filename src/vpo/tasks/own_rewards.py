@@ -22,7 +22,9 @@ their scaling and the chain's (M, D) matrix are what ``score_chains`` gives the 
 scores 0 here (a task scores one chain, it has no group to drop an objective for), and the
 batch-relative ``minmax`` scaling is refused (one chain is not the trainer's batch: give a
 ``(low, high)`` range). D is the number of objectives the functions give, read from one scoring
-of an example when ``reward_names`` does not name them.
+of an example when ``reward_names`` does not name them. ``max_failure_rate`` and ``time_limit``
+are the reward failure policy (``vpo.reward_failures``): a call that raises, returns NaN or runs
+too long scores 0 and is counted in ``task.failures``.
 
 Shape glossary: M answers per chain (m), D objectives.
 """
@@ -35,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from vpo.reward_failures import RewardFailurePolicy, RewardFailures
 from vpo.rewards import (CHAIN_RULE, ScoredAnswers, call_reward_funcs, check_scaling, finish_chains,
                          load_reward_funcs, objective_names, single_answer)
 from vpo.tasks import register_task
@@ -75,7 +78,9 @@ class OwnRewardsTask(FileTask):
     """Four invented prompts with a ``keyword`` column (tests and examples; ``--source`` is the real data)."""
 
     def __init__(self, reward_funcs: Any = None, *, reward_names: Sequence[str] | None = None,
-                 scaling: Any = None, reward_processing_classes: Any = None) -> None:
+                 scaling: Any = None, reward_processing_classes: Any = None,
+                 max_failure_rate: float = RewardFailurePolicy.max_failure_rate,
+                 time_limit: float | None = RewardFailurePolicy.time_limit) -> None:
         if reward_funcs is None or (isinstance(reward_funcs, str | Sequence) and not reward_funcs):
             raise ValueError("own_rewards needs reward_funcs (--reward-funcs pkg.mod:f1,pkg.mod:f2)")
         self.reward_funcs = load_reward_funcs(reward_funcs) if isinstance(reward_funcs, str) or all(
@@ -87,6 +92,8 @@ class OwnRewardsTask(FileTask):
             raise ValueError("scaling 'minmax' is relative to the trainer's batch of answers; a task scores one "
                              "chain at a time: give the objective's range as (low, high), or 'sigmoid'")
         self.reward_processing_classes = reward_processing_classes
+        self.failures = RewardFailures(RewardFailurePolicy(max_failure_rate=max_failure_rate, time_limit=time_limit))
+        """The reward failure tally (``vpo.reward_failures``): a failing call scores 0 and is counted."""
         self._names: tuple[str, ...] | None = None
 
     # ----- data --------------------------------------------------------------------------
@@ -137,7 +144,9 @@ class OwnRewardsTask(FileTask):
         form: Any = "" if isinstance(prompt, str) else [{"role": "assistant", "content": ""}]
         columns = {k: [v] * n for k, v in self.columns(example).items()}
         outputs = call_reward_funcs(self.reward_funcs, [prompt] * n, [single_answer(form, a) for a in answers],
-                                    columns, reward_processing_classes=self.reward_processing_classes)
+                                    columns, reward_processing_classes=self.reward_processing_classes,
+                                    failures=self.failures)
+        self.failures.tick()  # a task knows no step: the failure rate is checked over each window of calls
         widths = [1 if np.ndim(out) == 1 else np.shape(out)[1] for out in outputs]
         names = objective_names(self.reward_funcs, self.reward_names, widths)
         if self._names is None:

@@ -1,0 +1,333 @@
+"""What happens when a user's reward function fails: one policy for every engine.
+
+Usage::
+
+    from vpo.reward_failures import RewardFailurePolicy, RewardFailures
+    failures = RewardFailures(RewardFailurePolicy(max_failure_rate=0.5, time_limit=10.0))
+    safe = failures.guard(my_reward, "my_reward")     # same contract as my_reward, never raises
+    rewards = safe(prompts=prompts, completions=completions)
+    metrics = failures.end_step()   # {"vpo/reward_failures": ..., "vpo/reward_failures/my_reward": ...}
+                                    # RewardFailureError when the step's failure rate passes the threshold
+
+A *reward call* is one function on one answer. It fails when the function raises, returns NaN or
+an infinity (a ``None`` is not a failure: it means "does not apply", docs/own_rewards.md), or runs
+past ``time_limit``. A failed call scores 0 on that function's objectives and is counted; the first
+traceback of each kind (function and exception type) is logged once on the ``vpo.rewards`` logger.
+
+A guarded function is first called once on all answers, as without the guard. When that call
+raises or times out, it is called again answer by answer to find the answers that fail (the
+others keep their values), so a function with side effects sees those answers twice.
+
+Time limits: a Python thread cannot be stopped, so a call with a time limit runs in a daemon
+thread and the guard stops waiting for it; the thread keeps running until the function returns.
+After a timed-out call the per-answer calls run one thread each at once (the function must be
+thread-safe, as under verl, which calls ``compute_score`` from many threads), so a function that
+hangs costs about twice ``time_limit`` per step. Async functions are cancelled at the limit
+(``asyncio.wait_for``). The sandbox and math-verify have their own limits (on by default).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import math
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["FAILURE_METRIC", "RewardContractError", "RewardFailureError", "RewardFailurePolicy", "RewardFailures"]
+
+FAILURE_METRIC = "vpo/reward_failures"
+"""The metric of failed reward calls; ``vpo/reward_failures/<name>`` per function."""
+
+LOGGER = logging.getLogger("vpo.rewards")
+
+
+class RewardFailureError(RuntimeError):
+    """Too many reward calls of one step failed (``RewardFailurePolicy.max_failure_rate``)."""
+
+
+@dataclass(frozen=True)
+class RewardFailurePolicy:
+    """How failing reward calls are scored, counted and stopped (docs/own_rewards.md)."""
+
+    max_failure_rate: float = 0.5
+    """Stop the run when more than this fraction of one step's reward calls (functions x answers)
+    fail. 0.5: a step that loses most of its rewards trains on zeros, and a broken function (an
+    import, an API down) fails every call and stops at the first step, while one that fails on a
+    few odd answers keeps running; 1.0 never stops."""
+    window: int = 256
+    """Where an engine passes no step (verl's reward loop scores one rollout at a time and gives
+    none), the rate is checked over each ``window`` reward calls instead of a step."""
+    time_limit: float | None = None
+    """Seconds one call may run before its answers count as failed; None: no limit (the default
+    for plain functions: a thread cannot be stopped, see the module docstring). The sandbox and
+    math-verify have their own limits, on by default."""
+
+    def __post_init__(self) -> None:
+        rate = self.max_failure_rate
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0.0 <= rate <= 1.0:
+            raise ValueError(f"max_failure_rate must be a fraction in [0, 1], got {rate!r}")
+        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
+            raise ValueError(f"window must be a positive number of reward calls, got {self.window!r}")
+        limit = self.time_limit
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int | float)
+                                  or not math.isfinite(limit) or limit <= 0):
+            raise ValueError(f"time_limit must be None or a positive number of seconds, got {limit!r}")
+
+
+class RewardContractError(ValueError):
+    """A reward function (or VPO's adapter of it) broke its contract: a wrong number of rewards,
+    a missing reward key. A setup error, raised as it is rather than scored 0."""
+
+
+class NonFiniteReward(ValueError):
+    """A call that returned NaN or an infinity (logged as this kind)."""
+
+
+class RewardFailures:
+    """The failure tally of one run under ``policy``: guards functions, counts failed calls per
+    step, logs the first traceback of each kind and stops the run past the threshold. Thread-safe."""
+
+    def __init__(self, policy: RewardFailurePolicy | None = None, names: Sequence[str] = ()) -> None:
+        self.policy = policy or RewardFailurePolicy()
+        self._lock = threading.Lock()
+        self._calls = 0
+        self._failed: dict[str, int] = {name: 0 for name in names}  # logged as 0 from the first step
+        self._seen: set[tuple[str, str]] = set()
+        self._step: Any = None
+        self._local = threading.local()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A task holding this tally is pickled to Ray and DataLoader workers: the lock and the
+        per-thread counts stay behind (each worker counts its own calls)."""
+        return {key: value for key, value in self.__dict__.items() if key not in ("_lock", "_local")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    # -- counting ------------------------------------------------------------------------------
+    def record(self, name: str, calls: int, failed: int) -> None:
+        """Count ``calls`` reward calls of function ``name``, ``failed`` of them failed."""
+        with self._lock:
+            self._calls += calls
+            self._failed[name] = self._failed.get(name, 0) + failed
+        mine = getattr(self._local, "failed", None)
+        if mine is not None:
+            mine[name] = mine.get(name, 0) + failed
+
+    def track(self) -> dict[str, int]:
+        """Start counting this thread's failures (per function) into the returned dict: the
+        failures of one rollout when an engine scores rollouts from many threads."""
+        self._local.failed = {name: 0 for name in self._failed}
+        return self._local.failed
+
+    def tick(self, step: Any = None) -> None:
+        """For engines that score one rollout at a time: a new ``step`` (or, with ``step=None``,
+        ``window`` calls since the last check) closes the counted step (``end_step``)."""
+        with self._lock:
+            if step is None:
+                close = self._calls >= self.policy.window
+            else:
+                close, self._step = self._step is not None and step != self._step, step
+        if close:
+            self.end_step()
+
+    def report(self, name: str, error: BaseException) -> None:
+        """Log ``error`` of function ``name`` with its traceback, once per (name, exception type)."""
+        kind = (name, type(error).__name__)
+        with self._lock:
+            if kind in self._seen:
+                return
+            self._seen.add(kind)
+        text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        LOGGER.warning("reward function %r failed (%s); its failing answers score 0 and are counted in %s "
+                       "(this kind is logged once):\n%s", name, type(error).__name__, FAILURE_METRIC, text)
+
+    def end_step(self) -> dict[str, float]:
+        """The step's metrics (``FAILURE_METRIC`` and one per function), and a fresh count. Raises
+        ``RewardFailureError`` when the failed share of the step's calls passes the threshold."""
+        with self._lock:
+            calls, failed = self._calls, dict(self._failed)
+            self._calls, self._failed = 0, {name: 0 for name in failed}
+        self.check(calls, failed)
+        metrics = {FAILURE_METRIC: float(sum(failed.values()))}
+        metrics.update({f"{FAILURE_METRIC}/{name}": float(count) for name, count in failed.items()})
+        return metrics
+
+    def check(self, calls: int, failed: Mapping[str, int]) -> None:
+        """Raise ``RewardFailureError`` when ``failed`` (per function) of ``calls`` passes the rate."""
+        total = sum(failed.values())
+        rate = self.policy.max_failure_rate
+        if calls and total / calls > rate:
+            worst = max(failed, key=lambda name: failed[name])
+            raise RewardFailureError(
+                f"{total} of {calls} reward calls failed in one step ({total / calls:.0%}), most in {worst!r} "
+                f"({failed[worst]}): more than max_failure_rate={rate} (see the logged traceback; raise "
+                "max_failure_rate, or fix the function)")
+
+    # -- guarding ------------------------------------------------------------------------------
+    def guard(self, func: Callable[..., Any], name: str, width: int = 1) -> Callable[..., Any]:
+        """``func`` (a reward function of TRL's contract, sync or async, with ``width`` heads) under
+        the policy: same arguments and result, a failed answer scores 0 (``width`` zeros for a
+        vector), ``None`` passes through."""
+        zero: Any = 0.0 if width == 1 else [0.0] * width
+        if inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None)):
+            async def guarded_async(**kwargs: Any) -> list[Any]:
+                return await self._call_async(func, name, zero, kwargs)
+
+            guarded_async.__name__ = name
+            return guarded_async
+
+        def guarded(**kwargs: Any) -> list[Any]:
+            return self._call_sync(func, name, zero, kwargs)
+
+        guarded.__name__ = name
+        return guarded
+
+    def _call_sync(self, func: Callable[..., Any], name: str, zero: Any, kwargs: dict[str, Any]) -> list[Any]:
+        n = len(kwargs["completions"])
+        limit = self.policy.time_limit
+        try:
+            return self._clean(name, _checked(_run_limited(func, kwargs, limit), n, name), n)
+        except RewardContractError:
+            raise
+        except Exception as err:  # noqa: BLE001 - every failure of a user's function is scored, not raised
+            self.report(name, err)
+            if n == 1:
+                self.record(name, 1, 1)
+                return [zero]
+            timed_out = isinstance(err, TimeoutError)
+        rows = [_row_kwargs(kwargs, p, n) for p in range(n)]
+        if limit is not None and timed_out:
+            results = _run_parallel(func, rows, limit, name)
+        else:
+            results = []
+            for row in rows:
+                try:
+                    results.append(_checked(_run_limited(func, row, limit), 1, name)[0])
+                except RewardContractError:
+                    raise
+                except Exception as one:  # noqa: BLE001
+                    results.append(one)
+        return self._merge(name, zero, results)
+
+    async def _call_async(self, func: Callable[..., Any], name: str, zero: Any, kwargs: dict[str, Any]) -> list[Any]:
+        n = len(kwargs["completions"])
+        limit = self.policy.time_limit
+
+        async def run(args: dict[str, Any], size: int) -> list[Any]:
+            return _checked(await asyncio.wait_for(func(**args), limit), size, name)
+
+        try:
+            return self._clean(name, await run(kwargs, n), n)
+        except RewardContractError:
+            raise
+        except Exception as err:  # noqa: BLE001
+            self.report(name, err)
+            if n == 1:
+                self.record(name, 1, 1)
+                return [zero]
+        outs = await asyncio.gather(*(run(_row_kwargs(kwargs, p, n), 1) for p in range(n)), return_exceptions=True)
+        return self._merge(name, zero, [out if isinstance(out, BaseException) else out[0] for out in outs])
+
+    def _merge(self, name: str, zero: Any, results: Sequence[Any]) -> list[Any]:
+        """Per-answer results (a value, or the exception it raised) as one output, failures as 0."""
+        failed = 0
+        out: list[Any] = []
+        for result in results:
+            if isinstance(result, RewardContractError):
+                raise result
+            if isinstance(result, BaseException):
+                self.report(name, result)
+                failed += 1
+                out.append(zero)
+            else:
+                out.append(result)
+        self.record(name, 0, failed)
+        return self._clean(name, out, len(out))
+
+    def _clean(self, name: str, values: list[Any], n: int) -> list[Any]:
+        """NaN and infinities (not ``None``) as 0, counted; records the ``n`` calls."""
+        failed = 0
+        out = []
+        for value in values:
+            bad, fixed = _non_finite(value)
+            failed += bad
+            out.append(fixed)
+        if failed:
+            self.report(name, NonFiniteReward(f"returned NaN or an infinity for {failed} of {n} answers"))
+        self.record(name, n, failed)
+        return out
+
+
+def _checked(output: Any, n: int, name: str) -> list[Any]:
+    try:
+        values = list(output)
+    except TypeError:
+        raise RewardContractError(f"reward function {name!r} returned {type(output).__name__}, "
+                                  "expected a list") from None
+    if len(values) != n:
+        raise RewardContractError(f"reward function {name!r} returned {len(values)} rewards for {n} answers")
+    return values
+
+
+def _non_finite(value: Any) -> tuple[bool, Any]:
+    """(whether ``value`` holds NaN or an infinity, ``value`` with those as 0); ``None`` is fine."""
+    if value is None or isinstance(value, str | bytes):
+        return False, value
+    if isinstance(value, Sequence) or hasattr(value, "__len__") and hasattr(value, "__iter__"):
+        parts = [_non_finite(v) for v in value]
+        return any(bad for bad, _ in parts), [fixed for _, fixed in parts]
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return False, value
+    return (False, value) if math.isfinite(number) else (True, 0.0)
+
+
+def _row_kwargs(kwargs: Mapping[str, Any], p: int, n: int) -> dict[str, Any]:
+    """The arguments of answer ``p`` alone: per-answer lists sliced, hooks passed as they are."""
+    return {key: value[p:p + 1] if isinstance(value, list | tuple) and len(value) == n else value
+            for key, value in kwargs.items()}
+
+
+def _run_limited(func: Callable[..., Any], kwargs: Mapping[str, Any], limit: float | None) -> Any:
+    """``func(**kwargs)``; with ``limit``, in a daemon thread that is abandoned (not stopped) after
+    ``limit`` seconds with TimeoutError."""
+    if limit is None:
+        return func(**kwargs)
+    return _run_parallel(func, [kwargs], limit, "", raw=True)[0]
+
+
+def _run_parallel(func: Callable[..., Any], rows: Sequence[Mapping[str, Any]], limit: float, name: str,
+                  raw: bool = False) -> list[Any]:
+    """``func(**row)`` for each row, one daemon thread each, all within ``limit`` seconds: each
+    result is the output (its one value unless ``raw``), or the exception (TimeoutError when late)."""
+    results: list[Any] = [TimeoutError(f"no result within time_limit={limit} s (the call keeps running in "
+                                       "a background thread)")] * len(rows)
+
+    def work(i: int, row: Mapping[str, Any]) -> None:
+        try:
+            out = func(**row)
+            results[i] = out if raw else _checked(out, 1, name)[0]
+        except Exception as err:  # noqa: BLE001
+            results[i] = err
+
+    threads = [threading.Thread(target=work, args=(i, row), daemon=True, name="vpo-reward-call")
+               for i, row in enumerate(rows)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + limit
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    done = list(results)  # a late thread may still write into ``results``
+    if raw and isinstance(done[0], BaseException):
+        raise done[0]
+    return done
