@@ -15,8 +15,11 @@ under load (e.g. ``stress --cpu 2``) to see both sides.
 Measured on 2 cores shared with other jobs (load average 7 to 13), ``--repeats 2 --examples 60``
 (wall seconds of each repeat): ``--threads 0`` picked 1 thread and took 23.6 and 22.3; ``--threads
 1`` 62.0 and 61.2 (the load rose between the rows); ``--threads 2``, what torch's default gave
-before, 297.1 and 245.2: on a busy machine the second thread spins against the other jobs. Not
-measured yet: the same on 2 idle cores (``--threads 0`` then picks 2), and ``--demo``.
+before, 297.1 and 245.2: on a busy machine the second thread spins against the other jobs.
+On the same 2 cores idle (load average 0.1 to 0.7), same arguments: ``--threads 0`` picked 2
+threads and took 9.5 and 8.8; ``--threads 1`` 9.6 and 10.3; ``--threads 2`` 8.8 and 9.5. Idle,
+the choice costs nothing; loaded, the free-core count avoids the 10x slowdown. Not measured
+yet: ``--demo``.
 """
 
 from __future__ import annotations

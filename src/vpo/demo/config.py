@@ -29,10 +29,8 @@ multi-answer ones) and the ``vpo.estimators`` name VPOTrainer runs."""
 MEASURED_RUNS: dict[str, dict[str, Any]] = {
     # seconds: wall time of a run from scratch (the report's run_wall); load: 1-minute load average
     # at its start (None: not recorded, the machine was idle); update with scripts/record_demo_time.py
-    # measured with 60 held-out mazes; 300 (the default since) adds about 9 s of sampling per
-    # evaluated entry on a loaded machine; re-measure on idle cores with record_demo_time.py
-    "default": {"seconds": 879, "cpus": 2, "load": None, "workers": 2},
-    "quick": {"seconds": 37, "cpus": 2, "load": 2.0, "workers": 1},
+    "default": {"seconds": 735, "cpus": 2, "load": 0.1, "workers": 2},
+    "quick": {"seconds": 39, "cpus": 2, "load": 0.8, "workers": 1},
 }
 """Measured wall times of ``vpo demo`` and ``vpo demo --quick``: the help texts and the README
 state them from these numbers (``measured_time``), never typed by hand."""
