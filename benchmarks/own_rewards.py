@@ -38,7 +38,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -84,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     import torch
     from datasets import Dataset
-    from transformers import TrainerCallback
+    from _timing import StepTimer, time_calls
     from trl import GRPOConfig, GRPOTrainer
 
     from vpo.integrations.trl import VPOTrainer
@@ -98,27 +97,6 @@ def main(argv: list[str] | None = None) -> int:
     tok = build_char_tokenizer(chars, extra_tokens=tags)
     funcs = [a_rate, b_rate, shortness]
 
-    class StepTimer(TrainerCallback):
-        def __init__(self):
-            self.marks = []
-
-        def on_step_begin(self, args, state, control, **kw):
-            self.marks.append(time.perf_counter())
-
-        def on_train_end(self, args, state, control, **kw):
-            self.marks.append(time.perf_counter())
-
-    def timed(obj, name, spent):
-        original = getattr(obj, name)
-
-        def wrapper(*a, **kw):
-            start = time.perf_counter()
-            try:
-                return original(*a, **kw)
-            finally:
-                spent[0] += time.perf_counter() - start
-        setattr(obj, name, wrapper)
-
     def run(label, m, kind):
         completion = m * args.answer_tokens + (2 * m if m > 1 else 0) + 1
         cfg = GRPOConfig(
@@ -128,25 +106,25 @@ def main(argv: list[str] | None = None) -> int:
             use_cpu=True, bf16=False, gradient_checkpointing=False, report_to="none", save_strategy="no",
             disable_tqdm=True, shuffle_dataset=False)
         model = build_tiny_llama(tok, hidden=args.hidden, layers=args.layers, heads=4, mlp=3 * args.hidden, seed=0)
-        timer, spent = StepTimer(), [0.0]
+        timer = StepTimer()
         if kind == "stock":  # the stock trainer gets the prompts already asking for m answers
             data = Dataset.from_list([{"prompt": p if m == 1 else rewrite_chain_prompt(p, m)} for p in prompts])
             trainer = GRPOTrainer(model, reward_funcs=list(funcs), args=cfg, train_dataset=data,
                                   processing_class=tok, callbacks=[timer])
-            timed(trainer, "_calculate_rewards", spent)
+            spent = [time_calls(trainer, "_calculate_rewards")]
         else:
             data = Dataset.from_list([{"prompt": p} for p in prompts])
             trainer = VPOTrainer(model, reward_funcs=list(funcs), answers=m, estimator="grpo" if m == 1 else "vpo",
                                  estimator_options={"std": "sample", "eps": 1e-4, "degenerate": "none"} if m == 1
                                  else None, args=cfg, train_dataset=data, processing_class=tok, callbacks=[timer])
-            for name in ("_calculate_rewards", "_chain_matrices", "compute_advantages"):
-                timed(trainer, name, spent)
+            spent = [time_calls(trainer, name) for name in ("_calculate_rewards", "_chain_matrices",
+                                                             "compute_advantages")]
         trainer.train()
         lengths = [h["completions/mean_length"] for h in trainer.state.log_history if "completions/mean_length" in h]
         return {"row": label, "m": m, "params": count_parameters(model), "completion_budget": completion,
                 "mean_completion_len": float(np.mean(lengths)) if lengths else None,
                 "steps_s": np.diff(timer.marks)[1:].tolist(),  # the warm-up step dropped
-                "scoring_s": spent[0], "runs": 1}
+                "scoring_s": sum(part[0] for part in spent), "runs": 1}
 
     plan = [("GRPOTrainer", 1, "stock"), ("VPOTrainer grpo", 1, "vpo"), ("GRPOTrainer", 3, "stock"),
             ("VPOTrainer vpo", 3, "vpo")]

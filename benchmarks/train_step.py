@@ -33,7 +33,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -66,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     import torch
     from datasets import Dataset
-    from transformers import TrainerCallback
+    from _timing import StepTimer, time_calls
     from trl import GRPOConfig, GRPOTrainer
 
     from vpo.export import trl_row
@@ -95,16 +94,6 @@ def main(argv: list[str] | None = None) -> int:
                 for c, e in zip(completions, example, strict=True)]
     scalar_reward.__name__ = "task"
 
-    class StepTimer(TrainerCallback):
-        def __init__(self):
-            self.marks = []
-
-        def on_step_begin(self, args, state, control, **kw):
-            self.marks.append(time.perf_counter())
-
-        def on_train_end(self, args, state, control, **kw):
-            self.marks.append(time.perf_counter())
-
     def run(label, m, kind):
         route_budget = args.route_tokens
         completion = m * route_budget + (m if m > 1 else 0) + 1
@@ -127,15 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             trainer = VPOTrainer(model, task=task, answers=m, estimator="grpo" if m == 1 else "vpo",
                                  estimator_options=options, args=cfg, train_dataset=data,
                                  processing_class=tok, callbacks=[timer])
-            spent = [0.0]
-            original = trainer.compute_advantages
-
-            def timed(*a, _orig=original, _spent=spent):
-                t0 = time.perf_counter()
-                out = _orig(*a)
-                _spent[0] += time.perf_counter() - t0
-                return out
-            trainer.compute_advantages = timed
+            spent = time_calls(trainer, "compute_advantages")
         trainer.train()
         steps = np.diff(timer.marks)[1:]  # drop the warm-up step
         tokens = [h.get("completions/mean_length") for h in trainer.state.log_history if "completions/mean_length" in h]
