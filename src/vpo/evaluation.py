@@ -99,12 +99,15 @@ class Pools:
 
 def score_generation(task: Task, fmt: PromptFormat, text: str, example: Example, m: int) -> np.ndarray:
     """(m, D) reward vectors of one generation's answers, each scored on its own (no dedup;
-    an empty answer is the zero vector)."""
+    an empty answer is the zero vector), under the task's reward failure policy
+    (``Task.score_answers``; the rate is checked over each window of calls)."""
     dim = task.num_objectives(example)
     rows = np.zeros((m, dim), dtype=np.float64)
-    for i, answer in enumerate(fmt.answers(text, example, m)[:m]):
-        if answer.strip():
-            rows[i] = np.asarray(task.score(answer, example), dtype=np.float64)
+    answers = fmt.answers(text, example, m)[:m]
+    live = [i for i, answer in enumerate(answers) if answer.strip()]
+    if live:
+        rows[live] = task.score_answers([answers[i] for i in live], example)
+    task.failures.tick()  # RewardFailureError when a window of calls fails past max_failure_rate
     return rows
 
 

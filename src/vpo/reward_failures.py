@@ -39,7 +39,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FAILURE_METRIC", "RewardContractError", "RewardFailureError", "RewardFailurePolicy", "RewardFailures"]
+__all__ = ["FAILURE_METRIC", "NonFiniteReward", "RewardContractError", "RewardFailureError", "RewardFailurePolicy",
+           "RewardFailures", "run_limited"]
 
 FAILURE_METRIC = "vpo/reward_failures"
 """The metric of failed reward calls; ``vpo/reward_failures/<name>`` per function."""
@@ -99,6 +100,8 @@ class RewardFailures:
         self._calls = 0
         self._failed: dict[str, int] = {name: 0 for name in names}  # logged as 0 from the first step
         self._seen: set[tuple[str, str]] = set()
+        self._total_calls = 0
+        self._total_failed: dict[str, int] = {name: 0 for name in names}
         self._step: Any = None
         self._local = threading.local()
 
@@ -112,15 +115,35 @@ class RewardFailures:
         self._lock = threading.Lock()
         self._local = threading.local()
 
+    def with_policy(self, policy: RewardFailurePolicy) -> RewardFailures:
+        """A fresh tally of the same functions under ``policy``."""
+        return RewardFailures(policy, names=tuple(self._failed))
+
     # -- counting ------------------------------------------------------------------------------
     def record(self, name: str, calls: int, failed: int) -> None:
         """Count ``calls`` reward calls of function ``name``, ``failed`` of them failed."""
         with self._lock:
             self._calls += calls
             self._failed[name] = self._failed.get(name, 0) + failed
+            self._total_calls += calls
+            self._total_failed[name] = self._total_failed.get(name, 0) + failed
         mine = getattr(self._local, "failed", None)
         if mine is not None:
             mine[name] = mine.get(name, 0) + failed
+
+    def totals(self) -> dict[str, Any]:
+        """Every call counted so far (steps that ended included): ``{"calls": int, "failed": int,
+        "by_function": {name: failed}}``, what evaluation and search write to their results."""
+        with self._lock:
+            failed = dict(self._total_failed)
+            return {"calls": self._total_calls, "failed": sum(failed.values()), "by_function": failed}
+
+    def totals_since(self, before: Mapping[str, Any]) -> dict[str, Any]:
+        """``totals()`` minus an earlier ``totals()``: the calls of one pool, one checkpoint."""
+        now = self.totals()
+        old = before.get("by_function", {})
+        failed = {name: count - old.get(name, 0) for name, count in now["by_function"].items()}
+        return {"calls": now["calls"] - before.get("calls", 0), "failed": sum(failed.values()), "by_function": failed}
 
     def track(self) -> dict[str, int]:
         """Start counting this thread's failures (per function) into the returned dict: the
@@ -172,6 +195,24 @@ class RewardFailures:
                 f"({failed[worst]}): more than max_failure_rate={rate} (see the logged traceback; raise "
                 "max_failure_rate, or fix the function)")
 
+    def clean_model_scores(self, name: str, values: Any) -> Any:
+        """A reward model's (P,) or (P, H) scores of P answers with NaN and infinities (a model in
+        low precision can overflow) as 0, each such answer a failed call of ``name``; a model has
+        no ``None``. Records the P calls. Exceptions from a model (out of memory, a device
+        mismatch) are setup faults and are not caught."""
+        import numpy as np
+
+        out = np.array(values, dtype=np.float64)
+        bad = ~np.isfinite(out)
+        rows = bad.reshape(out.shape[0], -1).any(axis=1) if out.ndim else bad.reshape(1)
+        failed = int(rows.sum())
+        if failed:
+            self.report(name, NonFiniteReward(f"the model scored NaN or an infinity for {failed} of {rows.size} "
+                                              "answers"))
+            out[bad] = 0.0
+        self.record(name, int(rows.size), failed)
+        return out
+
     # -- guarding ------------------------------------------------------------------------------
     def guard(self, func: Callable[..., Any], name: str, width: int = 1) -> Callable[..., Any]:
         """``func`` (a reward function of TRL's contract, sync or async, with ``width`` heads) under
@@ -195,7 +236,7 @@ class RewardFailures:
         n = len(kwargs["completions"])
         limit = self.policy.time_limit
         try:
-            return self._clean(name, _checked(_run_limited(func, kwargs, limit), n, name), n)
+            return self._clean(name, _checked(run_limited(func, kwargs, limit), n, name), n)
         except RewardContractError:
             raise
         except Exception as err:  # noqa: BLE001 - every failure of a user's function is scored, not raised
@@ -211,7 +252,7 @@ class RewardFailures:
             results = []
             for row in rows:
                 try:
-                    results.append(_checked(_run_limited(func, row, limit), 1, name)[0])
+                    results.append(_checked(run_limited(func, row, limit), 1, name)[0])
                 except RewardContractError:
                     raise
                 except Exception as one:  # noqa: BLE001
@@ -298,7 +339,7 @@ def _row_kwargs(kwargs: Mapping[str, Any], p: int, n: int) -> dict[str, Any]:
             for key, value in kwargs.items()}
 
 
-def _run_limited(func: Callable[..., Any], kwargs: Mapping[str, Any], limit: float | None) -> Any:
+def run_limited(func: Callable[..., Any], kwargs: Mapping[str, Any], limit: float | None) -> Any:
     """``func(**kwargs)``; with ``limit``, in a daemon thread that is abandoned (not stopped) after
     ``limit`` seconds with TimeoutError."""
     if limit is None:

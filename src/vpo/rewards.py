@@ -375,7 +375,8 @@ def call_reward_funcs(reward_funcs: Sequence[Any], prompts: Sequence[Any], compl
     a model id is loaded once (``load_reward_model``) and a model scores prompt + answer with its
     processing class, all heads. The default ``call`` of ``score_chains``. With ``failures``
     (``vpo.reward_failures``), callables run under its policy: a call that raises, returns NaN or
-    an infinity, or runs past the time limit scores 0 and is counted there.
+    an infinity, or runs past the time limit scores 0 and is counted there; a model's NaN or
+    infinite scores count the same way (``RewardFailures.clean_model_scores``).
     """
     columns = dict(columns or {})
     funcs = list(reward_funcs)
@@ -391,11 +392,13 @@ def call_reward_funcs(reward_funcs: Sequence[Any], prompts: Sequence[Any], compl
         name = function_name(func)
         if failures is not None and callable(func) and not isinstance(func, str) and not is_reward_model(func):
             func = failures.guard(func, name, len(_declared_heads(func) or (None,)))
-        if isinstance(func, str):
-            func, tokenizer = _loaded_model(func)
-            outputs[i] = _model_output(score_with_model(func, classes[i] or tokenizer, prompts, completions))
-        elif is_reward_model(func):
-            outputs[i] = _model_output(score_with_model(func, classes[i], prompts, completions))
+        if isinstance(func, str) or is_reward_model(func):
+            tokenizer = classes[i]
+            if isinstance(func, str):
+                func, loaded = _loaded_model(func)
+                tokenizer = tokenizer or loaded
+            scores = _model_output(score_with_model(func, tokenizer, prompts, completions))
+            outputs[i] = scores if failures is None else failures.clean_model_scores(name, scores)
         elif inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None)):
             pending.append((i, name, func(prompts=list(prompts), completions=list(completions),
                                           completion_ids=completion_ids, **columns)))

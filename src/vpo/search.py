@@ -450,15 +450,18 @@ def run_search_eval(checkpoints: Sequence[tuple[str, Any]], task: Task, examples
         del sampler
         gc.collect()
         picks, pools = [], []
+        before = task.failures.totals()
         for i, (example, row) in enumerate(zip(examples, rows, strict=True)):
             result = scored_result(task, fmt, example, [generation.text for generation in row], m_label, select)
             pools.append(result.vectors)
             picks.append({"example": report["examples"][i], "best_index": result.best_index,
                           "best_score": result.best_score, "best_vector": result.best_vector.tolist(),
                           "best_solved": bool(task.solved(result.best_vector))})
+        task.failures.end_step()  # the last window of reward calls: RewardFailureError past max_failure_rate
         curves[label] = search_curves(pools, task)
         report["checkpoints"][label] = {"source": source if isinstance(source, str | Path) else "in-memory",
-                                        "m": m_label, "curves": curves[label], "picks": picks}
+                                        "m": m_label, "curves": curves[label], "picks": picks,
+                                        "reward_failures": task.failures.totals_since(before)}
         all_pools[label] = pools
         if has_levels:
             report["checkpoints"][label]["by_level"] = levels_of_pools(task, pools, levels)

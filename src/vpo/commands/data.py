@@ -27,7 +27,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from vpo.commands.rewards import RewardFuncsOptions, resolve_task
+from vpo.commands.rewards import RewardFuncsOptions, failure_policy_given, resolve_task
 from vpo.config import add_dataclass_args, check_out_dir, dataclass_from_args, field_like, parse_params, task_help
 from vpo.estimators.options import WeightOptions
 
@@ -115,6 +115,10 @@ def _task_name(args: argparse.Namespace, cfg: Any) -> tuple[str, dict[str, Any] 
         return name or "", params
     if not args.task:
         raise ValueError("give a TASK (maze, musique, eureqa, toolcall, code, math) or --reward-funcs with --source")
+    if failure_policy_given(cfg):
+        raise ValueError("--max-failure-rate and --reward-time-limit are recorded in the rows only with --reward-funcs; "
+                         "for a TASK set them where the engine scores (verl: "
+                         "+reward.custom_reward_function.reward_kwargs.max_failure_rate=...)")
     return args.task, None
 
 

@@ -33,7 +33,7 @@ import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vpo.commands.rewards import RewardFuncsOptions, resolve_task
+from vpo.commands.rewards import RewardFuncsOptions, apply_failure_policy, resolve_task
 from vpo.config import (add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, parse_params,
                         task_help)
 from vpo.sampling import SamplingOptions
@@ -132,7 +132,7 @@ def run_eval(cfg: EvalConfig, args: argparse.Namespace | None = None) -> dict:
         from vpo.sampling import hide_library_progress
 
         hide_library_progress()
-    task = own_task if own_task is not None else get_task(cfg.task, **params)
+    task = own_task if own_task is not None else apply_failure_policy(get_task(cfg.task, **params), cfg)
     examples = task.examples(cfg.split, cfg.examples, source=cfg.source or None)
     if not examples:
         raise ValueError(f"task {task.name!r} gave no examples for split {cfg.split!r}")
@@ -156,6 +156,8 @@ def run_eval(cfg: EvalConfig, args: argparse.Namespace | None = None) -> dict:
     pools = sample_pools(None, None, task, examples, m=m, pool=cfg.pool, temperature=cfg.temperature,
                          top_p=cfg.top_p, max_new_tokens=max_new, fmt=fmt, seed=cfg.seed, sampler=sampler,
                          progress=cfg.progress)
+    task.failures.end_step()  # the last window of reward calls: RewardFailureError past --max-failure-rate
+    failures = task.failures.totals()
     out = Path(cfg.out)
     pools.save(out / "pool.npz")
     dims = {task.num_objectives(e) for e in examples}
@@ -186,7 +188,11 @@ def run_eval(cfg: EvalConfig, args: argparse.Namespace | None = None) -> dict:
         "sampling": {"backend": options.backend, "device": options.device, "dtype": options.dtype,
                      "seeding": options.seeding, "batch_size": options.batch_size or "auto"},
         "config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
-        "notes": [f"{pools.truncated:.0%} of the chains hit the generation budget ({max_new} tokens) without EOS."],
+        "reward_failures": failures,
+        "notes": [f"{pools.truncated:.0%} of the chains hit the generation budget ({max_new} tokens) without EOS.",
+                  f"{failures['failed']} of {failures['calls']} reward calls failed (raised, NaN, or no verdict in "
+                  "time) and scored 0" + (": see the log for the first traceback of each kind."
+                                          if failures["failed"] else ".")],
     }
     if len(objectives) >= 2:
         from vpo.commands.rewards import diagnostics_of

@@ -53,12 +53,14 @@ class RewardFuncsOptions:
                 "(reward-model logits), minmax (over the batch's answers; not in tasks) or low:high (a known range, "
                 "clipped); default none, with a warning when an objective leaves [0, 1]"})
     max_failure_rate: float = field(default=0.5, metadata={
-        "help": "stop when more than this fraction of one step's reward calls (functions x answers) fail: raise, "
-                "return NaN/inf or time out; a failed call scores 0 and is counted (vpo/reward_failures); 1 never "
-                "stops", "min": 0.0, "max": 1.0})
+        "help": "stop when more than this fraction of one step's reward calls (functions x answers; a task's "
+                "scorer x answers) fail: raise, return NaN/inf, time out, or get no verdict from math-verify or the "
+                "sandbox; a failed call scores 0 and is counted (vpo/reward_failures); 1 never stops",
+        "min": 0.0, "max": 1.0})
     reward_time_limit: float | None = field(default=None, metadata={
-        "help": "seconds one call of a --reward-funcs function may run before its answers count as failed (the "
-                "call is abandoned, its thread keeps running); default: no limit", "above": 0.0})
+        "help": "seconds one reward call (a --reward-funcs function on a batch of answers, or a task's scorer on "
+                "one chain) may run before its answers count as failed (the call is abandoned, its thread keeps "
+                "running); default: no limit (math-verify and the sandbox have their own)", "above": 0.0})
 
 
 def parse_scaling(items: Sequence[str]) -> Any:
@@ -108,18 +110,32 @@ def own_task_params(opts: RewardFuncsOptions) -> dict[str, Any]:
     return params
 
 
+def failure_policy_given(opts: RewardFuncsOptions) -> bool:
+    """Whether ``--max-failure-rate`` or ``--reward-time-limit`` was set."""
+    return opts.max_failure_rate != RewardFuncsOptions.max_failure_rate or opts.reward_time_limit is not None
+
+
+def apply_failure_policy(task: Any, opts: RewardFuncsOptions) -> Any:
+    """``task`` with its scorers under ``--max-failure-rate`` and ``--reward-time-limit`` when
+    either was given (``--reward-funcs`` carries them in the ``own_rewards`` task's parameters)."""
+    from vpo.reward_failures import RewardFailurePolicy
+
+    if failure_policy_given(opts) and not opts.reward_funcs:
+        task.failures = task.failures.with_policy(RewardFailurePolicy(max_failure_rate=opts.max_failure_rate,
+                                                                      time_limit=opts.reward_time_limit))
+    return task
+
+
 def resolve_task(opts: Any, args: argparse.Namespace | None, *, source: str | None,
                  task_flag: str = "--task") -> tuple[str | None, dict[str, Any] | None]:
     """``(task name, parameters)`` when ``--reward-funcs`` replaces the task, else ``(None, None)``.
 
     With ``--reward-funcs``: ``--task`` and ``--task-params`` typed too are refused (one of them
     would be ignored), and ``--source`` is required (it holds the prompts). ``--reward-names``,
-    ``--scaling``, ``--max-failure-rate`` or ``--reward-time-limit`` without ``--reward-funcs`` is
-    refused."""
+    ``--scaling`` without ``--reward-funcs`` is refused (the failure policy applies to a task's
+    scorers too: ``apply_failure_policy``)."""
     if not opts.reward_funcs:
-        given = (("--reward-names", opts.reward_names), ("--scaling", opts.scaling),
-                 ("--max-failure-rate", opts.max_failure_rate != RewardFuncsOptions.max_failure_rate),
-                 ("--reward-time-limit", opts.reward_time_limit is not None))
+        given = (("--reward-names", opts.reward_names), ("--scaling", opts.scaling))
         flag = next((flag for flag, value in given if value), None)
         if flag is not None:
             raise ValueError(f"{flag} is for the objectives of --reward-funcs; give --reward-funcs too")

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vpo.commands.rewards import RewardFuncsOptions, resolve_task
+from vpo.commands.rewards import RewardFuncsOptions, apply_failure_policy, resolve_task
 from vpo.config import (add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, parse_params,
                         task_help)
 from vpo.sampling import DeviceOptions, SamplingOptions
@@ -185,7 +185,7 @@ def run_best_of_n(cfg: BestOfNConfig, args: argparse.Namespace | None = None) ->
     if own_name is not None:
         task = get_task(own_name, **own_params)
     else:
-        task = get_task(cfg.task, **resolve_task_params(given_params, paths, task=cfg.task))
+        task = apply_failure_policy(get_task(cfg.task, **resolve_task_params(given_params, paths, task=cfg.task)), cfg)
     examples = task.examples(cfg.split, cfg.examples, seed=cfg.seed, source=cfg.source)
     check_select(parse_select(cfg.select), task, examples)
     _, infos = check_checkpoints(paths, task=own_name or cfg.task, given=given_params)

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vpo.commands.rewards import RewardFuncsOptions, resolve_task
+from vpo.commands.rewards import RewardFuncsOptions, apply_failure_policy, resolve_task
 from vpo.config import (add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, field_like,
                         parse_params, task_help)
 from vpo.estimators.options import WeightOptions
@@ -353,7 +353,7 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     else:
         # a checkpoint that records its task (the demo's) is trained on that task, in its own format
         params = resolve_task_params(given, [cfg.model] if Path(cfg.model).is_dir() else [], task=cfg.task)
-        task = get_task(cfg.task, **params)
+        task = apply_failure_policy(get_task(cfg.task, **params), cfg)
     args = grpo_args(cfg, rl, engine, task=task.name, answers=answers)  # TRL checks its values before the model loads
     if own_name is not None:  # the rows as they are: VPOTrainer(reward_funcs=) asks for m answers and passes columns
         from vpo.tasks.io import select

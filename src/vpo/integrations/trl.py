@@ -208,8 +208,10 @@ def score_and_log(task: Task, texts: Sequence[str], examples: Sequence[Example],
     """The (m, D) matrices of ``texts`` (one parse and one scoring each) and, through ``log``,
     the chain metrics of that same pass (``vpo.step_metrics.chain_metrics``, the names every
     engine logs): ``vpo/answers_parsed`` (answers per chain found in its tags),
-    ``vpo/duplicate_rate`` (share of the answers the task's dedup drops) and
-    ``vpo/objective/<name>`` (mean over chains of the best answer's value per objective)."""
+    ``vpo/duplicate_rate`` (share of the answers the task's dedup drops),
+    ``vpo/objective/<name>`` (mean over chains of the best answer's value per objective) and
+    ``vpo/reward_failures`` (the step's failed reward calls, ``task.failures``; past its
+    ``max_failure_rate`` this raises ``RewardFailureError``)."""
     from vpo.step_metrics import chain_metrics
 
     counts = {"answers": [], "parsed": [], "duplicates": []}
@@ -219,7 +221,10 @@ def score_and_log(task: Task, texts: Sequence[str], examples: Sequence[Example],
         matrices.append(np.asarray(task.score_chain(text, example, m, stats=stats), dtype=np.float64))
         for key, values in counts.items():
             values.append(stats.get(key, 0))
+    failed = task.failures.end_step()  # one call per step: RewardFailureError past max_failure_rate
     if callable(log):
+        for name, value in failed.items():
+            log(name, value)
         names = task.objective_names(examples[0]) if examples else ()
         best = [mat.max(axis=0) if mat.size else np.zeros(mat.shape[1]) for mat in matrices]
         for name, value in chain_metrics(**counts, best=best, names=names).items():
@@ -460,11 +465,11 @@ class VPOTrainer(GRPOTrainer):
         if task is not None and (scaling is not None or reward_names is not None):
             raise ValueError("scaling= and reward_names= apply to reward_funcs=; a task's objectives are in [0, 1] "
                              "and named by the task")
-        if task is not None and reward_failures is not None:
-            raise ValueError("reward_failures= applies to reward_funcs=; a task's scorers have their own limits")
         if reward_failures is not None and not isinstance(reward_failures, RewardFailurePolicy):
             raise ValueError("reward_failures must be a vpo.reward_failures.RewardFailurePolicy, got "
                              f"{type(reward_failures).__name__}")
+        if task is not None and reward_failures is not None:  # the task's scorers under this policy
+            task.failures = task.failures.with_policy(reward_failures)
         self.vpo_task = task
         self.vpo_answers = answers
         self.vpo_spec = spec
@@ -513,8 +518,7 @@ class VPOTrainer(GRPOTrainer):
                     classes[i] = classes[i] if classes[i] is not None else tokenizer
             reward_processing_classes = classes
             self.vpo_reward_names = reward_names
-            self.vpo_failures = RewardFailures(reward_failures, names=[
-                function_name(f) for f in funcs if not is_reward_model(f)])
+            self.vpo_failures = RewardFailures(reward_failures, names=[function_name(f) for f in funcs])
             self.vpo_objective_names = objective_names(funcs, reward_names)
             self.vpo_scaling = check_scaling(scaling, self.vpo_objective_names)
             widths = tuple(_function_width(f) for f in funcs)
@@ -680,12 +684,15 @@ class VPOTrainer(GRPOTrainer):
                 self.reward_funcs, self.reward_processing_classes, self.reward_func_names = saved
             table = table.float().cpu().numpy()
             for j, i in enumerate(shared):
-                outputs[i] = table[:, j]
+                func = self.reward_funcs[i]
+                outputs[i] = (self.vpo_failures.clean_model_scores(function_name(func), table[:, j])
+                              if is_reward_model(func) else table[:, j])
         hooks = {"trainer_state": self.state, "log_extra": self._log_completion_extra, "log_metric": self._log_metric}
         for i in own:
             func = self.reward_funcs[i]
             if is_reward_model(func):
-                outputs[i] = score_with_model(func, self.reward_processing_classes[i], prompts, completions)
+                outputs[i] = self.vpo_failures.clean_model_scores(
+                    function_name(func), score_with_model(func, self.reward_processing_classes[i], prompts, completions))
             else:
                 outputs[i] = call_reward_funcs([func], prompts, completions, {**columns, **hooks},
                                                completion_ids=ids, failures=self.vpo_failures)[0]

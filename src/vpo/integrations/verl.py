@@ -88,6 +88,7 @@ from typing import Any
 import numpy as np
 
 from vpo.estimators.options import WeightOptions
+from vpo.reward_failures import FAILURE_METRIC, RewardFailurePolicy
 from vpo.weights import FIXED
 
 __all__ = [
@@ -150,11 +151,12 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _get_task(name: str, params: Mapping[str, Any]):
-    """The task ``name`` with ``params``, built once per process (compute_score runs in threads)."""
+def _get_task(name: str, params: Mapping[str, Any], policy: Any = None):
+    """The task ``name`` with ``params`` (and its scorers under the reward failure ``policy``, when
+    given), built once per process (compute_score runs in threads)."""
     from vpo.tasks import get_task, list_tasks
 
-    key = (name, json.dumps(params, sort_keys=True, default=str))
+    key = (name, json.dumps(params, sort_keys=True, default=str), repr(policy))
     task = _TASK_CACHE.get(key)
     if task is not None:
         return task
@@ -170,6 +172,8 @@ def _get_task(name: str, params: Mapping[str, Any]):
                 raise ValueError(f"task {name!r} rejected extra_info.task_params {dict(params)}: {err}") from None
             except TypeError as err:
                 raise ValueError(f"task {name!r} rejected extra_info.task_params {dict(params)}: {err}") from None
+            if policy is not None:
+                task.failures = task.failures.with_policy(policy)
             _TASK_CACHE[key] = task
     return task
 
@@ -225,12 +229,13 @@ def score_rollout(task_name: Any, text: str, example: Mapping[str, Any], *, m: i
                   method: str = "vpo", num_weights: int = WeightOptions.num_weights, alpha: float = WeightOptions.alpha,
                   sampler: str = WeightOptions.sampler, seed: int = WeightOptions.seed, step: Any = FIXED,
                   task_params: Mapping[str, Any] | None = None,
-                  options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                  options: Mapping[str, Any] | None = None, failure_policy: Any = None) -> dict[str, Any]:
     """Score one rollout (engine-free; verl's and OpenRLHF's adapters call this). ``task_name``:
     a registered task's name (built with ``task_params``), or a ``Task`` instance.
 
     ``key`` is the prompt's group key (the exported ``example_id``); ``options`` the method's
-    own reduction options (``EstimatorSpec.reduction_options`` beyond the weight options).
+    own reduction options (``EstimatorSpec.reduction_options`` beyond the weight options);
+    ``failure_policy`` a ``RewardFailurePolicy`` for the task's scorers (None: the task's own).
     Returns a flat dict: ``score`` (the method's per-rollout score: its registered reduction,
     ``vpo.estimators.rollout_score``), ``set_score`` (VPO's R_g with the prompt's shared
     weights, logged for every method), ``fixed_scalar`` (best fixed scalar among the answers),
@@ -238,9 +243,11 @@ def score_rollout(task_name: Any, text: str, example: Mapping[str, Any], *, m: i
     ``acc`` (1.0 when some answer is solved), ``answers_parsed`` (non-blank answers found in the
     chain's tags, at most m), ``scored_answers`` (non-blank answers scored, fallbacks included),
     ``duplicate_answers`` (those dropped as duplicates), ``best_<objective>``
-    per objective for tasks with fixed objective names, and ``objective_best`` (JSON list of the
-    per-objective maxima, for every task). The keys depend only on the task class, so they are
-    identical for every rollout of a run.
+    per objective for tasks with fixed objective names, ``objective_best`` (JSON list of the
+    per-objective maxima, for every task), ``vpo/reward_failures`` (this rollout's failed reward
+    calls, ``task.failures``) and ``vpo/reward_failures/<name>`` per scorer. The keys depend only
+    on the task, so they are identical for every rollout of a run. ``step`` also closes the
+    failure tally's step: past ``max_failure_rate`` this raises ``RewardFailureError``.
     """
     from vpo.estimators import reduction_context, rollout_score
     from vpo.goals import goal_of
@@ -260,13 +267,20 @@ def score_rollout(task_name: Any, text: str, example: Mapping[str, Any], *, m: i
                          f"m={m} answers (extra_info.answers); export with --answers 1 or use method vpo/multi_rlvr")
     key = _group_key(key)
     # a Task instance scores as it is (vpo.integrations.verl_rewards: a user's compute_score as a task)
-    task = task_name if not isinstance(task_name, str) else _get_task(task_name, dict(task_params or {}))
+    task = task_name if not isinstance(task_name, str) else _get_task(task_name, dict(task_params or {}),
+                                                                      failure_policy)
     example = task.validate(example, row=key)
 
     dim = task.num_objectives(example)
     parsed: dict[str, int] = {}
+    tally = task.failures
+    if step is not FIXED:
+        tally.tick(step)  # the first rollout of a new step closes the last one (RewardFailureError past the rate)
+    failed = tally.track()
     matrix = np.asarray(task.score_chain(text if isinstance(text, str) else "", example, int(m), stats=parsed),
                         dtype=np.float64)
+    if step is FIXED:
+        tally.tick()  # no step from the engine: the rate is checked over each window of calls
     matrix = matrix.reshape(-1, dim)
     rows = matrix if matrix.shape[0] else np.zeros((1, dim))  # code chains are unpadded: keep one row
     scalars = np.atleast_1d(np.asarray(task.scalar(rows), dtype=np.float64))
@@ -301,6 +315,8 @@ def score_rollout(task_name: Any, text: str, example: Mapping[str, Any], *, m: i
         for name, value in zip(task.objective_names(example), best, strict=True):
             out[f"best_{name}"] = float(value)
     out["objective_best"] = json.dumps([round(float(v), 6) for v in best])
+    out[FAILURE_METRIC] = float(sum(failed.values()))  # this rollout's failed reward calls
+    out.update({f"{FAILURE_METRIC}/{name}": float(count) for name, count in failed.items()})
     return out
 
 
@@ -308,7 +324,8 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
                   *, method: str = "vpo", m: int | None = None, num_weights: int = WeightOptions.num_weights,
                   alpha: float = WeightOptions.alpha, sampler: str = WeightOptions.sampler,
                   seed: int = WeightOptions.seed, task_params: Mapping[str, Any] | str | None = None,
-                  **engine_kwargs: Any) -> dict[str, Any]:
+                  max_failure_rate: float | None = None, failure_window: int | None = None,
+                  time_limit: float | None = None, **engine_kwargs: Any) -> dict[str, Any]:
     """verl's reward function for every vpo task: one rollout in, a flat dict out.
 
     Arguments from verl (``naive`` reward manager, one sample per call): ``data_source`` (the
@@ -320,7 +337,12 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
     Options (``reward.custom_reward_function.reward_kwargs``; they override call kwargs):
     ``method`` (see the module table, default ``vpo``), ``m`` (optional; must equal the
     prompt's ``extra_info.answers``), ``num_weights`` K (100), ``alpha`` (1.0), ``sampler``
-    (``iid`` | ``sobol``), ``seed`` (0), ``task_params`` (dict overriding the exported ones).
+    (``iid`` | ``sobol``), ``seed`` (0), ``task_params`` (dict overriding the exported ones), and
+    the reward failure policy of the task's scorers (``vpo.reward_failures.RewardFailurePolicy``;
+    unset: its defaults, or what an ``own_rewards`` export recorded): ``max_failure_rate`` (0.5),
+    ``failure_window`` (256 calls: verl passes no step unless the data carries
+    ``extra_info.global_steps``, so the rate is checked over each window) and ``time_limit``
+    (seconds per scoring call; none by default: math-verify and the sandbox have their own).
 
     Returns ``score_rollout``'s dict; ``score`` is what verl puts at the last response token.
     """
@@ -333,7 +355,8 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
             raise ValueError(f"reward_kwargs {advantage_side} are options of {method!r}'s advantage rule; set "
                              f"+algorithm.vpo_options.{advantage_side[0]} instead")
         raise ValueError(f"unknown reward_kwargs option(s) {', '.join(sorted(unknown))}; known: method, m, "
-                         f"num_weights, alpha, sampler, seed, task_params{''.join(', ' + o for o in own)}")
+                         "num_weights, alpha, sampler, seed, task_params, max_failure_rate, failure_window, "
+                         f"time_limit{''.join(', ' + o for o in own)}")
     if not isinstance(data_source, str) or not data_source:
         raise ValueError(f"data_source must be a vpo task name, got {data_source!r}")
     if not isinstance(extra_info, Mapping):
@@ -370,9 +393,19 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
                          f"{type(example).__name__}")
     step = extra_info.get("global_steps")
     step = FIXED if step is None else int(step.item() if isinstance(step, np.generic) else step)
+    policy = None
+    if (max_failure_rate, failure_window, time_limit) != (None, None, None):
+        defaults = RewardFailurePolicy()
+        try:
+            policy = RewardFailurePolicy(
+                max_failure_rate=defaults.max_failure_rate if max_failure_rate is None else max_failure_rate,
+                window=defaults.window if failure_window is None else failure_window, time_limit=time_limit)
+        except ValueError as err:
+            raise ValueError(f"reward_kwargs: {err}") from None
     return score_rollout(data_source, solution_str, example, m=prompt_m, key=row_key(extra_info), method=method,
                          num_weights=num_weights, alpha=alpha, sampler=sampler, seed=seed, step=step,
-                         task_params=params, options={k: engine_kwargs[k] for k in own if k in engine_kwargs})
+                         task_params=params, options={k: engine_kwargs[k] for k in own if k in engine_kwargs},
+                         failure_policy=policy)
 
 
 # --------------------------------------------------------------------------------------

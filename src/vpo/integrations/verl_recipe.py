@@ -129,8 +129,8 @@ def reward_step_metrics(infos: Sequence[Mapping[str, Any]], group_ids: Sequence[
             continue
         values = [_number(info.get(key)) for info in infos]
         values = [v for v in values if v is not None]
-        if values:
-            out[f"{prefix}{key}"] = sum(values) / len(values)
+        if values:  # a key already named as a metric (vpo/reward_failures) keeps its name
+            out[key if key.startswith(prefix) else f"{prefix}{key}"] = sum(values) / len(values)
     best = [json.loads(info["objective_best"]) for info in infos if isinstance(info.get("objective_best"), str)]
     if len(best) != len(infos) or len({len(b) for b in best}) != 1:
         best = []

@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from vpo.estimators.options import WeightOptions
-from vpo.reward_failures import FAILURE_METRIC, RewardContractError, RewardFailurePolicy, RewardFailures
+from vpo.reward_failures import RewardContractError, RewardFailurePolicy, RewardFailures
 from vpo.weights import FIXED
 
 __all__ = ["MultiAnswerDataset", "VerlScore", "compute_score", "load_user_score"]
@@ -177,16 +177,11 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
                "extra_info": info}
     step = info.get("global_steps")
     step = FIXED if step is None else int(step.item() if isinstance(step, np.generic) else step)
-    if step is not FIXED:
-        task.failures.tick(step)  # a new step checks the last one (the task checks each window of calls)
-    failed = task.failures.track()
     out = score_rollout(task, solution_str, example, m=m, key=key, method=method, num_weights=num_weights,
                         alpha=alpha, sampler=sampler, seed=seed, step=step,
                         options={k: engine_kwargs[k] for k in own if k in engine_kwargs})
     for key, value in zip(task.objective_names(example), json.loads(out["objective_best"]), strict=True):
         out[f"best_{key}"] = float(value)
-    out[FAILURE_METRIC] = float(sum(failed.values()))  # this rollout's failed reward calls
-    out.update({f"{FAILURE_METRIC}/{name}": float(count) for name, count in failed.items()})
     return out
 
 

@@ -72,6 +72,10 @@ class Verdict:
     """Wall-clock seconds of the test."""
     detail: str = ""
     """Why (error message, limit hit); empty on pass."""
+    sandbox_fault: bool = False
+    """True when the sandbox itself could not judge the test (it failed to start, or its worker
+    ended before the test reported), as opposed to anything the program did: a reward failure
+    (``vpo.reward_failures``), not a verdict on the program."""
 
     @property
     def passed(self) -> bool:

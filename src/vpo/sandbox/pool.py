@@ -503,10 +503,11 @@ def run_program(code: str, inputs: list[str], outputs: list[str], mode: str, fn_
         elif outcome == "backstop":
             verdicts.append(Verdict("timeout", 0.0, elapsed, "sandbox backstop reached before this test reported"))
         elif outcome == "failed":
-            verdicts.append(Verdict("error", 0.0, 0.0, detail))
+            verdicts.append(Verdict("error", 0.0, 0.0, detail, sandbox_fault=True))
         elif outcome == "lost":
             verdicts.append(Verdict("error", 0.0, elapsed,
-                                    f"sandbox worker ended before this test reported: {detail}".strip(": ")))
+                                    f"sandbox worker ended before this test reported: {detail}".strip(": "),
+                                    sandbox_fault=True))
         else:
             verdicts.append(Verdict("error", 0.0, elapsed, "the program's processes ended before this test reported"))
     return verdicts

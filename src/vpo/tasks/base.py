@@ -20,6 +20,15 @@ assumes a validated example. Scoring never raises on model text: garbage scores 
 vector. Malformed *examples* (data, not model output) raise ValueError naming the field and
 the row.
 
+A scorer that breaks that promise anyway (a bug that raises on one strange answer, a NaN, a
+call past ``RewardFailurePolicy.time_limit``) is a failed reward call: ``score_answers``, which
+``score_chain`` and evaluation score through, gives that answer 0 on that objective, counts it
+in ``task.failures`` (``vpo.reward_failures``, the policy every engine applies to the user's own
+reward functions too) and logs the first traceback of each kind once. Scorers with their own
+time limits (math-verify, the sandbox) report the answers they give up on with
+``report_failures``. The engine closes each step with ``task.failures.end_step()``, which stops
+the run past ``max_failure_rate``.
+
 Shape glossary: M answers per chain (m), D objectives.
 """
 
@@ -33,6 +42,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from vpo.chains import RewriteRule, dedup, pad_rows, parse_answers, rewrite_prompt
+from vpo.reward_failures import NonFiniteReward, RewardContractError, RewardFailures, run_limited
 
 Example = dict[str, Any]
 
@@ -57,6 +67,9 @@ class Task(ABC):
     """Use the maze fallbacks of ``parse_answers`` when no numbered tag is found."""
     pad_chains: ClassVar[bool] = True
     """Zero-pad chain matrices to exactly m rows (code tasks keep them unpadded)."""
+    scores_under_policy: ClassVar[bool] = False
+    """True when ``score_batch`` itself runs every reward call under ``failures`` (``own_rewards``
+    guards each of the user's functions), so ``score_answers`` adds no guard of its own."""
 
     # ----- prompts -------------------------------------------------------------------
     @abstractmethod
@@ -120,13 +133,87 @@ class Task(ABC):
         blocks, _ = numbered_blocks(text if isinstance(text, str) else "", m, self.rewrite_rule.tag)
         return sum(1 for block in blocks if block.strip())
 
+    # ----- reward failures ------------------------------------------------------------
+    @property
+    def failures(self) -> RewardFailures:
+        """This task's reward failure tally (``vpo.reward_failures``), one per task object, under
+        the default ``RewardFailurePolicy`` until one is set (``task.failures = RewardFailures(policy)``)."""
+        tally = self.__dict__.get("_failures")
+        if tally is None:  # setdefault: threads scoring at once share one tally
+            tally = self.__dict__.setdefault("_failures", RewardFailures(names=(self.name,)))
+        return tally
+
+    @failures.setter
+    def failures(self, tally: RewardFailures) -> None:
+        if not isinstance(tally, RewardFailures):
+            raise TypeError(f"failures must be a vpo.reward_failures.RewardFailures, got {type(tally).__name__}")
+        self.__dict__["_failures"] = tally
+
+    def report_failures(self, error: BaseException, count: int = 1) -> None:
+        """Count ``count`` answers the scorer gave up on itself (math-verify past its time limit, a
+        sandbox that could not start) as failed reward calls; they score 0 in ``score_batch``.
+        ``error`` says why, logged once per kind."""
+        self.failures.report(self.name, error)
+        self.failures.record(self.name, 0, count)
+
+    def score_answers(self, answers: Sequence[str], example: Example) -> np.ndarray:
+        """(n, D) ``score_batch`` of ``answers`` under the reward failure policy: an answer whose
+        scoring raises scores the zero vector, a NaN or infinite component scores 0, a call past
+        ``failures.policy.time_limit`` scores all its answers 0; each such answer is a failed call,
+        counted in ``failures`` (a batch that raises is scored again answer by answer, so only the
+        answers that fail count). A wrong shape is the task's own bug and raises
+        ``RewardContractError``."""
+        dim = self.num_objectives(example)
+        batch = list(answers)
+        if self.scores_under_policy or not batch:
+            return self._checked_vectors(self.score_batch(batch, example), len(batch), dim)
+        tally = self.failures
+        limit = tally.policy.time_limit
+        failed = np.zeros(len(batch), dtype=bool)
+        try:
+            vectors = self._checked_vectors(run_limited(lambda: self.score_batch(batch, example), {}, limit),
+                                            len(batch), dim)
+        except RewardContractError:
+            raise
+        except Exception as err:  # noqa: BLE001 - a scorer bug on model text is counted, not fatal
+            tally.report(self.name, err)
+            vectors = np.zeros((len(batch), dim), dtype=np.float64)
+            failed[:] = True
+            if len(batch) > 1 and not isinstance(err, TimeoutError):
+                for i, answer in enumerate(batch):
+                    try:
+                        vectors[i] = self._checked_vectors(
+                            run_limited(lambda a=answer: self.score_batch([a], example), {}, limit), 1, dim)[0]
+                        failed[i] = False
+                    except RewardContractError:
+                        raise
+                    except Exception as one:  # noqa: BLE001
+                        tally.report(self.name, one)
+        bad = ~np.isfinite(vectors)
+        if bad.any():
+            rows = bad.any(axis=1)
+            tally.report(self.name, NonFiniteReward(f"{self.name} scored NaN or an infinity for "
+                                                    f"{int(rows.sum())} of {len(batch)} answers"))
+            vectors = np.where(bad, 0.0, vectors)
+            failed |= rows
+        tally.record(self.name, len(batch), int(failed.sum()))
+        return vectors
+
+    def _checked_vectors(self, vectors: Any, n: int, dim: int) -> np.ndarray:
+        out = np.asarray(vectors, dtype=np.float64)
+        if out.shape != (n, dim):
+            raise RewardContractError(f"{self.name}: score_batch returned shape {out.shape} for {n} answers, "
+                                      f"expected ({n}, {dim})")
+        return out
+
     def dedup_key(self, answer: str, vector: np.ndarray, example: Example) -> Hashable:
         """Answers of one chain with equal keys count once (default: identical reward vectors)."""
         return vector.tobytes()
 
     def score_chain(self, text: str, example: Example, m: int, *,
                     stats: dict[str, int] | None = None) -> np.ndarray:
-        """(m, D) reward matrix of one generation: parse, score, dedup, zero-pad.
+        """(m, D) reward matrix of one generation: parse, score (``score_answers``: under the
+        reward failure policy), dedup, zero-pad.
 
         m = 1 scores the whole text as the single answer, so it is (1, D). Blank answers are
         dropped before scoring; the first of answers with equal ``dedup_key`` is kept. With
@@ -142,12 +229,9 @@ class Task(ABC):
             if stats is not None:
                 stats["answers"] = stats.get("answers", 0) + int(bool(text.strip()))
                 stats["parsed"] = stats.get("parsed", 0) + int(bool(text.strip()))
-            return self.score_batch([text], example).reshape(1, dim)
+            return self.score_answers([text], example).reshape(1, dim)
         answers = [a for a in self.parse_chain(text, m) if isinstance(a, str) and a.strip()]
-        vectors = self.score_batch(answers, example) + 0.0  # + 0.0 folds -0.0 into 0.0 for the keys
-        if vectors.shape != (len(answers), dim):
-            raise ValueError(f"{self.name}: score_batch returned shape {vectors.shape} for "
-                             f"{len(answers)} answers, expected ({len(answers)}, {dim})")
+        vectors = self.score_answers(answers, example) + 0.0  # + 0.0 folds -0.0 into 0.0 for the keys
         kept = dedup(range(len(answers)), key=lambda i: self.dedup_key(answers[i], vectors[i], example))
         if stats is not None:
             stats["answers"] = stats.get("answers", 0) + min(self.tagged_answers(text, m), len(answers))

@@ -484,8 +484,11 @@ class CodeTask(FileTask):
                                      limits=self.limits), [j]))
         return jobs
 
-    def score_programs(self, codes: Sequence[str], example: Example) -> np.ndarray:
-        """(len(codes), D) pass/fail matrix, all programs in one parallel sandbox batch."""
+    def score_programs(self, codes: Sequence[str], example: Example,
+                       faults: list[str] | None = None) -> np.ndarray:
+        """(len(codes), D) pass/fail matrix, all programs in one parallel sandbox batch. A test the
+        sandbox itself could not judge (``Verdict.sandbox_fault``) fails; ``faults``, when given,
+        gets one entry per code with such a test: its index and why (``"3: detail"``)."""
         dim = len(example["tests"])
         out = np.zeros((len(codes), dim), dtype=np.float64)
         jobs: list[Program] = []
@@ -497,9 +500,14 @@ class CodeTask(FileTask):
                 jobs.append(job)
                 where.append((row, cols))
         if jobs:
+            faulty: dict[int, str] = {}
             for (row, cols), verdicts in zip(where, run_batch(jobs, workers=self.workers), strict=True):
                 for col, verdict in zip(cols, verdicts, strict=True):
                     out[row, col] = 1.0 if verdict.passed else 0.0
+                    if verdict.sandbox_fault:
+                        faulty.setdefault(row, verdict.detail)
+            if faults is not None:
+                faults.extend(f"{row}: {detail}" for row, detail in sorted(faulty.items()))
         return out
 
     def score(self, text: str, example: Example) -> np.ndarray:
@@ -518,5 +526,11 @@ class CodeTask(FileTask):
                 first[key] = len(unique)
                 unique.append(code)
             slot.append(first[key])
-        rows = self.score_programs(unique, example)
+        faults: list[str] = []
+        rows = self.score_programs(unique, example, faults)
+        if faults:  # the sandbox could not judge these programs: failed reward calls, not failed programs
+            bad = {int(fault.split(":", 1)[0]) for fault in faults}
+            self.report_failures(RuntimeError(f"the sandbox could not run {len(bad)} program(s): "
+                                              f"{faults[0].split(': ', 1)[-1]}"),
+                                 sum(1 for s in slot if s in bad))
         return rows[slot].reshape(len(codes), len(example["tests"]))

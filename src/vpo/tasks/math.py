@@ -810,6 +810,11 @@ class MathTask(FileTask):
                 hits, precision, key = result
                 self._remember(pred, kind, key)
                 out[row] = hits if kind == "single" else (*hits, precision)
+            lost = sum(result is None for result in results)
+            if lost:  # math-verify gave no verdict: failed reward calls (vpo.reward_failures)
+                self.report_failures(TimeoutError(f"math-verify gave no verdict within timeout={self.timeout} s "
+                                                  f"(or its worker failed) for {lost} of {len(results)} answers"),
+                                     lost)
         return out
 
     def scalar(self, vectors: np.ndarray | Sequence[float]) -> np.ndarray | float:

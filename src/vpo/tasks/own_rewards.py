@@ -24,7 +24,8 @@ batch-relative ``minmax`` scaling is refused (one chain is not the trainer's bat
 ``(low, high)`` range). D is the number of objectives the functions give, read from one scoring
 of an example when ``reward_names`` does not name them. ``max_failure_rate`` and ``time_limit``
 are the reward failure policy (``vpo.reward_failures``): a call that raises, returns NaN or runs
-too long scores 0 and is counted in ``task.failures``.
+too long scores 0 and is counted in ``task.failures``, per function; the engine that scores the
+task closes its steps (``vpo.tasks.base``).
 
 Shape glossary: M answers per chain (m), D objectives.
 """
@@ -39,7 +40,7 @@ import numpy as np
 
 from vpo.reward_failures import RewardFailurePolicy, RewardFailures
 from vpo.rewards import (CHAIN_RULE, ScoredAnswers, call_reward_funcs, check_scaling, finish_chains,
-                         load_reward_funcs, objective_names, single_answer)
+                         function_name, load_reward_funcs, objective_names, single_answer)
 from vpo.tasks import register_task
 from vpo.tasks.base import Example, FileTask
 
@@ -74,6 +75,7 @@ class OwnRewardsTask(FileTask):
 
     ability = "own_rewards"
     rewrite_rule = CHAIN_RULE
+    scores_under_policy = True  # each function runs under ``failures`` (call_reward_funcs)
     fixture = Path(__file__).with_name("fixtures") / "own_rewards.jsonl"
     """Four invented prompts with a ``keyword`` column (tests and examples; ``--source`` is the real data)."""
 
@@ -92,8 +94,8 @@ class OwnRewardsTask(FileTask):
             raise ValueError("scaling 'minmax' is relative to the trainer's batch of answers; a task scores one "
                              "chain at a time: give the objective's range as (low, high), or 'sigmoid'")
         self.reward_processing_classes = reward_processing_classes
-        self.failures = RewardFailures(RewardFailurePolicy(max_failure_rate=max_failure_rate, time_limit=time_limit))
-        """The reward failure tally (``vpo.reward_failures``): a failing call scores 0 and is counted."""
+        self.failures = RewardFailures(RewardFailurePolicy(max_failure_rate=max_failure_rate, time_limit=time_limit),
+                                       names=[function_name(f) for f in self.reward_funcs])
         self._names: tuple[str, ...] | None = None
 
     # ----- data --------------------------------------------------------------------------
@@ -146,7 +148,6 @@ class OwnRewardsTask(FileTask):
         outputs = call_reward_funcs(self.reward_funcs, [prompt] * n, [single_answer(form, a) for a in answers],
                                     columns, reward_processing_classes=self.reward_processing_classes,
                                     failures=self.failures)
-        self.failures.tick()  # a task knows no step: the failure rate is checked over each window of calls
         widths = [1 if np.ndim(out) == 1 else np.shape(out)[1] for out in outputs]
         names = objective_names(self.reward_funcs, self.reward_names, widths)
         if self._names is None:
