@@ -130,7 +130,6 @@ def _results(out):
                                                  "findings", "runs", "warmup")}
 
 
-@pytest.mark.slow  # two demo runs of about a minute each on 2 idle cores (5 min on a loaded machine)
 def test_demo_killed_in_the_middle_of_rl_reports_what_an_uninterrupted_run_reports(tmp_path, capsys):
     pytest.importorskip("trl")
     flags = ["demo", "--quick", "--methods", "vpo", "--warmup-examples", "256", "--rl-steps", "6", "--save-steps",

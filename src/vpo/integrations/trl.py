@@ -502,7 +502,7 @@ class VPOTrainer(GRPOTrainer):
             self._vpo_scalar = task.scalar
             funcs: list[Any] = [self.vpo_reward]
         else:
-            from vpo.rewards import check_scaling, function_name, is_reward_model, load_reward_model, objective_names
+            from vpo.rewards import check_scaling, function_name, load_reward_model, objective_names
 
             funcs = list(reward_funcs) if isinstance(reward_funcs, list | tuple) else [reward_funcs]
             if not funcs:

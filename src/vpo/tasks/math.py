@@ -49,7 +49,6 @@ import re
 import subprocess
 import sys
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
