@@ -115,10 +115,6 @@ def _task_name(args: argparse.Namespace, cfg: Any) -> tuple[str, dict[str, Any] 
         return name or "", params
     if not args.task:
         raise ValueError("give a TASK (maze, musique, eureqa, toolcall, code, math) or --reward-funcs with --source")
-    if failure_policy_given(cfg):
-        raise ValueError("--max-failure-rate and --reward-time-limit are recorded in the rows only with --reward-funcs; "
-                         "for a TASK set them where the engine scores (verl: "
-                         "+reward.custom_reward_function.reward_kwargs.max_failure_rate=...)")
     return args.task, None
 
 
@@ -140,6 +136,10 @@ def run_export(args: argparse.Namespace) -> int:
     if cfg.trl_prompt != "chat" and cfg.format != "trl":
         raise ValueError("--trl-prompt applies to --format trl (verl rows always hold the chat turns)")
     task_params = own_params if own_params is not None else parse_params(cfg.task_params)
+    if own_params is None and failure_policy_given(cfg):  # recorded in the rows, as --reward-funcs records them
+        task_params["max_failure_rate"] = cfg.max_failure_rate
+        if cfg.reward_time_limit is not None:
+            task_params["time_limit"] = cfg.reward_time_limit
     _check_task(task_name, task_params, cfg.size)
     from vpo.runs import claim_out_dir
 

@@ -4,6 +4,7 @@ Usage::
 
     from vpo.tasks import get_task, list_tasks
     task = get_task("maze", size=5, reward_mode="linear")
+    task = get_task("math", max_failure_rate=0.2)     # any task: its scorers' failure policy
 
 Built-in tasks live one per module of this package (the task ``X`` in ``vpo/tasks/X.py`` or
 ``vpo/tasks/X/``) and register themselves when first used: a new module here needs no other
@@ -21,6 +22,7 @@ subclass itself, registered under the entry point's name)::
 from __future__ import annotations
 
 import importlib
+import inspect
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -90,9 +92,23 @@ def task_class(name: str) -> type[Task]:
     return _REGISTRY[name]
 
 
+FAILURE_PARAMS = ("max_failure_rate", "time_limit")
+"""Parameters every task takes: its scorers' reward failure policy (``vpo.reward_failures``), so an
+export records it in the rows and verl and OpenRLHF rebuild the task under it."""
+
+
 def get_task(name: str, **params: Any) -> Task:
-    """Instantiate the task registered as ``name`` with its parameters."""
-    return task_class(name)(**params)
+    """Instantiate the task registered as ``name`` with its parameters; ``FAILURE_PARAMS`` that
+    its constructor does not take set its scorers' ``RewardFailurePolicy``."""
+    cls = task_class(name)
+    own = inspect.signature(cls.__init__).parameters
+    policy = {key: params.pop(key) for key in FAILURE_PARAMS if key in params and key not in own}
+    task = cls(**params)
+    if policy:
+        from vpo.reward_failures import RewardFailurePolicy
+
+        task.failures = task.failures.with_policy(RewardFailurePolicy(**policy))
+    return task
 
 
 def list_tasks() -> list[str]:
