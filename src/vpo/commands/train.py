@@ -345,11 +345,11 @@ def _check_memory(model: str, args: Any, rows: list[dict[str, Any]], fmt: Any, a
                                  full=not lora, optimizer_bytes=optimizer_state_bytes(str(args.optim)))
     available = device_memory(device)
     check_memory(estimate, available=available,
-                 what=f"training {model} ({shape.parameters / 1e6:,.1f}M parameters) on {device} with "
+                 what=f"training {model} ({shape.parameters / 1e6:,.2f}M parameters) on {device} with "
                       f"{chains} rollouts of up to {completion} tokens per generation batch",
-                 lower="--per-device-train-batch-size or --steps-per-generation (the generation batch), "
-                       "--max-completion-length, or train --lora" + (" or with --kl-beta 0 (no reference copy)"
-                                                                      if float(args.beta) and not lora else ""))
+                 lower="--per-device-train-batch-size or --steps-per-generation (the generation batch) or "
+                       "--max-completion-length" + ("" if lora else ", or train with --lora")
+                       + (" or --kl-beta 0 (no reference copy)" if float(args.beta) and not lora else ""))
     return estimate.describe(available)
 
 
