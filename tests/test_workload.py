@@ -174,7 +174,8 @@ def test_train_no_progress_says_what_it_does_first_and_within_seconds(checkpoint
     texts = [text for _, text in lines]
     first = texts.index(f"train vpo (m = 3) from {checkpoint}: checking the settings, building the training rows")
     loading = next(i for i, text in enumerate(texts) if text.startswith(f"loading {checkpoint} (memory: weights"))
-    training = texts.index(f"training: 2 steps, a line every 1 step(s) (the full log: {tmp_path / 'run'}/train_log.jsonl)")
+    log = tmp_path / "run" / "train_log.jsonl"
+    training = texts.index(f"training: 2 steps, a line every 1 step(s) (the full log: {log})")
     steps = [i for i, text in enumerate(texts) if text.startswith("step ")]
     assert first == 0 and first < loading < training < steps[0] and len(steps) == 2, texts
     assert lines[first][0] < 5.0, lines  # the interpreter and vpo's own imports only (0.3 s on an idle machine)

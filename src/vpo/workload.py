@@ -1,4 +1,5 @@
-"""Estimating the work and memory of answer pools before sampling them, and refusing what cannot fit.
+"""Estimating the work and memory of answer pools, and the memory of a model and its generation
+batch, before sampling or loading anything, and refusing what cannot fit.
 
 Usage::
 
@@ -6,10 +7,23 @@ Usage::
     work = check_pool_workload(examples=100, pool=30, m=3, objectives=4, max_new_tokens=256, eval_weights=64)
     work.chains, work.tokens, work.bytes        # chains to sample, tokens at most, bytes held at most
 
+    from vpo.workload import MemoryEstimate, check_memory, device_memory, generation_bytes, read_model_shape
+    shape = read_model_shape("runs/vpo")        # config.json and safetensors headers; no weight is read
+    estimate = MemoryEstimate(weights=shape.parameters * 4,
+                              generation=generation_bytes(shape, chains=256, tokens=1024, itemsize=4))
+    check_memory(estimate, available=device_memory("cpu"), what="sampling", lower="--batch-size")
+
 A pool of P answers for each of G examples (P / m chains of up to T tokens each) is held in memory
 as its reward vectors (G, P, D), the raw generations, and, while its metrics are computed, one
 score per example, evaluation weight and answer (G, K, P). ``check_pool_workload`` raises
 ValueError naming the flag when that exceeds the memory this machine has available.
+
+A model on its device holds its weights and, while it samples B chains of T tokens (prompt and
+new) at once, their KV cache (2 x layers x KV heads x head size x dtype size x B x T) and one
+step's logits (``MemoryEstimate``, ``generation_bytes``); training adds gradients, the AdamW
+moments and a frozen KL reference copy (``training_estimate``; the forward pass's activations are
+not counted). ``check_memory`` raises ValueError with the estimate, the device's free memory
+(``device_memory``: RAM, or ``torch.cuda.mem_get_info`` for a CUDA device) and the flags to lower.
 """
 
 from __future__ import annotations
@@ -90,9 +104,8 @@ def check_pool_workload(*, examples: int, pool: int, m: int, objectives: int, ma
 
 # ----- model memory ---------------------------------------------------------------------------
 
-DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "float64": 8, "int8": 1,
-               "uint8": 1, "F32": 4, "BF16": 2, "F16": 2, "F64": 8, "I8": 1, "U8": 1, "I32": 4, "I64": 8}
-"""Bytes per element of the dtypes a config.json or a safetensors header names."""
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+"""Bytes per weight of the dtypes a model is loaded in (``--dtype``)."""
 LOGIT_BYTES_PER_ENTRY = 28
 """Bytes one vocabulary entry of one chain takes at a sampling step: the float32 logits,
 probabilities and temperature-scaled copy, and the float64 CDF of per-chain seeding."""
@@ -119,7 +132,8 @@ class ModelShape:
     """Vocabulary entries (the logits of one step)."""
 
     def kv_bytes_per_token(self, itemsize: int) -> int:
-        """KV-cache bytes one token of one chain takes: 2 (keys, values) x layers x KV heads x head size x dtype size."""
+        """KV-cache bytes one token of one chain takes: 2 (keys, values) x layers x KV heads x head
+        size x dtype size."""
         return 2 * self.layers * self.kv_heads * self.head_dim * itemsize
 
 
@@ -280,7 +294,8 @@ def check_memory(estimate: MemoryEstimate, *, available: int | None, what: str, 
 
 
 def training_estimate(shape: ModelShape, *, chains: int, tokens: int, kv_itemsize: int, weight_bytes: int = 4,
-                      reference: bool = True, full: bool = True, optimizer_bytes: int = ADAMW_STATE_BYTES) -> MemoryEstimate:
+                      reference: bool = True, full: bool = True,
+                      optimizer_bytes: int = ADAMW_STATE_BYTES) -> MemoryEstimate:
     """Memory of an RL run on one device: the policy's weights (``weight_bytes`` each; twice with
     a frozen KL ``reference`` copy), gradients and ``optimizer_bytes`` of optimiser state per
     parameter when ``full`` (all weights trained; a LoRA adapter's are a small share, not counted),

@@ -486,7 +486,8 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     label_progress(trainer, f"train {cfg.method}", show=cfg.progress and not trainer.args.disable_tqdm, logs=False)
     Path(cfg.out).mkdir(parents=True, exist_ok=True)
     trainer.add_callback(StepLines(str(Path(cfg.out) / "train_log.jsonl")))
-    length = f"{args.max_steps} steps" if args.max_steps > 0 else f"{args.num_train_epochs:g} epoch(s) of {len(rows)} rows"
+    length = (f"{args.max_steps} steps" if args.max_steps > 0 else
+              f"{args.num_train_epochs:g} epoch(s) of {len(rows)} rows")
     print(f"training: {length}, a line every {args.logging_steps} step(s) (the full log: "
           f"{Path(cfg.out) / 'train_log.jsonl'})", flush=True)
     trainer.train(resume_from_checkpoint=engine.resume_from_checkpoint)

@@ -125,7 +125,8 @@ def worker_memory(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, examples: 
     available = device_memory(device)
     check_memory(total, available=available,
                  what=f"{workers} worker process(es) on {device}, each an RL run of {cfg.rl_prompts} x "
-                      f"{cfg.rl_generations} rollouts or an evaluation batch of {chains} chains of up to {tokens} tokens,",
+                      f"{cfg.rl_generations} rollouts or an evaluation batch of {chains} chains of up to {tokens} "
+                      "tokens,",
                  lower="--eval-batch, --rl-prompts or --rl-generations" + (", or --workers" if workers > 1 else ""))
     return peak.total, (f"{shape.parameters / 1e6:.2f}M parameters; a worker's peak: RL "
                         f"{human_bytes(rl.total)}, evaluation batch {human_bytes(pool.total)}"

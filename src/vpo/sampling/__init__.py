@@ -414,4 +414,5 @@ def open_sampler(model: str | Path, options: SamplingOptions) -> tuple[Sampler, 
 
 __all__ = ["BACKENDS", "SEEDINGS", "ChainDraw", "DeviceOptions", "Generation", "HFSampler", "Sampler",
            "SamplingOptions", "chain_seed", "chain_uniforms", "chains_per_call", "check_sampling",
-           "check_sampling_memory", "check_vllm", "check_vllm_inputs", "finish_chain", "hide_library_progress", "kv_bytes_per_token", "open_sampler"]
+           "check_sampling_memory", "check_vllm", "check_vllm_inputs", "finish_chain", "hide_library_progress",
+           "kv_bytes_per_token", "open_sampler"]
