@@ -88,8 +88,9 @@ class TrainArgs(RewardFuncsOptions):
         default=True, metadata={"help": "wrap prompts in the tokenizer's chat template when it has one"})
     save: bool = field(default=True, metadata={"help": "save the final model (or adapter) to output_dir"})
     progress: bool = field(default=True, metadata={
-        "help": "a progress bar (--no-progress: no bar from any library); either way one short line per "
-                "logged step, the full log in OUT/train_log.jsonl"})
+        "help": "a progress bar (--no-progress: no bar from any library); either way a line per stage (settings, "
+                "loading with the memory estimate, training) and one short line per logged step, the full log in "
+                "OUT/train_log.jsonl"})
     config: str | None = field(default=None, metadata={
         "help": "a TRL GRPOConfig YAML, as `trl grpo --config` reads it (flags typed here win over its values)"})
     overwrite: bool = field(default=False, metadata={
