@@ -38,6 +38,7 @@ __all__ = [
     "BOS_TOKEN",
     "EOS_TOKEN",
     "UNK_TOKEN",
+    "adapter_base",
     "build_char_tokenizer",
     "build_tiny_llama",
     "build_tiny_qwen2",
@@ -387,8 +388,6 @@ def load_checkpoint(path: str | Path, *, dtype: str = "float32", device: str = "
 
 def _load_folder(path: Path, dtype: str) -> tuple[Any, Any]:
     """``load_checkpoint`` for a folder: a full checkpoint, or a LoRA adapter merged into its base."""
-    import json
-
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -399,17 +398,26 @@ def _load_folder(path: Path, dtype: str) -> tuple[Any, Any]:
         return AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype), tokenizer
     from peft import PeftModel
 
-    base = None
-    record = path / "vpo_train.json"
-    if record.is_file():
-        base = json.loads(record.read_text()).get("train", {}).get("model")
-    base = base or json.loads(adapter_config.read_text()).get("base_model_name_or_path")
+    base = adapter_base(path)
     if not base:
         raise ValueError(f"{path}: LoRA adapter without a base model (no vpo_train.json or base_model_name_or_path)")
     model, _ = load_pretrained(base, dtype=dtype)
     if len(tokenizer) > model.get_input_embeddings().num_embeddings:
         model.resize_token_embeddings(len(tokenizer))
     return PeftModel.from_pretrained(model, str(path)).merge_and_unload(), tokenizer
+
+
+def adapter_base(path: str | Path) -> str | None:
+    """The base model of a LoRA adapter folder: the exact ``--model`` of the ``vpo train`` run that
+    wrote it (its ``vpo_train.json``), else ``base_model_name_or_path`` of ``adapter_config.json``."""
+    import json
+
+    path = Path(path)
+    base = None
+    record = path / "vpo_train.json"
+    if record.is_file():
+        base = json.loads(record.read_text()).get("train", {}).get("model")
+    return base or json.loads((path / "adapter_config.json").read_text()).get("base_model_name_or_path")
 
 
 def _ensure_pad(model: Any, tokenizer: Any) -> None:

@@ -105,7 +105,7 @@ def run_eval(cfg: EvalConfig, args: argparse.Namespace | None = None) -> dict:
     from vpo.formats import TaskFormat, recorded_method
     from vpo.report import write_report
     from vpo.runs import claim_out_dir
-    from vpo.sampling import check_sampling, open_sampler
+    from vpo.sampling import check_sampling, check_sampling_memory, open_sampler
     from vpo.search import levels_of_pools
     from vpo.tasks import get_task
     from vpo.workload import check_pool_workload, human_bytes
@@ -137,12 +137,16 @@ def run_eval(cfg: EvalConfig, args: argparse.Namespace | None = None) -> dict:
     if not examples:
         raise ValueError(f"task {task.name!r} gave no examples for split {cfg.split!r}")
     format_dir = None if gguf or not info.format_applies else model_dir
-    budget = cfg.max_new_tokens or load_format(format_dir, task, chat=False).completion_budget(examples, m)
+    plain = load_format(format_dir, task, chat=False)
+    budget = cfg.max_new_tokens or plain.completion_budget(examples, m)
     work = check_pool_workload(examples=len(examples), pool=cfg.pool, m=m, objectives=task.num_objectives(examples[0]),
                                max_new_tokens=budget, eval_weights=cfg.eval_weights)
+    memory = check_sampling_memory(model_dir, options, prompts=[plain.prompt(e, m) for e in examples],
+                                   max_new_tokens=budget, chains=work.chains)
     claim_out_dir(cfg.out, command="eval", overwrite=cfg.overwrite, resume_flag="")
     print(f"loading {model_dir}, then sampling {work.chains:,} chains of up to {budget} tokens "
-          f"({len(examples)} examples x {cfg.pool} answers, about {human_bytes(work.bytes)} held)", flush=True)
+          f"({len(examples)} examples x {cfg.pool} answers, about {human_bytes(work.bytes)} held"
+          + (f"; memory: {memory}" if memory else "") + ")", flush=True)
     start = time.time()
     sampler, tokenizer = open_sampler(model_dir, options)
     fmt = load_format(format_dir, task, tokenizer=tokenizer, chat=cfg.chat)

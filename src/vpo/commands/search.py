@@ -197,17 +197,26 @@ def run_best_of_n(cfg: BestOfNConfig, args: argparse.Namespace | None = None) ->
     from vpo.evaluation import load_format
 
     # --max-new-tokens 0: each checkpoint's prompt format sets the budget, as in vpo eval; the largest sizes the pools
-    budget = cfg.max_new_tokens or max(
-        load_format(path if Path(path).is_dir() and info.format_applies else None, task, chat=False)
-        .completion_budget(examples, m) for path, info, m in zip(paths, infos, answers, strict=True))
+    formats = [load_format(path if Path(path).is_dir() and info.format_applies else None, task, chat=False)
+               for path, info in zip(paths, infos, strict=True)]
+    budget = cfg.max_new_tokens or max(fmt.completion_budget(examples, m) for fmt, m in zip(formats, answers))
     work = check_pool_workload(examples=len(examples), pool=cfg.pool, m=min(answers),
                                objectives=task.num_objectives(examples[0]) if examples else 1,
                                max_new_tokens=budget, checkpoints=len(checkpoints))
+    from vpo.sampling import check_sampling_memory
+
+    # the checkpoints load one after another: each must fit on its own
+    memory = [check_sampling_memory(path, options, prompts=[fmt.prompt(e, m) for e in examples], max_new_tokens=budget,
+                                    chains=len(examples) * cfg.pool // m)
+              for path, fmt, m in zip(paths, formats, answers, strict=True)]
     claim_out_dir(cfg.out, command="search best-of-n", overwrite=cfg.overwrite, resume_flag="")
     for label, (m, why) in zip(labels, chosen, strict=True):
         print(f"{label}: m = {m}: {why}", flush=True)
     print(f"sampling {work.chains:,} chains of up to {budget} tokens ({len(checkpoints)} checkpoint(s) x "
           f"{len(examples)} examples x {cfg.pool} answers)", flush=True)
+    for label, estimate in zip(labels, memory, strict=True):
+        if estimate:
+            print(f"{label}: memory: {estimate}", flush=True)
     report = run_search_eval(checkpoints, task, examples, cfg.out, n=cfg.pool, m=answers, select=parse_select(cfg.select),
                              temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
                              seed=cfg.seed, options=options, progress=cfg.progress)

@@ -88,8 +88,9 @@ class TrainArgs(RewardFuncsOptions):
         default=True, metadata={"help": "wrap prompts in the tokenizer's chat template when it has one"})
     save: bool = field(default=True, metadata={"help": "save the final model (or adapter) to output_dir"})
     progress: bool = field(default=True, metadata={
-        "help": "a progress bar (--no-progress: no bar from any library); either way one short line per "
-                "logged step, the full log in OUT/train_log.jsonl"})
+        "help": "a progress bar (--no-progress: no bar from any library); either way a line per stage (settings, "
+                "loading with the memory estimate, training) and one short line per logged step, the full log in "
+                "OUT/train_log.jsonl"})
     config: str | None = field(default=None, metadata={
         "help": "a TRL GRPOConfig YAML, as `trl grpo --config` reads it (flags typed here win over its values)"})
     overwrite: bool = field(default=False, metadata={
@@ -307,6 +308,52 @@ def _reference_from_policy(model: Any, *, enabled: bool) -> Iterator[None]:
         grpo_trainer.create_model_from_path = original
 
 
+def _prompt_text(prompt: Any) -> str:
+    """A row's prompt as text: itself, or its chat turns' contents joined."""
+    if isinstance(prompt, str):
+        return prompt
+    return "".join(str(turn.get("content", "")) for turn in prompt)
+
+
+def _check_memory(model: str, args: Any, rows: list[dict[str, Any]], fmt: Any, answers: int, *, lora: bool,
+                  completion_given: bool) -> str | None:
+    """Refuse in one line, before ``model`` loads, a run whose weights, reference copy, gradients,
+    optimiser state and generation batch (``vpo.workload.training_estimate``; ``args``: its
+    GRPOConfig) exceed the memory of its device; the estimate in words, or None when the model's
+    shape cannot be read (a .gguf file)."""
+    from vpo.formats import TaskFormat
+    from vpo.workload import check_memory, device_memory, optimizer_state_bytes, prompt_tokens, read_model_shape
+    from vpo.workload import training_estimate
+
+    shape = read_model_shape(model)
+    if shape is None:
+        return None
+    if isinstance(fmt, TaskFormat):
+        prompts = [_prompt_text(row["prompt"]) for row in rows]
+        completion = args.max_completion_length
+    else:  # a checkpoint's own format (the demo's) prompts, and sets the budget unless given
+        examples = [json.loads(row["example"]) for row in rows]
+        prompts = [fmt.prompt(example, answers) for example in examples]
+        completion = args.max_completion_length if completion_given else fmt.completion_budget(examples, answers)
+    import torch
+
+    cpu = args.use_cpu or not torch.cuda.is_available()
+    device = "cpu" if cpu else f"cuda:{int(os.environ.get('LOCAL_RANK') or 0)}"
+    world = int(os.environ.get("WORLD_SIZE") or 1)
+    chains = 0 if args.use_vllm else args.generation_batch_size // world   # vLLM sizes its own cache
+    estimate = training_estimate(shape, chains=chains, tokens=prompt_tokens(prompts, shape.vocab) + completion,
+                                 kv_itemsize=2 if args.bf16 else 4, reference=float(args.beta) != 0.0 and not lora,
+                                 full=not lora, optimizer_bytes=optimizer_state_bytes(str(args.optim)))
+    available = device_memory(device)
+    check_memory(estimate, available=available,
+                 what=f"training {model} ({shape.parameters / 1e6:,.2f}M parameters) on {device} with "
+                      f"{chains} rollouts of up to {completion} tokens per generation batch",
+                 lower="--per-device-train-batch-size or --steps-per-generation (the generation batch) or "
+                       "--max-completion-length" + ("" if lora else ", or train with --lora")
+                       + (" or --kl-beta 0 (no reference copy)" if float(args.beta) and not lora else ""))
+    return estimate.describe(available)
+
+
 def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     """Run ``vpo train`` from its configs (``engine``: TRL's run settings, default TRL's own);
     returns 0. Prints where the model went."""
@@ -335,6 +382,9 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
                          f"(its options: {', '.join(spec.options)})")
     answers = resolve_answers(cfg.method, cfg.answers)
     check_model_path(cfg.model)
+    # the first stage line, within seconds: TRL's import and the training rows come next
+    print(f"train {cfg.method} (m = {answers}) from {cfg.model}: checking the settings, building the training rows",
+          flush=True)
     if cfg.save:
         check_out_dir(cfg.out)
     engine = copy.copy(engine) if engine is not None else TRLOptions()
@@ -367,6 +417,8 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
                                 goals=weight_options if spec.conditions_prompt else None, chat=True)
     _, (info,) = check_checkpoints([cfg.model], task=task.name, given=given)  # vouched for before it loads
     model_dir = info.path if info.kind in ("folder", "lora") and info.format_applies else None
+    memory = _check_memory(cfg.model, args, rows, load_format(model_dir, task, chat=False), answers,
+                           lora=cfg.lora, completion_given=rl.max_completion_length is not None)
     claim_out_dir(cfg.out, command="train", record={"method": cfg.method, "task": task.name, "answers": answers},
                   resume=engine.resume_from_checkpoint is not None, overwrite=cfg.overwrite, stale=("checkpoint-*",))
     from datasets import Dataset
@@ -377,6 +429,7 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
         from vpo.sampling import hide_library_progress
 
         hide_library_progress()
+    print(f"loading {cfg.model}" + (f" (memory: {memory})" if memory else ""), flush=True)
     model, tokenizer = load_pretrained(cfg.model)
     fmt = load_format(model_dir, task, tokenizer=tokenizer, chat=False)
     grpo_overrides: dict[str, Any] = {}
@@ -434,6 +487,10 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     label_progress(trainer, f"train {cfg.method}", show=cfg.progress and not trainer.args.disable_tqdm, logs=False)
     Path(cfg.out).mkdir(parents=True, exist_ok=True)
     trainer.add_callback(StepLines(str(Path(cfg.out) / "train_log.jsonl")))
+    length = (f"{args.max_steps} steps" if args.max_steps > 0 else
+              f"{args.num_train_epochs:g} epoch(s) of {len(rows)} rows")
+    print(f"training: {length}, a line every {args.logging_steps} step(s) (the full log: "
+          f"{Path(cfg.out) / 'train_log.jsonl'})", flush=True)
     trainer.train(resume_from_checkpoint=engine.resume_from_checkpoint)
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
     summary = {"task": task.name, "method": cfg.method, "answers": answers, "steps": trainer.state.global_step,

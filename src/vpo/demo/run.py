@@ -82,9 +82,11 @@ def _done(path: Path) -> dict[str, Any] | None:
     return json.loads(done.read_text()) if done.is_file() else None
 
 
-def _check_workload(cfg: DemoConfig) -> None:
+def _check_workload(cfg: DemoConfig) -> tuple[int, str]:
     """Refuse, before the folder is touched, evaluation pools that cannot fit in memory (the
-    estimate of ``vpo.workload``, for the largest pool: single-answer chains)."""
+    estimate of ``vpo.workload``, for the largest pool: single-answer chains), and a worker
+    process whose model, RL run or evaluation batch cannot (``worker_memory``). Returns the
+    bytes one worker holds at its peak and the estimate in words."""
     from vpo.tasks import get_task
     from vpo.workload import check_pool_workload
 
@@ -93,22 +95,60 @@ def _check_workload(cfg: DemoConfig) -> None:
     fmt = CompactMazeFormat(max_answers=max(3, cfg.answers))
     check_pool_workload(examples=len(examples), pool=cfg.pool, m=1, objectives=task.num_objectives(examples[0]),
                         max_new_tokens=fmt.completion_budget(examples, 1), eval_weights=cfg.eval_weights)
+    return worker_memory(cfg, task, fmt, examples, workers=cfg.workers or 1)
+
+
+def worker_memory(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, examples: list[dict[str, Any]], *,
+                  workers: int) -> tuple[int, str]:
+    """(bytes, words): what one worker process holds at its peak, the larger of an RL run
+    (``vpo.workload.training_estimate``: weights, AdamW state, a generation batch of
+    ``rl_prompts x rl_generations`` rollouts) and an evaluation batch (weights and ``eval_batch``
+    chains); ValueError naming the flags when ``workers`` of them exceed the device's memory."""
+    from vpo.workload import (MemoryEstimate, check_memory, device_memory, generation_bytes, human_bytes,
+                              prompt_tokens, shape_from_config, training_estimate)
+
+    vocab = len(fmt.alphabet()) + len(fmt.extra_tokens()) + 4  # the character tokenizer: + pad, bos, eos, unk
+    shape = shape_from_config({"hidden_size": cfg.hidden, "num_hidden_layers": cfg.layers,
+                               "num_attention_heads": cfg.heads, "intermediate_size": cfg.mlp, "vocab_size": vocab})
+    m = max(cfg.answers, 1)
+    prompt = prompt_tokens([fmt.prompt(e, m) for e in examples], vocab)
+    tokens = prompt + fmt.completion_budget(examples, m)
+    rl = training_estimate(shape, chains=cfg.rl_prompts * cfg.rl_generations, tokens=tokens, kv_itemsize=4,
+                           reference=cfg.rl_beta != 0)
+    chains = min(cfg.eval_batch, len(examples) * cfg.pool)
+    pool = MemoryEstimate(weights=shape.parameters * 4,
+                          generation=generation_bytes(shape, chains=chains, tokens=tokens, itemsize=4))
+    peak = max(rl, pool, key=lambda estimate: estimate.total)
+    total = MemoryEstimate(weights=peak.weights * workers, generation=peak.generation * workers,
+                           training=peak.training * workers)
+    device = cfg.torch_device()
+    available = device_memory(device)
+    check_memory(total, available=available,
+                 what=f"{workers} worker process(es) on {device}, each an RL run of {cfg.rl_prompts} x "
+                      f"{cfg.rl_generations} rollouts or an evaluation batch of {chains} chains of up to {tokens} "
+                      "tokens,",
+                 lower="--eval-batch, --rl-prompts or --rl-generations" + (", or --workers" if workers > 1 else ""))
+    return peak.total, (f"{shape.parameters / 1e6:.2f}M parameters; a worker's peak: RL "
+                        f"{human_bytes(rl.total)}, evaluation batch {human_bytes(pool.total)}"
+                        + (f" ({human_bytes(available)} available)" if available is not None else ""))
 
 
 def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     """Run (or resume) the whole demo; returns {"report": paths, "metrics": dict}."""
     cfg = cfg.resolved()
     out = Path(cfg.out)
-    _check_workload(cfg)
+    peak, memory = _check_workload(cfg)
     # a re-run resumes (its config.json must match, see _prepare_out); --force starts over
     claim_out_dir(out, command="demo", resume=True, overwrite=cfg.force, resume_flag="", overwrite_flag="--force")
     try:
-        return _run_demo(cfg, out)
+        return _run_demo(cfg, out, peak, memory)
     finally:
         release_out_dir(out)
 
 
-def _run_demo(cfg: DemoConfig, out: Path) -> dict[str, Any]:
+def _run_demo(cfg: DemoConfig, out: Path, peak: int, memory: str) -> dict[str, Any]:
+    """The demo in ``out`` (claimed); ``peak``: bytes one worker process holds at most, and
+    ``memory`` that estimate in words (``worker_memory``)."""
     _prepare_out(cfg, out)
     log = _Log(out / "logs" / "demo.log")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -130,12 +170,19 @@ def _run_demo(cfg: DemoConfig, out: Path) -> dict[str, Any]:
         from vpo.cores import pick_workers
 
         workers, why = pick_workers(len(cfg.method_list()) * cfg.seeds + 2, max(1, cfg.threads))
+        from vpo.workload import device_memory, human_bytes
+
+        available = device_memory(cfg.torch_device())
+        if available is not None and workers * peak > available:  # as many as the memory holds, too
+            workers = max(1, available // max(peak, 1))
+            why += f"; {human_bytes(available)} of memory holds {workers}"
     task = get_task("maze", size=cfg.size, reward_mode=cfg.reward_mode)
     fmt = CompactMazeFormat(max_answers=max(3, cfg.answers))
     methods, seeds = cfg.method_list(), cfg.seed_list()
     log(f"demo: methods {methods}, seeds {seeds}, maze {cfg.size}x{cfg.size} ({cfg.reward_mode}, protocol "
         f"{task.protocol}), device {device_record(cfg.torch_device())['name']}, out {out}")
     log(f"demo: {workers} worker process(es) of {cfg.threads or 'torch default'} torch thread(s) ({why})")
+    log(f"demo: memory: {memory}")
 
     # 1. warm-up ------------------------------------------------------------------------
     warm_dir = out / "checkpoints" / "warmup"

@@ -148,6 +148,43 @@ def check_vllm_inputs(models: Sequence[str | Path], *, device: str = "auto", see
                              "adapter into its base)")
 
 
+def check_sampling_memory(model: str | Path, options: SamplingOptions, *, prompts: Sequence[str],
+                          max_new_tokens: int, chains: int) -> str | None:
+    """Refuse in one line, before ``model`` loads, sampling ``chains`` chains of up to
+    ``max_new_tokens`` new tokens after ``prompts`` with checked ``options`` when its weights and
+    one generation batch (``vpo.workload.MemoryEstimate``) exceed the free memory of the device;
+    the estimate in words for the stage line, or None when the checkpoint's shape cannot be read
+    (a .gguf file). On a GPU the auto batch size fits by construction; vLLM sizes its own cache,
+    so only its weights count."""
+    from vpo.workload import (DTYPE_BYTES, MemoryEstimate, check_memory, device_memory, generation_bytes,
+                              prompt_tokens, read_model_shape)
+
+    shape = read_model_shape(model)
+    if shape is None:
+        return None
+    itemsize = DTYPE_BYTES.get(options.dtype, 4)
+    weights = shape.parameters * itemsize
+    available = device_memory(options.device)
+    tokens = prompt_tokens(list(prompts), shape.vocab) + max_new_tokens
+    if options.backend == "vllm":
+        per_call = 0
+    elif options.batch_size or options.device == "cpu":
+        per_call = min(chains, options.batch_size or CPU_CHAINS_PER_CALL)
+    else:
+        free = (available if available is not None else 0) - weights
+        per_call = min(chains, chains_per_call(free, kv_bytes_per_token=shape.kv_bytes_per_token(itemsize),
+                                               tokens_per_chain=tokens, vocab=shape.vocab))
+    estimate = MemoryEstimate(weights=weights,
+                              generation=generation_bytes(shape, chains=per_call, tokens=tokens, itemsize=itemsize))
+    batch = f"--batch-size {options.batch_size}" if options.batch_size else (
+        f"--batch-size 0 ({CPU_CHAINS_PER_CALL} chains per call on CPU)")
+    check_memory(estimate, available=available,
+                 what=f"{batch}: {model} in {options.dtype} on {options.device}, sampling {per_call:,} chains of up to "
+                      f"{tokens:,} tokens (prompt and new) at once,",
+                 lower="--batch-size or --max-new-tokens" + (" (or --dtype bfloat16)" if itemsize > 2 else ""))
+    return estimate.describe(available)
+
+
 # ----- the sampler interface ----------------------------------------------------------------
 
 @dataclass
@@ -238,22 +275,22 @@ class ChainDraw:
 def chains_per_call(free_bytes: float, *, kv_bytes_per_token: float, tokens_per_chain: int, vocab: int,
                     cap: int = MAX_CHAINS_PER_CALL) -> int:
     """Auto batch size on a GPU: chains whose KV cache (twice over: transformers grows it by
-    concatenation) and per-step logits, probabilities and CDF (28 bytes per vocabulary entry)
-    fit in half of ``free_bytes``; between 1 and ``cap``."""
-    per_chain = 2 * kv_bytes_per_token * tokens_per_chain + 28 * vocab
+    concatenation) and per-step logits, probabilities and CDF (``vpo.workload.LOGIT_BYTES_PER_ENTRY``
+    per vocabulary entry) fit in half of ``free_bytes``; between 1 and ``cap``."""
+    from vpo.workload import LOGIT_BYTES_PER_ENTRY
+
+    per_chain = 2 * kv_bytes_per_token * tokens_per_chain + LOGIT_BYTES_PER_ENTRY * vocab
     return int(max(1, min(cap, (0.5 * free_bytes) // max(per_chain, 1))))
 
 
 def kv_bytes_per_token(model: Any) -> int:
     """KV-cache bytes one token of one chain takes: 2 x layers x KV heads x head size x dtype size."""
+    from vpo.workload import shape_from_config
+
     config = getattr(model, "config", None)
     config = getattr(config, "get_text_config", lambda: config)()
-    layers = int(getattr(config, "num_hidden_layers", 0) or 0)
-    heads = int(getattr(config, "num_attention_heads", 0) or 0)
-    kv_heads = int(getattr(config, "num_key_value_heads", 0) or heads)
-    head_dim = int(getattr(config, "head_dim", 0) or (int(getattr(config, "hidden_size", 0) or 0) // max(heads, 1)))
-    itemsize = next(model.parameters()).element_size()
-    return 2 * layers * kv_heads * head_dim * itemsize
+    shape = shape_from_config(getattr(config, "to_dict", dict)(), parameters=0)
+    return shape.kv_bytes_per_token(next(model.parameters()).element_size())
 
 
 class HFSampler:
@@ -376,5 +413,6 @@ def open_sampler(model: str | Path, options: SamplingOptions) -> tuple[Sampler, 
 
 
 __all__ = ["BACKENDS", "SEEDINGS", "ChainDraw", "DeviceOptions", "Generation", "HFSampler", "Sampler",
-           "SamplingOptions", "chain_seed", "chain_uniforms", "chains_per_call", "check_sampling", "check_vllm",
-           "check_vllm_inputs", "finish_chain", "hide_library_progress", "kv_bytes_per_token", "open_sampler"]
+           "SamplingOptions", "chain_seed", "chain_uniforms", "chains_per_call", "check_sampling",
+           "check_sampling_memory", "check_vllm", "check_vllm_inputs", "finish_chain", "hide_library_progress",
+           "kv_bytes_per_token", "open_sampler"]
