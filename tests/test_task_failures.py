@@ -15,30 +15,21 @@ import time
 import numpy as np
 import pytest
 
-from toy_tasks import LetterTask
+from toy_tasks import LetterTask, RatesTask
 from vpo.chains import RewriteRule
 from vpo.reward_failures import RewardFailureError, RewardFailurePolicy, RewardFailures
-from vpo.tasks import Task, register_task
+from vpo.tasks import register_task
 
 SLEEP_S = 1.0
 NEVER_STOP = RewardFailurePolicy(max_failure_rate=1.0)
 
 
 @register_task("toy_buggy")
-class BuggyAB(Task):
-    """Fractions of 'a' and 'b' in an answer (answers of a chain separated by '|'); the scorer
-    raises on "boom" and on every answer to an example with ``fails`` set, returns NaN on "nan"
-    and sleeps on "slow"."""
+class BuggyAB(RatesTask):
+    """The fractions of 'a' and 'b' in an answer, by a scorer that raises on "boom" and on every
+    answer to an example with ``fails`` set, returns NaN (for 'a') on "nan" and sleeps on "slow"."""
 
-    objectives = ("a_rate", "b_rate")
     rewrite_rule = RewriteRule("toy_buggy", template=":{m}:", pattern=":")
-
-    def prompt_single(self, example):
-        return f"q{example['id']}:"
-
-    def parse_chain(self, text, m):
-        parts = [p.strip() for p in text.split("|")][:m]
-        return parts + [""] * (m - len(parts))
 
     def score(self, text, example):
         s = text.strip()
@@ -46,9 +37,8 @@ class BuggyAB(Task):
             raise KeyError(f"no rule for {s!r}")
         if "slow" in s:
             time.sleep(SLEEP_S)
-        if not s:
-            return np.zeros(2)
-        return np.array([math.nan if "nan" in s else s.count("a") / len(s), s.count("b") / len(s)])
+        vector = super().score(text, example)
+        return np.array([math.nan, vector[1]]) if "nan" in s else vector
 
     def examples(self, split="train", n=None, *, seed=None, source=None):
         return [{"id": i, "fails": i % 2 == 0} for i in range(n or 4)]

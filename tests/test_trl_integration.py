@@ -37,29 +37,15 @@ from vpo.integrations.trl import (  # noqa: E402
     vpo_reward,
 )
 from vpo.models import build_char_tokenizer, build_tiny_qwen2  # noqa: E402
-from vpo.tasks import Task, register_task  # noqa: E402
+from toy_tasks import RatesTask  # noqa: E402
+from vpo.tasks import register_task  # noqa: E402
 
 
 @register_task("toy_ab")
-class ToyAB(Task):
-    """Two conflicting objectives: the fraction of 'a' and of 'b' in an answer. Answers of a
-    chain are separated by '|'. Prompts are 'q<id>:' (m answers: 'q<id>:<m>:')."""
+class ToyAB(RatesTask):
+    """``RatesTask`` (the fractions of 'a' and 'b') with four examples."""
 
-    objectives = ("a_rate", "b_rate")
     rewrite_rule = RewriteRule("toy_ab", template=":{m}:", pattern=":")
-
-    def prompt_single(self, example):
-        return f"q{example['id']}:"
-
-    def parse_chain(self, text, m):
-        parts = [p.strip() for p in text.split("|")][:m]
-        return parts + [""] * (m - len(parts))
-
-    def score(self, text, example):
-        s = text.strip()
-        if not s:
-            return np.zeros(2)
-        return np.array([s.count("a") / len(s), s.count("b") / len(s)])
 
     def examples(self, split="train", n=None, *, seed=None, source=None):
         return [{"id": i} for i in range(n or 4)]

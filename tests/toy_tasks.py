@@ -20,3 +20,23 @@ class LetterTask(Task):
 
     def score(self, text, example):
         return np.array([float(ch in text) for ch in "abc"])
+
+
+class RatesTask(Task):
+    """Two conflicting objectives: the fraction of 'a' and of 'b' in an answer. Answers of a
+    chain are separated by '|'. Prompts are 'q<id>:' (m answers: 'q<id>:<m>:')."""
+
+    objectives = ("a_rate", "b_rate")
+
+    def prompt_single(self, example):
+        return f"q{example['id']}:"
+
+    def parse_chain(self, text, m):
+        parts = [p.strip() for p in text.split("|")][:m]
+        return parts + [""] * (m - len(parts))
+
+    def score(self, text, example):
+        s = text.strip()
+        if not s:
+            return np.zeros(2)
+        return np.array([s.count("a") / len(s), s.count("b") / len(s)])
