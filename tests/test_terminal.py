@@ -125,3 +125,32 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["--version"])
     assert stop.value.code == 0 and capsys.readouterr().out.strip() == f"vpo {vpo.__version__}"
+
+
+def test_a_quiet_training_terminal_gets_a_step_line_when_logged_steps_are_far_apart(capsys):
+    pytest.importorskip("trl")
+    from types import SimpleNamespace
+
+    from vpo.commands.train import HEARTBEAT_S
+    from vpo.integrations.trl import StepLines
+
+    now = [0.0]
+    lines = StepLines(heartbeat=HEARTBEAT_S)
+    lines.clock = lambda: now[0]
+    args = SimpleNamespace(logging_steps=10)
+    state = SimpleNamespace(global_step=0, max_steps=40, is_world_process_zero=True)
+    lines.on_train_begin(args, state, None)
+    printed = []
+    for step in range(1, 41):  # 12 s a step, a logged step every 10
+        now[0] += 12.0
+        state.global_step = step
+        lines.on_step_end(args, state, None)
+        if step % 10 == 0:
+            lines.on_log(args, state, None, logs={"reward": 0.5, "loss": 0.1})
+        printed.extend(line for line in capsys.readouterr().out.splitlines() if line)
+    beats = [line for line in printed if line.startswith("step ") and "next logged step line" in line]
+    assert beats[:3] == ["step 3/40 (next logged step line: every 10 steps)",
+                         "step 6/40 (next logged step line: every 10 steps)",
+                         "step 9/40 (next logged step line: every 10 steps)"]
+    assert len(printed) == 16  # 12 heartbeats (3 per 10 steps) and 4 logged step lines: never 30 s silent
+    assert StepLines().heartbeat is None  # with a progress bar, no heartbeat lines

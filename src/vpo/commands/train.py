@@ -48,6 +48,10 @@ __all__ = ["RLConfig", "TASK_EPOCHS", "TRLOptions", "TrainArgs", "build_train_ro
            "resolve_answers", "train", "train_configs"]
 
 
+HEARTBEAT_S = 30.0
+"""Under --no-progress, the longest a training run stays silent between logged step lines."""
+
+
 def _estimator_names() -> list[str]:
     from vpo.estimators import list_estimators
 
@@ -89,8 +93,8 @@ class TrainArgs(RewardFuncsOptions):
     save: bool = field(default=True, metadata={"help": "save the final model (or adapter) to output_dir"})
     progress: bool = field(default=True, metadata={
         "help": "a progress bar (--no-progress: no bar from any library); either way a line per stage (settings, "
-                "loading with the memory estimate, training) and one short line per logged step, the full log in "
-                "OUT/train_log.jsonl"})
+                "loading with the memory estimate, training) and one short line per logged step (without a bar, a "
+                "step line at least every 30 s between them), the full log in OUT/train_log.jsonl"})
     config: str | None = field(default=None, metadata={
         "help": "a TRL GRPOConfig YAML, as `trl grpo --config` reads it (flags typed here win over its values)"})
     overwrite: bool = field(default=False, metadata={
@@ -486,7 +490,8 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     # transformers hides the bar below its WARNING log level; its 40-key dicts per step go to the log file
     label_progress(trainer, f"train {cfg.method}", show=cfg.progress and not trainer.args.disable_tqdm, logs=False)
     Path(cfg.out).mkdir(parents=True, exist_ok=True)
-    trainer.add_callback(StepLines(str(Path(cfg.out) / "train_log.jsonl")))
+    trainer.add_callback(StepLines(str(Path(cfg.out) / "train_log.jsonl"),
+                                   heartbeat=None if cfg.progress else HEARTBEAT_S))
     length = (f"{args.max_steps} steps" if args.max_steps > 0 else
               f"{args.num_train_epochs:g} epoch(s) of {len(rows)} rows")
     print(f"training: {length}, a line every {args.logging_steps} step(s) (the full log: "

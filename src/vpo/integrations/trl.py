@@ -56,6 +56,7 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import time
 import warnings
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -957,10 +958,31 @@ def step_line(logs: Mapping[str, Any], step: int, max_steps: int) -> str | None:
 class StepLines(TrainerCallback):
     """A compact line per logged training step on the terminal (``step_line``), and every log
     dict in full, one JSON object per line, in ``log_file`` (the trackers of ``report_to`` get
-    them in full as well)."""
+    them in full as well). With ``heartbeat`` (seconds; for a terminal without a progress bar),
+    a step that ends that long after the last line prints ``step N/M`` too, so a run whose
+    logged steps are far apart still shows it is alive."""
 
-    def __init__(self, log_file: str | None = None, *, print_lines: bool = True) -> None:
-        self.log_file, self.print_lines = log_file, print_lines
+    def __init__(self, log_file: str | None = None, *, print_lines: bool = True,
+                 heartbeat: float | None = None) -> None:
+        self.log_file, self.print_lines, self.heartbeat = log_file, print_lines, heartbeat
+        self.clock: Callable[[], float] = time.monotonic
+        self._last_line = self.clock()
+
+    def _write(self, line: str) -> None:
+        from tqdm.auto import tqdm
+
+        tqdm.write(line)   # above the progress bar, which then redraws
+        self._last_line = self.clock()
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._last_line = self.clock()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if (self.heartbeat is not None and self.print_lines and state.is_world_process_zero
+                and self.clock() - self._last_line >= self.heartbeat):
+            total = f"/{state.max_steps}" if state.max_steps and state.max_steps > 0 else ""
+            self._write(f"step {state.global_step}{total} (next logged step line: "
+                        f"every {args.logging_steps} steps)")
 
     def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
         if not state.is_world_process_zero or not logs:
@@ -970,9 +992,7 @@ class StepLines(TrainerCallback):
                 handle.write(json.dumps({"step": state.global_step, **logs}, default=str) + "\n")
         line = step_line(logs, state.global_step, state.max_steps)
         if line and self.print_lines:
-            from tqdm.auto import tqdm
-
-            tqdm.write(line)   # above the progress bar, which then redraws
+            self._write(line)
 
 
 def label_progress(trainer: Any, desc: str, *, show: bool = True, logs: bool = True) -> None:
