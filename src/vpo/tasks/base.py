@@ -169,10 +169,14 @@ class Task(ABC):
             return self._checked_vectors(self.score_batch(batch, example), len(batch), dim)
         tally = self.failures
         limit = tally.policy.time_limit
+
+        def scored(part: list[str]) -> np.ndarray:
+            return self._checked_vectors(run_limited(lambda: self.score_batch(part, example), {}, limit),
+                                         len(part), dim)
+
         failed = np.zeros(len(batch), dtype=bool)
         try:
-            vectors = self._checked_vectors(run_limited(lambda: self.score_batch(batch, example), {}, limit),
-                                            len(batch), dim)
+            vectors = scored(batch)
         except RewardContractError:
             raise
         except Exception as err:  # noqa: BLE001 - a scorer bug on model text is counted, not fatal
@@ -182,21 +186,19 @@ class Task(ABC):
             if len(batch) > 1 and not isinstance(err, TimeoutError):
                 for i, answer in enumerate(batch):
                     try:
-                        vectors[i] = self._checked_vectors(
-                            run_limited(lambda a=answer: self.score_batch([a], example), {}, limit), 1, dim)[0]
-                        failed[i] = False
+                        vectors[i], failed[i] = scored([answer])[0], False
                     except RewardContractError:
                         raise
                     except Exception as one:  # noqa: BLE001
                         tally.report(self.name, one)
-        bad = ~np.isfinite(vectors)
-        if bad.any():
+        if not np.isfinite(vectors).all():  # the rare case: find the answers
+            bad = ~np.isfinite(vectors)
             rows = bad.any(axis=1)
             tally.report(self.name, NonFiniteReward(f"{self.name} scored NaN or an infinity for "
                                                     f"{int(rows.sum())} of {len(batch)} answers"))
             vectors = np.where(bad, 0.0, vectors)
             failed |= rows
-        tally.record(self.name, len(batch), int(failed.sum()))
+        tally.record(self.name, len(batch), int(np.count_nonzero(failed)))
         return vectors
 
     def _checked_vectors(self, vectors: Any, n: int, dim: int) -> np.ndarray:
