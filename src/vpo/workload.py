@@ -111,8 +111,6 @@ LOGIT_BYTES_PER_ENTRY = 28
 probabilities and temperature-scaled copy, and the float64 CDF of per-chain seeding."""
 ADAMW_STATE_BYTES = 8
 """AdamW's two float32 moments per trained parameter."""
-_HEADER_LIMIT = 100 * 2**20
-"""Largest safetensors header read (a real one is a few MB)."""
 
 
 @dataclass(frozen=True)
@@ -164,19 +162,17 @@ def shape_from_config(config: dict, parameters: int | None = None) -> ModelShape
 
 
 def safetensors_parameters(files: list[Path]) -> int | None:
-    """Elements in the tensors of ``files`` (from their JSON headers, without reading the
-    weights), or None when one cannot be read."""
-    import json
+    """Elements in the tensors of ``files`` (from their JSON headers, read and checked by
+    ``vpo.checkpoints.read_safetensors_header``, without reading the weights), or None when one
+    cannot be read."""
     import math
+
+    from vpo.checkpoints import read_safetensors_header
 
     total = 0
     for path in files:
         try:
-            with open(path, "rb") as fh:
-                size = int.from_bytes(fh.read(8), "little")
-                if not 0 < size <= _HEADER_LIMIT:
-                    return None
-                header = json.loads(fh.read(size))
+            header = read_safetensors_header(path)
         except (OSError, ValueError):
             return None
         total += sum(math.prod(entry.get("shape", [])) for name, entry in header.items()
