@@ -584,7 +584,7 @@ def warm_up(folder: Path, examples: int, device: str = "cuda") -> int:
     return 0
 
 
-def memory_probe(model: Path, out: Path, kv_cache: str) -> int:
+def memory_probe(model: Path, out: Path, kv_cache: str, device: str = "cuda") -> int:
     """One pool of step m under this process's allocator setting: vpo eval's sampler (open_sampler,
     auto batch in ``EVAL['share']`` of the free memory) with ``kv_cache``; writes the estimate and
     torch's peaks to ``out``."""
@@ -595,8 +595,9 @@ def memory_probe(model: Path, out: Path, kv_cache: str) -> int:
     from vpo.tasks import get_task
     from vpo.workload import reserved_bytes
 
-    options = SamplingOptions(device="cuda", dtype="bfloat16", kv_cache=kv_cache, memory_share=EVAL["share"],
+    options = SamplingOptions(device=device, dtype="bfloat16", kv_cache=kv_cache, memory_share=EVAL["share"],
                               seeding="chain", threads=4).check([model])
+    gpu = options.device.startswith("cuda")
     task = get_task("maze", size=9)
     examples = task.examples("test", EVAL["examples"])
     m = EVAL["answers"]
@@ -612,9 +613,9 @@ def memory_probe(model: Path, out: Path, kv_cache: str) -> int:
     estimate = _sampling_estimate(sampler, examples, fmt, m, budget)
     row = {"kv_cache": kv_cache, "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""), "batch": sampler.last_batch,
            "seconds": time.time() - start, "estimate": estimate, "estimate_reserved": reserved_bytes(estimate),
-           "share": sampler.share, "max_allocated": torch.cuda.max_memory_allocated(),
-           "max_reserved": torch.cuda.max_memory_reserved(), "words": words}
-    row["reserved_over_estimate"] = row["max_reserved"] / row["estimate_reserved"]
+           "share": sampler.share, "max_allocated": torch.cuda.max_memory_allocated() if gpu else None,
+           "max_reserved": torch.cuda.max_memory_reserved() if gpu else None, "words": words}
+    row["reserved_over_estimate"] = row["max_reserved"] / row["estimate_reserved"] if gpu else None
     out.write_text(json.dumps(row, indent=1))
     print(json.dumps(row))
     return 0
@@ -869,6 +870,7 @@ def main(argv: list[str]) -> int:
     probe.add_argument("model", type=Path)
     probe.add_argument("result", type=Path)
     probe.add_argument("--kv-cache", choices=["static", "dynamic"], default="static")
+    probe.add_argument("--device", default="cuda", help="cpu: the code path without the GPU's numbers")
     judge = sub.add_parser("verdict")
     judge.add_argument("kind", choices=["train", "eval", "memory", "demo"])
     judge.add_argument("folder", type=Path)
@@ -888,7 +890,7 @@ def main(argv: list[str]) -> int:
     if args.command == "warm-up":
         return warm_up(args.folder, args.examples, args.device)
     if args.command == "memory-probe":
-        return memory_probe(args.model, args.result, args.kv_cache)
+        return memory_probe(args.model, args.result, args.kv_cache, args.device)
     if args.command == "verdict":
         return verdict(args.kind, args.folder)
     return summarize(args.folder)

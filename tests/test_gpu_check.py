@@ -331,3 +331,20 @@ def test_steps_m_and_d_fail_when_reserved_memory_is_off_its_estimate(tmp_path):
     rows.append({**rows[0], "job": "pool vpo-s0", "max_reserved": 31 * 2**30, "reserved_over_estimate": 3.1})
     (demo / "logs" / "cuda_memory.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert helper.verdict("demo", tmp_path) == 1                   # the first H100 run's 31 GB worker would fail
+
+
+def test_the_listing_for_the_images_python_has_no_cuda_wheel(tmp_path):
+    """The CUDA image's Python is 3.12: its listing (resolved against the index, nothing downloaded)
+    holds what the check needs and no CUDA wheel (torch, triton, nvidia-*, cuda-*: the image's torch
+    has its own, even those it asks for through an extra, cuda-toolkit[cublas,...])."""
+    helper = _helper()
+    done = _run(SCRIPTS / "offline_wheels.sh", "--python", "3.12", "--list")
+    assert done.returncode == 0, done.stderr[-2000:]
+    path = tmp_path / "MANIFEST.txt"
+    path.write_text(done.stdout)
+    wheels, image = helper.read_manifest(path)
+    assert done.stdout.startswith("# vpo GPU-check wheels for Python 3.12")
+    assert set(helper.REQUIRED) <= set(wheels)
+    assert not [name for name in wheels if helper.CUDA_WHEELS.match(name)], sorted(wheels)
+    assert "torch" in image and not set(image) & set(wheels)
+    assert all("cp312" in file or "py3" in file or "abi3" in file for _, file in wheels.values()), wheels
