@@ -535,11 +535,11 @@ def run_check(args: argparse.Namespace) -> int:
     (out / "steps.tsv").write_text("")
     (out / "plan.json").write_text(json.dumps(steps, indent=1))
     write_hook(out / "hooks")
-    env = {**os.environ, "PYTHONPATH": f"{out / 'hooks'}{os.pathsep}{out / 'site'}", "HF_HUB_OFFLINE": "1",
+    # the repository's own vpo first (the code under test, whatever wheel of it the folder holds), then the folder
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(p) for p in (out / "hooks", ROOT / "src", out / "site")),
+           "HF_HUB_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false", "VERL_LOGGING_LEVEL": "WARN", "PYTHONNOUSERSITE": "1",
            "PYTHONUNBUFFERED": "1"}
-    if args.plan_file:  # a test's own plan: the repository's vpo
-        env["PYTHONPATH"] += os.pathsep + str(ROOT / "src")
     gpu = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.get_device_name(0) "
                           "if torch.cuda.is_available() else 'no GPU')"], capture_output=True, text=True, env=env,
                          timeout=120)
@@ -558,8 +558,9 @@ def versions(path: Path) -> int:
     for name in ("torch", "transformers", "trl", "datasets", "accelerate", "vpo"):
         module = importlib.import_module(name)
         where = Path(module.__file__).resolve()
-        found[name] = {"version": getattr(module, "__version__", "?"),
-                       "from": "the wheel folder" if "/site/" in str(where) else "the image", "path": str(where)}
+        origin = ("the repository" if (ROOT / "src") in where.parents else
+                  "the wheel folder" if path.parent / "site" in where.parents else "the image")
+        found[name] = {"version": getattr(module, "__version__", "?"), "from": origin, "path": str(where)}
     from vpo.integrations.trl import VPOTrainer  # noqa: F401  (the trainer imports with these versions)
 
     path.write_text(json.dumps(found, indent=1))
@@ -579,6 +580,9 @@ def warm_up(folder: Path, examples: int, device: str = "cuda") -> int:
     task = get_task("maze", size=cfg.size, reward_mode=cfg.reward_mode)
     fmt = CompactMazeFormat(max_answers=max(3, cfg.answers))
     record = run_warmup(cfg, task, fmt, folder, log=print)
+    import shutil
+
+    shutil.rmtree(folder / "trainer", ignore_errors=True)   # its optimiser state: not needed to train from it
     print(f"warm-up: {record['params']:,} parameters, {examples} examples, final loss {record['final_loss']:.3f}, "
           f"{record['seconds']:.0f} s -> {folder}")
     return 0

@@ -135,6 +135,31 @@ def test_static_and_dynamic_kv_caches_sample_the_same_chains(checkpoints):
         HFSampler(model, tok, kv_cache="paged")
 
 
+def test_a_call_out_of_gpu_memory_is_retried_at_half_the_batch_with_the_same_chains(checkpoints, capsys):
+    from vpo.models import load_checkpoint
+
+    model, tok = load_checkpoint(checkpoints[0])
+    prompts = [[f"{i} ANSWER"] * 4 for i in (1, 10, 100)]
+    settings = dict(temperature=0.7, top_p=0.9, max_new_tokens=10, seed=3)
+    expected = HFSampler(model, tok, batch_size=3).generate(prompts, **settings)
+    generate = model.generate
+
+    def small_gpu(**kwargs):   # a card that holds 3 chains a call
+        if kwargs["input_ids"].shape[0] > 3:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (faked)")
+        return generate(**kwargs)
+
+    model.generate = small_gpu
+    try:
+        sampler = HFSampler(model, tok, batch_size=12)
+        assert sampler.generate(prompts, desc="pool", **settings) == expected and sampler.last_batch == 3
+        assert "pool: out of GPU memory at 12 chains per call; going on with 6" in capsys.readouterr().err
+        with pytest.raises(torch.cuda.OutOfMemoryError):   # batch seeding: a smaller batch is another stream
+            HFSampler(model, tok, batch_size=12, seeding="batch").generate(prompts, **settings)
+    finally:
+        del model.generate
+
+
 def test_kv_bytes_per_token_of_a_tiny_llama():
     from vpo.models import build_char_tokenizer, build_tiny_llama
 

@@ -52,15 +52,13 @@ from typing import Any, Protocol
 import numpy as np
 
 from vpo.models import DTYPES
+from vpo.workload import KV_CACHES  # how the hf backend keeps a call's KV cache (options: also auto)
 
 BACKENDS = ("hf", "vllm")
 SEEDINGS = ("chain", "batch")
-KV_CACHES = ("static", "dynamic")
-"""How the hf backend keeps a call's KV cache (``vpo.workload.KV_CACHES``; the options also take
-``auto``: static on a GPU, dynamic on CPU)."""
+"""What a sampler does; the options also take ``auto`` (see the module doc)."""
 MEMORY_SHARE = 0.5
 """Share of a GPU's free memory (when sampling starts) that one sampling process takes by default."""
-"""What a sampler does; the options also take ``auto`` (see the module doc)."""
 CPU_CHAINS_PER_CALL = 256
 """Auto batch size on CPU (what ``vpo eval`` always used: larger calls gain little there)."""
 MAX_CHAINS_PER_CALL = 1024
@@ -447,7 +445,7 @@ class HFSampler:
                                                 max_new_tokens=max_new_tokens, seed=seed)
                 except torch.cuda.OutOfMemoryError:
                     # chain seeding: a smaller batch samples the same chains, so retry at half the size
-                    if not cuda or self.seeding != "chain" or batch_size == 1:
+                    if self.seeding != "chain" or batch_size == 1:
                         raise
                     release_cuda_cache(model)
                     batch_size = max(1, batch_size // 2)
