@@ -205,7 +205,9 @@ def print_plan(steps: list[dict]) -> int:
         print(f"  warning: the paper-maze preset fixes --workers {workers}; on a GPU the demo refuses more workers than "
               "the card's memory holds (vpo.demo.device.plan_cuda): its PRESETS entry should say 0 (automatic)")
     for s in steps:
-        if s["expected"] > s["limit"] or s["expected"] != s["expected"]:
+        if s["expected"] != s["expected"]:
+            print(f"  warning: {s['name']}'s time could not be estimated here (see its line)")
+        elif s["expected"] > s["limit"]:
             print(f"  warning: {s['name']} is expected to take {s['expected']} min, over its {s['limit']}-min limit: "
                   "it will be cut and recorded as timed out")
     return 0 if limit <= BUDGET_MINUTES else 1

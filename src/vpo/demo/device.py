@@ -3,9 +3,10 @@ share of the card), and what its report says about the device and the paper's se
 
 Usage::
 
-    from vpo.demo.device import device_record, describe_setting, worker_memory
-    peak, words = worker_memory(cfg, task, fmt, examples, workers=1)       # CPU: RAM; a GPU: plan_cuda
-    describe_setting(metrics, cfg, device_record(cfg.torch_device()))                # after build_metrics
+    from vpo.demo.device import describe_setting, device_record, plan_cuda, worker_memory
+    peak, words = worker_memory(cfg, task, fmt, examples, workers=1)          # CPU
+    plan = plan_cuda(cfg, fmt, examples, device="cuda", workers=0, jobs=10)  # a GPU: workers, shares, batch
+    describe_setting(metrics, cfg, device_record(cfg.torch_device()))        # after build_metrics
 
 On a GPU (docs/gpu.md, "The demo's workers on one GPU") the processes of a run take
 ``CARD_SHARE`` of the free memory together; each worker is capped at an equal part of it
@@ -172,16 +173,12 @@ def demo_estimates(cfg: DemoConfig, fmt: Any, examples: list[dict[str, Any]], *,
 
 def worker_memory(cfg: DemoConfig, task: Any, fmt: Any, examples: list[dict[str, Any]], *,
                   workers: int) -> tuple[int, str]:
-    """(bytes, words): what one worker process holds at its peak, the larger of an RL run and an
-    evaluation batch (``demo_estimates``); ValueError naming the flags when ``workers`` of them
-    exceed the device's memory. On a GPU the bytes are a worker's share of the card, from
-    ``plan_cuda`` (``workers`` 0: automatic)."""
+    """(bytes, words): what one worker process on CPU holds at its peak, the larger of an RL run
+    and an evaluation batch (``demo_estimates``); ValueError naming the flags when ``workers`` of
+    them exceed the memory available. (On a GPU ``plan_cuda`` shares the card out instead.)"""
     from vpo.workload import check_memory, device_memory, human_bytes
 
     device = cfg.torch_device()
-    if device.startswith("cuda"):
-        plan = plan_cuda(cfg, fmt, examples, device=device, workers=workers, jobs=len(cfg.method_list()) * cfg.seeds + 2)
-        return plan.share, plan.words()
     workers = max(workers, 1)
     shape, est, sizes = demo_estimates(cfg, fmt, examples, device=device)
     peak = max(est["rl"], est["pool"], key=lambda estimate: estimate.total)
