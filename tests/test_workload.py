@@ -114,6 +114,7 @@ def test_on_a_gpu_the_free_memory_is_read_and_the_auto_batch_fits(checkpoint, mo
         return free, 80 * 2**30
 
     monkeypatch.setattr(torch.cuda, "mem_get_info", free_memory)
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)   # set by the first CUDA query; undone after
     assert device_memory("cpu") is not None and asked == []
     prompts = ["x" * 100]
     gpu = SamplingOptions(device="cuda:0", dtype="bfloat16", batch_size=0, seeding="chain", threads=1)
