@@ -338,7 +338,7 @@ def test_the_listing_for_the_images_python_has_no_cuda_wheel(tmp_path):
     holds what the check needs and no CUDA wheel (torch, triton, nvidia-*, cuda-*: the image's torch
     has its own, even those it asks for through an extra, cuda-toolkit[cublas,...])."""
     helper = _helper()
-    done = _run(SCRIPTS / "offline_wheels.sh", "--python", "3.12", "--list")
+    done = _run(SCRIPTS / "offline_wheels.sh", "--python", "3.12", "--list", timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
     path = tmp_path / "MANIFEST.txt"
     path.write_text(done.stdout)
