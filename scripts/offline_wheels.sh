@@ -89,16 +89,25 @@ machine = "aarch64" if sys.argv[6] == "aarch64" else "x86_64"
 env = {"python_version": py, "python_full_version": py + ".0", "sys_platform": "linux", "os_name": "posix",
        "platform_system": "Linux", "platform_machine": machine, "implementation_name": "cpython",
        "platform_python_implementation": "CPython", "extra": ""}
-in_image, todo = set(), list(image)
+# the image's packages and everything they require, with the extras they ask for: torch asks for
+# cuda-toolkit[cublas,cudart,...], whose CUDA wheels are required only under those extras
+in_image, seen, todo = set(), set(), [(n, "") for n in image]
 while todo:
-    n = todo.pop()
-    if n in in_image or n not in dists:
+    n, extra = todo.pop()
+    if (n, extra) in seen or n not in dists:
         continue
+    seen.add((n, extra))
     in_image.add(n)
     for text in dists[n]["metadata"].get("requires_dist", []):
         req = Requirement(text)
-        if req.marker is None or req.marker.evaluate(env):
-            todo.append(norm(req.name))
+        if req.marker is None or req.marker.evaluate({**env, "extra": extra}):
+            todo += [(norm(req.name), "")] + [(norm(req.name), norm(e)) for e in req.extras]
+# CUDA builds are the image's whatever pulls them in (its torch has its own): never in the folder
+cuda = re.compile(r"^(nvidia-.*|triton|torch|torchvision|torchaudio|cuda-.*)$")
+stray = sorted(n for n in set(dists) - in_image if cuda.match(n))
+if stray:
+    print(f"offline_wheels.sh: left out CUDA wheels that no image package requires: {' '.join(stray)}", file=sys.stderr)
+    in_image |= set(stray)
 lines = ["# vpo GPU-check wheels for Python " + py + ": name version wheel (scripts/offline_wheels.sh)"]
 for n in sorted(set(dists) - in_image):
     lines.append(f"{n} {dists[n]['metadata']['version']} {dists[n]['download_info']['url'].rsplit('/', 1)[-1]}")
@@ -121,3 +130,7 @@ grep -v '^#' "$WORK/MANIFEST.txt" | awk '{print $1 "==" $2}' > "$WORK/pins.txt"
 sed -e "1a vpo $VPO_VERSION vpo-$VPO_VERSION-py3-none-any.whl" "$WORK/MANIFEST.txt" > "$OUT/MANIFEST.txt"
 BYTES=$(cat "$OUT"/*.whl | wc -c)
 echo "offline_wheels.sh: $(ls "$OUT"/*.whl | wc -l) wheels, $((BYTES / 1000000)) MB in $OUT (Python $PY_VERSION, $PLATFORM)"
+if [ "$BYTES" -gt 60000000 ]; then
+  echo "offline_wheels.sh: $OUT holds more than 60 MB of wheels: it would not travel with the repository to a device machine (64 MiB in all)" >&2
+  exit 1
+fi

@@ -6,8 +6,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -58,6 +60,7 @@ def test_dry_run_prints_the_plan_and_checks_the_listing(listing):
         assert any(line.strip().startswith(step) for line in lines), step
     total = next(line for line in lines if line.strip().startswith("total"))
     assert float(total.split()[1]) < 25
+    assert "m-memory" in done.stdout and "lane B" in done.stdout
     assert f"wheels: listing {listing}:" in done.stdout and "none of the" in done.stdout
     assert "nothing was run" in lines[-1] and "wheels ok" in lines[-1]
 
@@ -96,9 +99,11 @@ def test_summary_table_reads_steps_peaks_and_results(tmp_path):
     helper.summarize(tmp_path)
     md = (tmp_path / "gpu_check.md").read_text()
     assert md.startswith("# GPU check on NVIDIA H100 80GB HBM3")
-    assert "| install | ok | 0.2 (plan 0.5) | no CUDA use recorded |" in md
-    assert "| b-train | failed (exit 1) | 1.5 (plan 3.0) | 3.00 GiB allocated, 5.00 GiB reserved (2 process(es)) |" in md
-    assert "| d-demo | timed out | 18.0 (plan 15.0) |" in md
+    assert "| install | ok | 0.2 (plan 0.4, limit 0.7) | no CUDA use recorded |" in md
+    assert ("| b-train | failed (exit 1) | 1.5 (plan 1.5, limit 2.5) | 3.00 GiB allocated, 5.00 GiB reserved "
+            "(2 process(es)) |") in md
+    assert "| d-demo | timed out | 18.0 (plan " in md
+    assert "| c-eval | not run | 0.0 (plan 1.0, limit 1.5) |" in md   # a step not yet recorded
 
 
 def test_peak_hook_records_only_processes_that_used_cuda(tmp_path):
@@ -144,3 +149,202 @@ def test_gpu_tests_are_collected_and_skip_with_a_reason_without_cuda():
         assert done.returncode == 0 and " skipped" in summary and "passed" not in summary, summary
         assert int(summary.split(" skipped")[0].split()[-1]) >= 7
         assert "needs a CUDA GPU: torch.cuda.is_available() is False here" in done.stdout
+
+
+# ----- the plan, the runner and the verdicts (a check that cannot fail is a defect) -----------------
+
+def test_the_plan_fits_nine_minutes_and_reads_the_preset(tmp_path, monkeypatch):
+    helper = _helper()
+    steps = helper.plan_steps(tmp_path / "out", tmp_path / "wheels")
+    assert [s["name"] for s in steps] == ["install", "d-demo", "a-gpu-tests", "b-train", "c-eval", "m-memory"]
+    assert helper.critical_minutes(steps, "limit") <= helper.BUDGET_MINUTES == 9
+    assert all(s["limit"] > 0 for s in steps)
+    demo = next(s for s in steps if s["name"] == "d-demo")
+    assert "--preset paper-maze" in demo["shell"] and "all four methods x 2 seeds" in demo["what"]
+    # step d's expectation follows vpo.demo.config's PRESETS (maze9's values apply): half the steps, less time
+    from vpo.demo.config import PRESETS
+
+    longer, _ = helper.demo_minutes(helper.preset())
+    monkeypatch.setitem(PRESETS, "paper-maze", {**PRESETS["paper-maze"], "rl_steps": PRESETS["paper-maze"]["rl_steps"] // 2})
+    monkeypatch.setattr(helper, "preset", lambda: {**{f.name: f.default for f in __import__("dataclasses").fields(
+        __import__("vpo.demo.config", fromlist=["DemoConfig"]).DemoConfig)}, **PRESETS["paper-maze"]})
+    shorter, basis = helper.demo_minutes(helper.preset())
+    assert shorter < longer and "4 methods x 2 seeds" in basis
+
+
+def _fake_plan(tmp_path, steps):
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps([{"expected": 0.1, "what": s["name"], **s} for s in steps]))
+    return path
+
+
+def test_a_failed_a_timed_out_and_a_killed_step_are_recorded_and_the_summary_is_written(tmp_path):
+    plan = _fake_plan(tmp_path, [
+        {"name": "install", "lane": "main", "limit": 0.5, "shell": "true"},
+        {"name": "slow", "lane": "A", "limit": 0.05, "shell": "sleep 60"},                 # cut at 3 s
+        {"name": "fails", "lane": "B", "limit": 0.5, "shell": "echo broken; exit 3"},
+        {"name": "killed", "lane": "B", "limit": 0.5, "shell": "kill -9 $$"},              # e.g. the OOM killer
+        {"name": "after", "lane": "B", "limit": 0.5, "shell": "true", "needs": "killed"},
+        {"name": "fine", "lane": "B", "limit": 0.5, "shell": "true"},
+    ])
+    out = tmp_path / "out"
+    done = _run(SCRIPTS / "gpu_check.sh", "--plan-file", plan, "--out", out, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stdout.startswith("gpu_check plan")                # the plan is printed first
+    md = (out / "gpu_check.md").read_text()
+    assert "| slow | timed out |" in md and "| fails | failed (exit 3) |" in md
+    assert "| killed | killed (signal 9) |" in md and "| after | skipped |" in md and "| fine | ok |" in md
+    assert "2 of 6 steps passed" in md
+    assert (out / "logs" / "fails.log").read_text() == "broken\n"
+
+
+def _alive(group):
+    """Processes of process group ``group`` that are running (not zombies waiting for a parent)."""
+    alive = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == group and fields[0] != "Z":
+            alive.append(int(stat.parent.name))
+    return alive
+
+
+def test_a_killed_check_still_leaves_its_summary(tmp_path):
+    """SIGTERM (a run's time limit) ends the running steps' process groups and writes the summary;
+    SIGKILL leaves the summary written before the first step and after each."""
+    plan = _fake_plan(tmp_path, [
+        {"name": "install", "lane": "main", "limit": 0.5, "shell": "true"},
+        {"name": "long", "lane": "A", "limit": 5, "shell": "sleep 300 & wait"},
+        {"name": "later", "lane": "B", "limit": 5, "shell": "sleep 300"},
+    ])
+    for sig, status in ((signal.SIGTERM, "| long | killed (signal 15) |"), (signal.SIGKILL, "| long | not run |")):
+        out = tmp_path / f"out-{sig}"
+        process = subprocess.Popen(["bash", str(SCRIPTS / "gpu_check.sh"), "--plan-file", str(plan), "--out", str(out)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV, cwd=ROOT,
+                                   start_new_session=sig == signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while not ((out / "logs" / "long.pgid").exists() and (out / "logs" / "later.pgid").exists()):
+            assert time.monotonic() < deadline and process.poll() is None
+            time.sleep(0.2)
+        process.send_signal(sig)
+        process.wait(timeout=60)
+        md = (out / "gpu_check.md").read_text()
+        assert status in md and "| install | ok |" in md, md
+        groups = [int((out / "logs" / f"{name}.pgid").read_text()) for name in ("long", "later")]
+        if sig == signal.SIGTERM:
+            assert "| later | killed (signal 15) |" in md
+            time.sleep(1)
+            assert not [pid for group in groups for pid in _alive(group)]   # the steps' process groups were ended
+        else:  # a SIGKILLed check cannot end its steps: end them here, by their recorded groups
+            for group in groups:
+                os.killpg(group, signal.SIGKILL)
+
+
+def test_step_b_fails_when_training_does_not_move_the_reward(tmp_path):
+    helper = _helper()
+    log = tmp_path / "train" / "train_log.jsonl"
+    log.parent.mkdir()
+
+    def judged(rewards):
+        log.write_text("".join(json.dumps({"step": i + 1, "reward": r}) + "\n" for i, r in enumerate(rewards)))
+        return helper.verdict("train", tmp_path)
+
+    assert judged([0.0] * 20) == 1                                 # an untrained model: every reward 0
+    assert judged([0.3] * 20) == 1                                 # flat
+    assert judged([0.5 - 0.01 * i for i in range(20)]) == 1        # falling
+    assert judged([0.2] * 3) == 1                                  # too few steps to judge
+    assert judged([0.2 + 0.01 * i for i in range(20)]) == 0        # rising by 0.15
+    verdict = json.loads((tmp_path / "verdicts" / "train.json").read_text())
+    assert verdict["ok"] and "moved" in verdict["lines"][0]
+    helper.summarize(tmp_path)
+    assert "- b: reward over the first 5 steps 0.220, the last 5 0.370" in (tmp_path / "gpu_check.md").read_text()
+
+
+def _eval_metrics(folder, best_1, best_30, texts, examples=20):
+    folder.mkdir(parents=True, exist_ok=True)
+    curve = [best_1] + [best_30] * 29
+    (folder / "metrics.json").write_text(json.dumps({
+        "methods": {"x (m=3)": {"best_at_k": {"mean": curve}}}, "timings": {"sampling and scoring": 5.0},
+        "eval": {"examples": examples, "pool": 30}, "sampling": {"dtype": "bfloat16"}}))
+    (folder / "pool.npz.jsonl").write_text("".join(json.dumps(row) + "\n" for row in texts))
+
+
+def test_step_c_fails_beyond_the_bf16_tolerance_or_when_fp32_chains_differ(tmp_path):
+    helper = _helper()
+    chains = [[f"route {i}-{c}" for c in range(10)] for i in range(20)]
+    other = [[f"other {i}-{c}" for c in range(10)] for i in range(20)]
+
+    def judged(bf16, fp32_texts=chains, cpu=(0.30, 0.60)):
+        _eval_metrics(tmp_path / "eval" / "cuda", 0.3, 0.6, chains, examples=100)
+        _eval_metrics(tmp_path / "eval" / "cuda-bf16", *bf16, chains)
+        _eval_metrics(tmp_path / "eval" / "cuda-fp32", *cpu, fp32_texts)
+        _eval_metrics(tmp_path / "eval" / "cpu-fp32", *cpu, chains)
+        return helper.verdict("eval", tmp_path)
+
+    assert judged((0.28, 0.62)) == 0
+    assert judged((0.30, 0.45)) == 1                               # best@30 0.15 apart: outside 0.1
+    assert judged((0.12, 0.60)) == 1                               # best@1 (the mean reward) 0.18 apart
+    assert judged((0.28, 0.62), fp32_texts=other) == 1             # fp32 on cuda drew other chains than on CPU
+    assert judged((0.0, 0.0), cpu=(0.0, 0.0)) == 1                 # all zero: proves nothing
+    (tmp_path / "eval" / "cpu-fp32" / "metrics.json").unlink()
+    assert helper.verdict("eval", tmp_path) == 1
+
+
+def test_steps_m_and_d_fail_when_reserved_memory_is_off_its_estimate(tmp_path):
+    helper = _helper()
+    (tmp_path / "memory").mkdir()
+
+    def probe(name, ratio):
+        row = {"batch": 512, "seconds": 3.0, "max_reserved": int(ratio * 2**30), "max_allocated": 2**29,
+               "estimate_reserved": 2**30, "reserved_over_estimate": ratio}
+        (tmp_path / "memory" / f"{name}.json").write_text(json.dumps(row))
+
+    for name, _, _ in helper.PROBES:
+        probe(name, 1.2)
+    assert helper.verdict("memory", tmp_path) == 0
+    probe("dynamic-default", 20.0)                                 # measured, reported, not held to the ratio
+    assert helper.verdict("memory", tmp_path) == 0
+    probe("static-expandable", 1.7)                                # vpo's default, outside 1.5x
+    assert helper.verdict("memory", tmp_path) == 1
+    probe("static-expandable", 0.5)                                # an estimate 2x too high fails too
+    assert helper.verdict("memory", tmp_path) == 1
+    (tmp_path / "memory" / "static-expandable.json").unlink()
+    assert helper.verdict("memory", tmp_path) == 1
+
+    demo = tmp_path / "demo"
+    assert helper.verdict("demo", tmp_path) == 1                   # no table
+    (demo / "logs").mkdir(parents=True)
+    (demo / "metrics.json").write_text(json.dumps({"comparison": {"columns": ["a"], "rows": [["1"]]}}))
+    assert helper.verdict("demo", tmp_path) == 1                   # no per-process records
+    rows = [{"job": "rl vpo-s0", "pid": 1, "max_reserved": 12 * 2**30, "max_allocated": 10 * 2**30,
+             "estimate_reserved": 10 * 2**30, "reserved_over_estimate": 1.2}]
+    (demo / "logs" / "cuda_memory.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (demo / "logs" / "rl_wall.json").write_text(json.dumps({"wall": 100.0, "runs": 2, "workers": 2}))
+    for i, seconds in enumerate((90.0, 95.0)):
+        (demo / "checkpoints" / f"vpo-s{i}").mkdir(parents=True)
+        (demo / "checkpoints" / f"vpo-s{i}" / "done.json").write_text(json.dumps({"seconds": seconds}))
+    assert helper.verdict("demo", tmp_path) == 0
+    lines = json.loads((tmp_path / "verdicts" / "demo.json").read_text())["lines"]
+    assert lines[-1] == "d: RL of 2 runs on 2 workers: 100 s wall, the runs' own seconds summed 185: parallel gain 1.85x"
+    rows.append({**rows[0], "job": "pool vpo-s0", "max_reserved": 31 * 2**30, "reserved_over_estimate": 3.1})
+    (demo / "logs" / "cuda_memory.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert helper.verdict("demo", tmp_path) == 1                   # the first H100 run's 31 GB worker would fail
+
+
+def test_the_listing_for_the_images_python_has_no_cuda_wheel(tmp_path):
+    """The CUDA image's Python is 3.12: its listing (resolved against the index, nothing downloaded)
+    holds what the check needs and no CUDA wheel (torch, triton, nvidia-*, cuda-*: the image's torch
+    has its own, even those it asks for through an extra, cuda-toolkit[cublas,...])."""
+    helper = _helper()
+    done = _run(SCRIPTS / "offline_wheels.sh", "--python", "3.12", "--list", timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    path = tmp_path / "MANIFEST.txt"
+    path.write_text(done.stdout)
+    wheels, image = helper.read_manifest(path)
+    assert done.stdout.startswith("# vpo GPU-check wheels for Python 3.12")
+    assert set(helper.REQUIRED) <= set(wheels)
+    assert not [name for name in wheels if helper.CUDA_WHEELS.match(name)], sorted(wheels)
+    assert "torch" in image and not set(image) & set(wheels)
+    assert all("cp312" in file or "py3" in file or "abi3" in file for _, file in wheels.values()), wheels

@@ -13,8 +13,8 @@ import json
 import numpy as np
 import pytest
 
-from vpo.sampling import (ChainDraw, HFSampler, SamplingOptions, chain_uniforms, chains_per_call,
-                          check_vllm_inputs, finish_chain, kv_bytes_per_token)
+from vpo.sampling import (ChainDraw, HFSampler, SamplingOptions, chain_uniforms, check_vllm_inputs, finish_chain,
+                          kv_bytes_per_token, sampling_chains)
 from vpo.tasks import register_task
 from toy_tasks import LetterTask
 
@@ -94,13 +94,70 @@ def test_finish_chain_cuts_at_eos_and_drops_padding():
     assert finish_chain([2, 2], eos_id=2, pad_id=2) == ([], False)
 
 
-def test_auto_batch_size_fills_half_the_free_memory():
-    # a Qwen2.5-1.5B-like cache: 28 layers x 2 KV heads x 128 x 2 bytes x 2 (K and V) = 28672 B per token
-    per_chain = 2 * 28672 * 2100 + 28 * 151936                   # = 124,676,608 bytes
-    assert chains_per_call(80e9, kv_bytes_per_token=28672, tokens_per_chain=2100, vocab=151936) \
-        == int(40e9 // per_chain) == 320
-    assert chains_per_call(1e3, kv_bytes_per_token=28672, tokens_per_chain=2100, vocab=151936) == 1
-    assert chains_per_call(80e9, kv_bytes_per_token=64, tokens_per_chain=100, vocab=40) == 1024
+def test_auto_batch_size_fills_the_share_of_the_free_memory():
+    """A Qwen2.5-1.5B-like cache: 28 layers x 2 KV heads x 128 x 2 bytes x 2 (K and V) = 28672 B per
+    token; hidden 1536, MLP 8960, 12 heads, vocabulary 151,936; 100 prompt + 2,000 new tokens."""
+    from vpo.workload import ModelShape, allocated_budget, reserved_bytes
+
+    shape = ModelShape(parameters=1_500_000_000, layers=28, kv_heads=2, head_dim=128, vocab=151936, hidden=1536,
+                       mlp=8960, heads=12)
+    assert shape.kv_bytes_per_token(2) == 28672
+    # one chain: its static KV cache, the prompt's forward pass (widest layer 4 x 1536 + 3 x 8960 elements of
+    # 2 bytes, a float mask row over 2,100 tokens) and one step's logits (28 B a vocabulary entry)
+    per_chain = 28672 * 2100 + 100 * ((4 * 1536 + 3 * 8960) * 2 + 2100 * 4) + 28 * 151936   # 71,910,208 B
+    weights = 3_000_000_000
+    share = 40e9                                                  # MEMORY_SHARE (0.5) of 80 GB free
+    chains = sampling_chains(shape, share, held=weights, prompt=100, new_tokens=2000, itemsize=2)
+    assert chains == (allocated_budget(share) - weights) // per_chain == 421
+    assert reserved_bytes(weights + chains * per_chain) <= share < reserved_bytes(weights + (chains + 1) * per_chain)
+    # a dynamic cache peaks either over the prompt (its prompt-long cache and the prompt's pass) or at the end
+    # (the full cache and one layer's grown copy): the live tensors, not what the allocator keeps of them
+    dynamic = max(28672 * 100 + 100 * ((4 * 1536 + 3 * 8960) * 2 + 2100 * 4), 28672 * 2100 + 28672 * 2100 // 28)
+    assert sampling_chains(shape, share, held=weights, prompt=100, new_tokens=2000, itemsize=2, kv_cache="dynamic") \
+        == (allocated_budget(share) - weights) // (dynamic + 28 * 151936) == 454
+    assert sampling_chains(shape, 1e3, held=weights, prompt=100, new_tokens=2000, itemsize=2) == 1
+    tiny = ModelShape(parameters=1000, layers=1, kv_heads=1, head_dim=8, vocab=40, hidden=8, mlp=16, heads=1)
+    assert sampling_chains(tiny, 80e9, held=0, prompt=10, new_tokens=90, itemsize=4) == 1024   # the cap
+
+
+def test_static_and_dynamic_kv_caches_sample_the_same_chains(checkpoints):
+    """The preallocated cache only changes where the keys live: the same chains on CPU."""
+    from vpo.models import load_checkpoint
+
+    model, tok = load_checkpoint(checkpoints[0])
+    prompts = [[f"{i} ANSWER"] * 4 for i in (1, 10, 100, 1000)]   # four prompt lengths: left padding
+    runs = {cache: HFSampler(model, tok, batch_size=6, kv_cache=cache).generate(
+        prompts, temperature=0.7, top_p=0.9, max_new_tokens=12, seed=5) for cache in ("static", "dynamic")}
+    assert runs["static"] == runs["dynamic"]
+    assert HFSampler(model, tok).kv_cache == "dynamic"            # auto on CPU
+    assert not hasattr(model, "_cache")                           # a static cache is not kept between pools
+    with pytest.raises(ValueError, match="kv_cache must be one of auto, static, dynamic"):
+        HFSampler(model, tok, kv_cache="paged")
+
+
+def test_a_call_out_of_gpu_memory_is_retried_at_half_the_batch_with_the_same_chains(checkpoints, capsys):
+    from vpo.models import load_checkpoint
+
+    model, tok = load_checkpoint(checkpoints[0])
+    prompts = [[f"{i} ANSWER"] * 4 for i in (1, 10, 100)]
+    settings = dict(temperature=0.7, top_p=0.9, max_new_tokens=10, seed=3)
+    expected = HFSampler(model, tok, batch_size=3).generate(prompts, **settings)
+    generate = model.generate
+
+    def small_gpu(**kwargs):   # a card that holds 3 chains a call
+        if kwargs["input_ids"].shape[0] > 3:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (faked)")
+        return generate(**kwargs)
+
+    model.generate = small_gpu
+    try:
+        sampler = HFSampler(model, tok, batch_size=12)
+        assert sampler.generate(prompts, desc="pool", **settings) == expected and sampler.last_batch == 3
+        assert "pool: out of GPU memory at 12 chains per call; going on with 6" in capsys.readouterr().err
+        with pytest.raises(torch.cuda.OutOfMemoryError):   # batch seeding: a smaller batch is another stream
+            HFSampler(model, tok, batch_size=12, seeding="batch").generate(prompts, **settings)
+    finally:
+        del model.generate
 
 
 def test_kv_bytes_per_token_of_a_tiny_llama():
@@ -275,6 +332,11 @@ def test_sampling_options_name_the_flag():
         SamplingOptions(threads=-1).check()
     resolved = SamplingOptions(device="cpu", dtype="auto").check()
     assert (resolved.device, resolved.dtype) == ("cpu", "float32")
+    assert resolved.kv_cache == "dynamic" and SamplingOptions(device="cpu", kv_cache="static").check().kv_cache == "static"
+    with pytest.raises(ValueError, match=r"^--kv-cache paged: expected one of auto, static, dynamic$"):
+        SamplingOptions(kv_cache="paged").check()
+    with pytest.raises(ValueError, match=r"^--memory-share 1.5: must be in \(0, 1\]$"):
+        SamplingOptions(memory_share=1.5).check()
     assert SamplingOptions(device="cpu", dtype="float16").check().dtype == "float16"
 
 

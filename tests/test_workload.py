@@ -107,16 +107,26 @@ def test_on_a_gpu_the_free_memory_is_read_and_the_auto_batch_fits(checkpoint, mo
 
     asked = []
 
+    free = SMALL_MEMORY
+
     def free_memory(device):
         asked.append(str(device))
-        return SMALL_MEMORY, 80 * 2**30
+        return free, 80 * 2**30
 
     monkeypatch.setattr(torch.cuda, "mem_get_info", free_memory)
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)   # set by the first CUDA query; undone after
     assert device_memory("cpu") is not None and asked == []
     prompts = ["x" * 100]
     gpu = SamplingOptions(device="cuda:0", dtype="bfloat16", batch_size=0, seeding="chain", threads=1)
+    # half of 64 MB is less than the allocator's own reserve (vpo.workload.ALLOCATOR_OVERHEAD): refused
+    with pytest.raises(ValueError, match=r"--batch-size 0: .* within --memory-share 0.5 of 64.0 MB free .* lower "
+                                         r"--max-new-tokens or raise --memory-share$"):
+        check_sampling_memory(checkpoint, gpu, prompts=prompts, max_new_tokens=500, chains=10**6)
+    assert asked == ["cuda:0"]
+    free = 4 * SMALL_MEMORY
     words = check_sampling_memory(checkpoint, gpu, prompts=prompts, max_new_tokens=500, chains=10**6)
-    assert asked == ["cuda:0"] and words.endswith("of 64.0 MB available")
+    assert asked == ["cuda:0"] * 2 and words.endswith("of 256.0 MB available")
+    free = SMALL_MEMORY
     with pytest.raises(ValueError, match=r"--batch-size 100000: .* on cuda:0, .* 64.0 MB is available; lower "
                                          r"--batch-size or --max-new-tokens$"):
         check_sampling_memory(checkpoint, SamplingOptions(device="cuda:0", dtype="bfloat16", batch_size=100_000),
@@ -179,3 +189,248 @@ def test_train_no_progress_says_what_it_does_first_and_within_seconds(checkpoint
     steps = [i for i, text in enumerate(texts) if text.startswith("step ")]
     assert first == 0 and first < loading < training < steps[0] and len(steps) == 2, texts
     assert lines[first][0] < 5.0, lines  # the interpreter and vpo's own imports only (0.3 s on an idle machine)
+
+
+# ----- the memory model against measured tensors, and shares of a (faked) GPU ------------------
+
+class LiveTensors:
+    """A torch dispatch mode that counts the bytes of the tensor storages created under it and
+    still alive, and their peak: what an allocator is asked for (before rounding and caching)."""
+
+    def __init__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        counter = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                for tensor in (out if isinstance(out, (tuple, list)) else [out]):
+                    counter.track(tensor)
+                return out
+
+        self.mode, self.live, self.peak, self.seen = Mode(), 0, 0, set()
+
+    def track(self, tensor):
+        import weakref
+
+        import torch
+
+        if not isinstance(tensor, torch.Tensor):
+            return
+        storage = tensor.untyped_storage()
+        key, size = storage.data_ptr(), storage.nbytes()
+        if key in self.seen or size == 0:
+            return
+        self.seen.add(key)
+        self.live += size
+        self.peak = max(self.peak, self.live)
+
+        def freed(key=key, size=size):
+            self.live -= size
+            self.seen.discard(key)
+
+        weakref.finalize(storage, freed)
+
+    def __enter__(self):
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.mode.__exit__(*exc)
+
+
+def _tiny_llama(hidden=64, layers=2, heads=4, mlp=192):
+    from vpo.models import build_char_tokenizer, build_tiny_llama
+
+    tokenizer = build_char_tokenizer("abcdefghij")
+    return build_tiny_llama(tokenizer, hidden=hidden, layers=layers, heads=heads, mlp=mlp, seed=0), tokenizer
+
+
+@pytest.mark.parametrize("cache", ["static", "dynamic"])
+def test_a_generation_batch_is_estimated_within_its_measured_peak(cache):
+    """The live tensors of one generate call (left padding, every chain to its budget), counted by
+    LiveTensors, against vpo.workload.generation_bytes: never below them, at most 1.5x."""
+    import torch
+
+    from vpo.sampling import model_shape
+    from vpo.workload import generation_bytes
+
+    model, _ = _tiny_llama()
+    model.eval()
+    shape = model_shape(model)
+    for chains, prompt, new in [(64, 40, 60), (96, 80, 30)]:
+        ids = torch.randint(5, 12, (chains, prompt))
+        mask = torch.ones_like(ids)
+        mask[: chains // 2, :7] = 0
+        with torch.no_grad(), LiveTensors() as live:
+            model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=new,
+                           do_sample=False, pad_token_id=0, eos_token_id=None, disable_compile=True,
+                           **({"cache_implementation": "static"} if cache == "static" else {}))
+        if hasattr(model, "_cache"):
+            del model._cache
+        estimate = generation_bytes(shape, chains=chains, tokens=prompt + new, prompt=prompt, itemsize=4, cache=cache)
+        assert live.peak <= estimate <= 1.5 * live.peak, (chains, prompt, new, live.peak, estimate)
+
+
+def test_training_activations_are_estimated_within_their_measured_peak():
+    """What a forward pass keeps for the backward pass (LiveTensors after the forward, the loss
+    included), against vpo.workload.training_estimate's activations: at most 1.5x, never below."""
+    import torch
+
+    from vpo.sampling import model_shape
+    from vpo.workload import training_estimate
+
+    for hidden, mlp in [(64, 192), (128, 384)]:
+        model, _ = _tiny_llama(hidden=hidden, mlp=mlp)
+        shape = model_shape(model)
+        for rows, tokens in [(16, 64), (32, 96)]:
+            ids = torch.randint(5, 12, (rows, tokens))
+            with LiveTensors() as live:
+                logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+                loss = torch.log_softmax(logits.float(), dim=-1).mean()
+                kept = live.live
+                loss.backward()
+            estimate = training_estimate(shape, chains=0, tokens=tokens, kv_itemsize=4, reference=False,
+                                         micro_batch=rows).activations
+            assert kept <= estimate <= 1.5 * kept, (hidden, rows, tokens, kept, estimate)
+
+
+def _paper_maze(**overrides):
+    from vpo.demo.config import DemoConfig
+    from vpo.tasks import get_task
+    from vpo.tasks.maze.format import CompactMazeFormat
+
+    cfg = DemoConfig(preset="paper-maze", device="cpu", **overrides).resolved()   # the preset's values (PRESETS)
+    task = get_task("maze", size=cfg.size, reward_mode=cfg.reward_mode)
+    return cfg, CompactMazeFormat(max_answers=max(3, cfg.answers)), task.examples("test", cfg.eval_examples)
+
+
+CARD = 80 * 10**9
+"""A faked 80 GB card, all of it free."""
+
+
+@pytest.mark.parametrize("preset", [False, True])
+def test_eight_demo_workers_on_an_80gb_card_each_stay_within_their_share(preset, monkeypatch):
+    """--workers 8 on a faked 80 GB GPU: each worker's share holds its RL run and its evaluation
+    batch (sized to fit), and the shares and CUDA contexts stay within the card's stated share. The
+    paper-maze preset's RL run (whatever PRESETS says) may need more than an eighth: then the run is
+    refused in one line that says how many the card holds, exactly as the estimate predicts."""
+    from vpo.demo.config import DemoConfig
+    from vpo.demo.device import CARD_SHARE, demo_estimates, plan_cuda
+    from vpo.sampling import sampling_chains
+    from vpo.tasks import get_task
+    from vpo.tasks.maze.format import CompactMazeFormat
+    from vpo.workload import CUDA_CONTEXT_BYTES, generation_bytes, reserved_bytes
+
+    monkeypatch.delenv("VPO_DEMO_CARD_SHARE", raising=False)
+    if preset:
+        cfg, fmt, examples = _paper_maze()
+    else:   # the 5x5 demo's model on a GPU
+        cfg = DemoConfig(device="cpu").resolved()
+        fmt = CompactMazeFormat(max_answers=3)
+        examples = get_task("maze", size=cfg.size).examples("test", cfg.eval_examples)
+    shape, est, sizes = demo_estimates(cfg, fmt, examples, device="cuda", eval_batch=1)
+    need = max(reserved_bytes(est["rl"]), reserved_bytes(est["pool"]))
+    holds = int(CARD * CARD_SHARE) // (need + CUDA_CONTEXT_BYTES)
+    if holds < 8:
+        assert preset
+        with pytest.raises(ValueError, match=rf"^--workers 8: .* holds {holds}; lower --workers \(0: automatic\)"):
+            plan_cuda(cfg, fmt, examples, device="cuda:0", workers=8, jobs=10, free=CARD, total=CARD)
+        return
+    plan = plan_cuda(cfg, fmt, examples, device="cuda:0", workers=8, jobs=10, free=CARD, total=CARD)
+    assert plan.workers == 8 and plan.why == "--workers"
+    assert 8 * (plan.share + CUDA_CONTEXT_BYTES) <= CARD * CARD_SHARE
+    assert reserved_bytes(plan.rl) <= plan.share                  # its RL run fits its share
+    assert reserved_bytes(plan.pool) <= plan.share                # and so does its evaluation batch
+    weights = est["pool"].weights
+    per_chain = generation_bytes(shape, chains=1, tokens=sizes["tokens"], prompt=sizes["prompt"], itemsize=4)
+    assert plan.pool == weights + plan.eval_batch * per_chain
+    fitted = sampling_chains(shape, plan.share, held=weights, prompt=sizes["prompt"],
+                             new_tokens=sizes["tokens"] - sizes["prompt"], itemsize=4, cap=10**6)
+    assert plan.eval_batch == min(cfg.eval_batch, fitted)         # the asked batch, or the most that fits
+
+
+def test_the_gpu_worker_count_is_automatic_and_the_evaluation_batch_fits_a_small_card(monkeypatch):
+    from vpo.demo.device import CUDA_WORKERS, plan_cuda
+    from vpo.workload import reserved_bytes
+
+    monkeypatch.delenv("VPO_DEMO_CARD_SHARE", raising=False)
+    cfg, fmt, examples = _paper_maze()
+    plan = plan_cuda(cfg, fmt, examples, device="cuda:0", workers=0, jobs=10, free=CARD, total=CARD)
+    assert plan.workers == CUDA_WORKERS and "at most 2" in plan.why
+    assert plan.eval_batch == cfg.eval_batch                      # an 80 GB card holds the preset's batch
+    # a card whose share is a little above one RL run: one worker, an evaluation batch cut to fit (and a
+    # warm-up batch that fits too: the warm-up runs first, on all of the share)
+    cfg, fmt, examples = _paper_maze(warmup_batch=16, eval_batch=3000)
+    rl = reserved_bytes(plan.rl)
+    small = int((rl + 700 * 2**20) / 0.9)
+    one = plan_cuda(cfg, fmt, examples, device="cuda:0", workers=0, jobs=10, free=small, total=small)
+    assert one.workers == 1 and 1 <= one.eval_batch < cfg.eval_batch
+    assert reserved_bytes(one.pool) <= one.share
+    monkeypatch.setenv("VPO_DEMO_CARD_SHARE", "0.5")              # the GPU check leaves room for its other steps
+    assert plan_cuda(cfg, fmt, examples, device="cuda:0", workers=0, jobs=10, free=CARD,
+                     total=CARD).usable < plan.usable * 0.6
+    with pytest.raises(ValueError, match=r"^an RL run of .* lower --rl-prompts or --rl-generations"):
+        plan_cuda(cfg, fmt, examples, device="cuda:0", workers=0, jobs=10, free=rl // 2, total=rl // 2)
+    with pytest.raises(ValueError, match=r"^the warm-up \(SFT on 256 examples .* lower --warmup-batch"):
+        plan_cuda(*_paper_maze(), device="cuda:0", workers=0, jobs=10, free=rl // 2, total=rl // 2)
+
+
+def test_a_demo_worker_is_capped_at_its_share_and_records_its_peak(tmp_path, monkeypatch):
+    """The parent's plan reaches the worker through its environment: enter_share caps the process
+    (torch.cuda.set_per_process_memory_fraction, faked here), job_memory records the peak beside the
+    estimate and gives the cached blocks back."""
+    import torch
+
+    from vpo.demo import device
+    from vpo.workload import reserved_bytes
+
+    cfg, fmt, examples = _paper_maze()
+    plan = device.plan_cuda(cfg, fmt, examples, device="cuda:0", workers=2, jobs=10, free=CARD, total=CARD)
+    monkeypatch.delenv(device.PLAN_ENV, raising=False)
+    assert device.enter_share() is None                            # CPU (no plan): nothing happens
+    calls = []
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev: type("P", (), {"total_memory": CARD}))
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, dev: calls.append((f, str(dev))))
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda dev=None: 9 * 2**30)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda dev=None: 7 * 2**30)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda dev=None: calls.append("reset"))
+    monkeypatch.setattr(device, "_CAPPED", {})
+    plan.export()
+    assert device.current_plan() == plan
+    assert device.enter_share() == plan and device.enter_share() == plan
+    assert calls == [(plan.share / CARD, "cuda:0")]               # once per process
+    device.job_memory(tmp_path, "rl vpo-s0", "rl")
+    (row,) = [json.loads(line) for line in (tmp_path / "logs" / "cuda_memory.jsonl").read_text().splitlines()]
+    assert row["job"] == "rl vpo-s0" and row["estimate_reserved"] == reserved_bytes(plan.rl)
+    assert row["max_reserved"] == 9 * 2**30 and row["reserved_over_estimate"] == 9 * 2**30 / reserved_bytes(plan.rl)
+    assert calls[-1] == "reset"
+
+
+def test_eval_on_a_gpu_takes_its_stated_share_and_is_capped_at_it(checkpoint, monkeypatch):
+    """open_sampler on a faked GPU: the share is --memory-share of the free memory read before the
+    weights load, the process is capped at it, and the sampler sizes its batches inside it."""
+    import torch
+
+    import vpo.models
+    from vpo.sampling import SamplingOptions, open_sampler
+
+    free, total = 40 * 2**30, 80 * 2**30
+    fractions = []
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    monkeypatch.delenv("PYTORCH_ALLOC_CONF", raising=False)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda dev=None: (free, total))
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev: type("P", (), {"total_memory": total}))
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, dev: fractions.append(f))
+    load = vpo.models.load_checkpoint
+    monkeypatch.setattr(vpo.models, "load_checkpoint", lambda path, dtype, device: load(path, dtype=dtype, device="cpu"))
+    for share in (0.5, 0.25):
+        options = SamplingOptions(device="cuda", dtype="float32", memory_share=share, seeding="chain", threads=1)
+        sampler, _ = open_sampler(checkpoint, options)
+        assert sampler.share == int(share * free) and fractions[-1] == share * free / total
+        assert sampler.kv_cache == "dynamic"        # auto resolves by the (CPU-loaded) model's device here
+    assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"   # set before CUDA starts
+    sampler, _ = open_sampler(checkpoint, SamplingOptions(device="cuda", dtype="float32", batch_size=64, seeding="chain",
+                                                           threads=1))
+    assert len(fractions) == 2                      # a given --batch-size is not capped at the share

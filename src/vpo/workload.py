@@ -19,11 +19,21 @@ score per example, evaluation weight and answer (G, K, P). ``check_pool_workload
 ValueError naming the flag when that exceeds the memory this machine has available.
 
 A model on its device holds its weights and, while it samples B chains of T tokens (prompt and
-new) at once, their KV cache (2 x layers x KV heads x head size x dtype size x B x T) and one
-step's logits (``MemoryEstimate``, ``generation_bytes``); training adds gradients, the AdamW
-moments and a frozen KL reference copy (``training_estimate``; the forward pass's activations are
-not counted). ``check_memory`` raises ValueError with the estimate, the device's free memory
-(``device_memory``: RAM, or ``torch.cuda.mem_get_info`` for a CUDA device) and the flags to lower.
+new) at once, their KV cache (2 x layers x KV heads x head size x dtype size x B x T), the
+activations of the prompt's forward pass and one step's logits (``MemoryEstimate``,
+``generation_bytes``); training adds gradients, the AdamW moments, a frozen KL reference copy
+and, given the micro-batch, the activations the backward pass keeps (``training_estimate``).
+``check_memory`` raises ValueError with the estimate, the device's free memory (``device_memory``:
+RAM, or ``torch.cuda.mem_get_info`` for a CUDA device) and the flags to lower.
+
+On a GPU the estimate is of what torch's caching allocator reserves (``reserved_bytes``:
+``torch.cuda.max_memory_reserved``), not only of the live tensors: see "The memory model" in
+docs/gpu.md. In short, the live tensors (above) are counted from the shapes; the allocator rounds
+and caches their blocks, which ``RESERVED_PER_ALLOCATED`` and ``ALLOCATOR_OVERHEAD`` allow for,
+provided nothing grows a block a token at a time (the sampler preallocates its KV cache:
+``kv_cache="static"``) and segments are expandable (``prepare_cuda_allocator``). A process is
+then held to its share of the card by ``cap_process_memory``
+(``torch.cuda.set_per_process_memory_fraction``).
 """
 
 from __future__ import annotations
@@ -31,10 +41,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["DTYPE_BYTES", "MemoryEstimate", "ModelShape", "PoolWorkload", "available_memory", "check_memory",
-           "check_pool_workload", "device_memory", "generation_bytes", "human_bytes", "model_folder",
-           "optimizer_state_bytes", "prompt_tokens", "read_model_shape", "safetensors_parameters",
-           "shape_from_config", "training_estimate"]
+__all__ = ["ALLOCATOR_OVERHEAD", "CUDA_CONTEXT_BYTES", "DTYPE_BYTES", "KV_CACHES", "MemoryEstimate", "ModelShape",
+           "PoolWorkload", "RESERVED_PER_ALLOCATED", "activation_bytes_per_token", "allocated_budget",
+           "available_memory", "cap_process_memory", "chains_in_budget", "check_memory", "check_pool_workload",
+           "cuda_memory", "device_memory", "generation_bytes", "human_bytes", "model_folder",
+           "optimizer_state_bytes", "prefill_bytes_per_token", "prepare_cuda_allocator", "prompt_tokens",
+           "read_model_shape", "reserved_bytes", "safetensors_parameters", "shape_from_config",
+           "training_estimate"]
 
 _BYTES_PER_ANSWER = 120
 """Python overhead of one answer's generation text and bookkeeping (a str object, list slots)."""
@@ -128,6 +141,12 @@ class ModelShape:
     """Size of one head."""
     vocab: int
     """Vocabulary entries (the logits of one step)."""
+    hidden: int = 0
+    """Hidden size (activations)."""
+    mlp: int = 0
+    """MLP width (activations)."""
+    heads: int = 0
+    """Attention heads (an attention matrix, where one is materialised)."""
 
     def kv_bytes_per_token(self, itemsize: int) -> int:
         """KV-cache bytes one token of one chain takes: 2 (keys, values) x layers x KV heads x head
@@ -153,12 +172,13 @@ def shape_from_config(config: dict, parameters: int | None = None) -> ModelShape
     kv_heads = first("num_key_value_heads", "num_kv_heads", default=heads)
     head_dim = first("head_dim", default=hidden // max(heads, 1))
     vocab = first("vocab_size")
+    mlp = first("intermediate_size", "n_inner", default=4 * hidden)
     if parameters is None:
-        mlp = first("intermediate_size", "n_inner", default=4 * hidden)
         attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
         embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings", True) else 2)
         parameters = embeddings + layers * (attention + 3 * hidden * mlp)
-    return ModelShape(parameters=parameters, layers=layers, kv_heads=kv_heads, head_dim=head_dim, vocab=vocab)
+    return ModelShape(parameters=parameters, layers=layers, kv_heads=kv_heads, head_dim=head_dim, vocab=vocab,
+                      hidden=hidden, mlp=mlp, heads=heads)
 
 
 def safetensors_parameters(files: list[Path]) -> int | None:
@@ -231,34 +251,105 @@ def prompt_tokens(prompts: list[str], vocab: int) -> int:
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """Bytes a run holds on its device at its peak (estimates; activations of the training
-    forward pass are not counted, so training needs more than ``total``)."""
+    """Bytes a run's live tensors take on its device at their peak (``reserved_bytes`` adds what
+    torch's caching allocator holds on a GPU beyond them)."""
 
     weights: int
     """The model's weights (and the frozen KL reference copy when training keeps one)."""
     generation: int
-    """KV cache of one generation batch (2 x layers x KV heads x head size x dtype size x chains x
-    (prompt + new tokens)) and one step's logits (``LOGIT_BYTES_PER_ENTRY`` per vocabulary entry and chain)."""
+    """One generation batch: its KV cache (2 x layers x KV heads x head size x dtype size x chains
+    x (prompt + new tokens)), the prompt's forward pass (``prefill_bytes_per_token``) and one
+    step's logits (``LOGIT_BYTES_PER_ENTRY`` per vocabulary entry and chain)."""
     training: int = 0
     """Gradients and optimiser state of the trained parameters."""
+    activations: int = 0
+    """What the backward pass keeps of one micro-batch's forward pass (``activation_bytes_per_token``)."""
 
     @property
     def total(self) -> int:
-        return self.weights + self.generation + self.training
+        return self.weights + self.generation + self.training + self.activations
 
     def describe(self, available: int | None) -> str:
         """``weights 0.5 GB, generation batch 1.2 GB of 20.0 GB available``."""
         parts = [f"weights {human_bytes(self.weights)}"]
         if self.training:
             parts.append(f"gradients and optimiser {human_bytes(self.training)}")
+        if self.activations:
+            parts.append(f"activations {human_bytes(self.activations)}")
         parts.append(f"generation batch {human_bytes(self.generation)}")
         where = f" of {human_bytes(available)} available" if available is not None else ""
         return ", ".join(parts) + where
 
+    def scaled(self, count: int) -> MemoryEstimate:
+        """``count`` processes of this estimate."""
+        return MemoryEstimate(weights=self.weights * count, generation=self.generation * count,
+                              training=self.training * count, activations=self.activations * count)
 
-def generation_bytes(shape: ModelShape, *, chains: int, tokens: int, itemsize: int) -> int:
-    """KV cache and logits of ``chains`` chains of ``tokens`` tokens (prompt + new) sampled together."""
-    return chains * (shape.kv_bytes_per_token(itemsize) * tokens + LOGIT_BYTES_PER_ENTRY * shape.vocab)
+
+KV_CACHES = ("static", "dynamic")
+"""How a generate call keeps its KV cache: ``static`` preallocates (chains, prompt + new tokens)
+per layer once (transformers' ``StaticCache``); ``dynamic`` (transformers' default) grows it by
+one token a step by concatenation, so each step a layer briefly holds its old and its grown copy,
+and a GPU's caching allocator is left with freed blocks of every size."""
+
+PREFILL_ELEMENTS = (4, 3)
+"""Elements per prompt token of the widest moment of an inference forward pass (no gradient: a
+layer's tensors are freed before the next one runs), as (per hidden unit, per MLP unit): the
+residual stream, its norm, the attention output and its projection (4 x hidden), the MLP's gate,
+up and activated gate (3 x mlp). Measured on CPU with a tensor-counting dispatch mode
+(tests/test_workload.py)."""
+
+ACTIVATION_ELEMENTS = (12, 4)
+"""Elements per token and layer that a decoder layer's forward pass keeps for the backward pass
+(no gradient checkpointing), as (per hidden unit, per MLP unit): norms, queries, keys, values,
+rotary copies, attention output, projections, residuals (12 x hidden); the MLP's gate, up, their
+activation and product (4 x mlp). Measured on CPU with a tensor-counting dispatch mode
+(tests/test_workload.py): 1,536 elements for hidden 64 / mlp 192, 3,072 for 128 / 384."""
+
+
+def prefill_bytes_per_token(shape: ModelShape, itemsize: int, *, total_tokens: int) -> int:
+    """Transient bytes one prompt token takes while the prompt's forward pass runs: the widest
+    layer's tensors (``PREFILL_ELEMENTS``) and a float attention-mask row over the
+    ``total_tokens`` the cache holds (torch's attention kernels, CPU ones included, do not keep a
+    score matrix per head: measured)."""
+    per_hidden, per_mlp = PREFILL_ELEMENTS
+    return (per_hidden * shape.hidden + per_mlp * shape.mlp) * itemsize + total_tokens * 4
+
+
+def activation_bytes_per_token(shape: ModelShape, itemsize: int, *, checkpointing: bool = False) -> int:
+    """Bytes the backward pass keeps per token of a micro-batch: ``ACTIVATION_ELEMENTS`` per
+    layer, or with gradient checkpointing one hidden state per layer plus one layer recomputed;
+    outside the layers the embeddings' output and the final norm (2 x hidden); and the float32 logits with what a loss derives from them (log-softmax, the probabilities of
+    an entropy, their gradients: 8 x 4 bytes per vocabulary entry)."""
+    per_hidden, per_mlp = ACTIVATION_ELEMENTS
+    layer = (per_hidden * shape.hidden + per_mlp * shape.mlp) * itemsize
+    kept = shape.layers * shape.hidden * itemsize + layer if checkpointing else shape.layers * layer
+    return kept + 2 * shape.hidden * itemsize + 32 * shape.vocab
+
+
+def generation_bytes(shape: ModelShape, *, chains: int, tokens: int, itemsize: int, prompt: int = 0,
+                     cache: str = "static") -> int:
+    """Live bytes of one generation batch of ``chains`` chains of ``tokens`` tokens (``prompt`` of
+    them the prompt; 0: the prompt's forward pass is not counted) at its peak, plus one step's
+    logits. A ``static`` cache holds all ``tokens`` from the start, so the peak is the cache and the
+    prompt's forward pass (``prefill_bytes_per_token``) together; a ``dynamic`` one grows, so the
+    peak is the larger of the prompt's pass over its prompt-long cache and the full cache with one
+    layer's grown copy (``KV_CACHES``)."""
+    if cache not in KV_CACHES:
+        raise ValueError(f"cache must be one of {', '.join(KV_CACHES)}, got {cache!r}")
+    kv = shape.kv_bytes_per_token(itemsize)
+    prefill = prompt * prefill_bytes_per_token(shape, itemsize, total_tokens=tokens) if prompt else 0
+    if cache == "static":
+        peak = kv * tokens + prefill
+    else:
+        peak = max(kv * prompt + prefill, kv * tokens + kv * tokens // max(shape.layers, 1))
+    return chains * (peak + LOGIT_BYTES_PER_ENTRY * shape.vocab)
+
+
+def chains_in_budget(budget: float, per_chain: int, *, cap: int) -> int:
+    """How many chains of ``per_chain`` bytes fit in ``budget`` bytes: between 1 and ``cap``
+    (one chain is the least a sampler can do; ``check_memory`` refuses what does not fit)."""
+    return int(max(1, min(cap, budget // max(per_chain, 1))))
 
 
 def optimizer_state_bytes(optim: str) -> int:
@@ -270,15 +361,81 @@ def optimizer_state_bytes(optim: str) -> int:
     return ADAMW_STATE_BYTES // 4 if "8bit" in name else ADAMW_STATE_BYTES
 
 
+# ----- what torch's CUDA caching allocator reserves -------------------------------------------
+
+RESERVED_PER_ALLOCATED = 1.2
+"""Bytes the caching allocator reserves per byte of live tensors at the peak, with a preallocated
+KV cache and expandable segments: blocks are rounded up (512 B, large ones to 2 MB pages) and a
+freed block is kept for the next request of its size. A cache grown a token at a time under the
+default allocator has no such bound (the first H100 run: 56 GB reserved for 3.5 GB allocated);
+the GPU check measures this ratio (docs/gpu.md)."""
+ALLOCATOR_OVERHEAD = 64 * 2**20
+"""Reserved bytes beyond the tensors: cuBLAS workspaces (32 MB on a Hopper GPU by torch's
+default) and the 2 MB segments that small tensors share."""
+CUDA_CONTEXT_BYTES = 512 * 2**20
+"""What a CUDA process holds outside the allocator (its context, kernels, library handles): in
+``torch.cuda.mem_get_info``'s used memory, never in ``max_memory_reserved``."""
+CUDA_ALLOC_CONF = "expandable_segments:True"
+"""The allocator setting vpo asks for when the user has set none (``prepare_cuda_allocator``)."""
+
+
+def reserved_bytes(estimate: MemoryEstimate | int) -> int:
+    """What the caching allocator reserves for a process whose live tensors peak at ``estimate``
+    (bytes or a ``MemoryEstimate``): ``RESERVED_PER_ALLOCATED`` x them + ``ALLOCATOR_OVERHEAD``."""
+    live = estimate.total if isinstance(estimate, MemoryEstimate) else int(estimate)
+    return int(live * RESERVED_PER_ALLOCATED) + ALLOCATOR_OVERHEAD
+
+
+def allocated_budget(reserved: float) -> int:
+    """The live-tensor bytes that ``reserved`` bytes of allocator reserve hold (``reserved_bytes``'s
+    inverse); 0 when the reserve is below the allocator's overhead."""
+    return max(0, int((reserved - ALLOCATOR_OVERHEAD) / RESERVED_PER_ALLOCATED))
+
+
+def prepare_cuda_allocator() -> str:
+    """Ask for expandable segments (``CUDA_ALLOC_CONF``) in this process and the processes it
+    starts, unless ``PYTORCH_CUDA_ALLOC_CONF`` or ``PYTORCH_ALLOC_CONF`` is set (the user's
+    setting wins; ``expandable_segments:False`` turns it off). The allocator reads the variable
+    when CUDA initialises, so this runs before the first CUDA call. Returns the setting in force."""
+    import os
+
+    for name in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+        if os.environ.get(name):
+            return f"{name}={os.environ[name]}"
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = CUDA_ALLOC_CONF
+    return f"PYTORCH_CUDA_ALLOC_CONF={CUDA_ALLOC_CONF}"
+
+
+def cuda_memory(device: str) -> tuple[int, int]:
+    """(free, total) bytes of a CUDA device, from ``torch.cuda.mem_get_info`` (the allocator's
+    setting is fixed first: ``prepare_cuda_allocator``)."""
+    prepare_cuda_allocator()
+    import torch
+
+    free, total = torch.cuda.mem_get_info(torch.device(device))
+    return int(free), int(total)
+
+
 def device_memory(device: str) -> int | None:
     """Bytes a new allocation may take on ``device``: the free memory of a CUDA device (torch
     is imported here, only for one), else ``available_memory()``."""
     if str(device).startswith("cuda"):
-        import torch
-
-        free, _ = torch.cuda.mem_get_info(torch.device(device))
-        return int(free)
+        return cuda_memory(device)[0]
     return available_memory()
+
+
+def cap_process_memory(device: str, share: int) -> float:
+    """Hold this process to ``share`` bytes of the CUDA ``device``'s allocator reserve with
+    ``torch.cuda.set_per_process_memory_fraction`` (past it the allocator frees its cached blocks
+    and retries, then raises OutOfMemoryError instead of taking a neighbour's memory). Returns
+    the fraction of the card set."""
+    import torch
+
+    dev = torch.device(device)
+    total = torch.cuda.get_device_properties(dev).total_memory
+    fraction = min(1.0, max(share, 1) / total)
+    torch.cuda.set_per_process_memory_fraction(fraction, dev)
+    return fraction
 
 
 def check_memory(estimate: MemoryEstimate, *, available: int | None, what: str, lower: str) -> None:
@@ -290,15 +447,19 @@ def check_memory(estimate: MemoryEstimate, *, available: int | None, what: str, 
 
 
 def training_estimate(shape: ModelShape, *, chains: int, tokens: int, kv_itemsize: int, weight_bytes: int = 4,
-                      reference: bool = True, full: bool = True,
-                      optimizer_bytes: int = ADAMW_STATE_BYTES) -> MemoryEstimate:
+                      reference: bool = True, full: bool = True, optimizer_bytes: int = ADAMW_STATE_BYTES,
+                      micro_batch: int = 0, checkpointing: bool = False, prompt: int = 0,
+                      cache: str = "static") -> MemoryEstimate:
     """Memory of an RL run on one device: the policy's weights (``weight_bytes`` each; twice with
     a frozen KL ``reference`` copy), gradients and ``optimizer_bytes`` of optimiser state per
     parameter when ``full`` (all weights trained; a LoRA adapter's are a small share, not counted),
-    and the KV cache and logits of one generation batch of ``chains`` rollouts of ``tokens``
-    tokens. Activations of the policy's forward pass are left out (they depend on the
-    micro-batch, sequence length and gradient checkpointing): the estimate is a lower bound."""
+    the generation batch of ``chains`` rollouts of ``tokens`` tokens (``prompt`` of them the
+    prompt; ``generation_bytes``), and the activations the backward pass keeps for a micro-batch
+    of ``micro_batch`` rows of ``tokens`` tokens (``activation_bytes_per_token``; 0: not counted,
+    and the estimate is a lower bound)."""
     weights = shape.parameters * weight_bytes * (2 if reference else 1)
     training = shape.parameters * (weight_bytes + optimizer_bytes) if full else 0
-    return MemoryEstimate(weights=weights, training=training,
-                          generation=generation_bytes(shape, chains=chains, tokens=tokens, itemsize=kv_itemsize))
+    activations = micro_batch * tokens * activation_bytes_per_token(shape, weight_bytes, checkpointing=checkpointing)
+    return MemoryEstimate(weights=weights, training=training, activations=activations,
+                          generation=generation_bytes(shape, chains=chains, tokens=tokens, itemsize=kv_itemsize,
+                                                      prompt=prompt, cache=cache))

@@ -106,6 +106,7 @@ def run_rl(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, method: str, seed
     from trl import GRPOConfig
 
     from vpo.checkpoints import latest_complete_checkpoint
+    from vpo.demo.device import rl_kv_cache
 
     _, _, estimator = METHODS[method]
     m = cfg.method_answers(method)
@@ -147,6 +148,7 @@ def run_rl(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, method: str, seed
         seed=seed,
         data_seed=seed,
         use_cpu=cfg.torch_device() == "cpu",
+        cache_implementation=rl_kv_cache(cfg),  # a GPU: rollouts in a preallocated KV cache (vpo.demo.device)
         bf16=False,
         gradient_checkpointing=False,
         report_to="none",

@@ -19,6 +19,7 @@ finished stages and resumes an interrupted training run from its newest TRL chec
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -29,7 +30,8 @@ from typing import Any
 import numpy as np
 
 from vpo.demo.config import METHODS, DemoConfig
-from vpo.demo.device import describe_setting, device_record
+from vpo.demo.device import CudaPlan, describe_setting, device_record, enter_share, job_memory, plan_cuda
+from vpo.demo.device import worker_memory  # noqa: F401  (re-exported: the memory estimate of a worker)
 from vpo.tasks.maze.format import CompactMazeFormat, GoalPerChainFormat
 from vpo.demo.plots import headline_plots
 from vpo.demo.results import build_metrics, oracle_reference, pipeline_checks
@@ -82,11 +84,12 @@ def _done(path: Path) -> dict[str, Any] | None:
     return json.loads(done.read_text()) if done.is_file() else None
 
 
-def _check_workload(cfg: DemoConfig) -> tuple[int, str]:
+def _check_workload(cfg: DemoConfig) -> tuple[int, str, CudaPlan | None]:
     """Refuse, before the folder is touched, evaluation pools that cannot fit in memory (the
     estimate of ``vpo.workload``, for the largest pool: single-answer chains), and a worker
-    process whose model, RL run or evaluation batch cannot (``worker_memory``). Returns the
-    bytes one worker holds at its peak and the estimate in words."""
+    process whose model, RL run or evaluation batch cannot (``worker_memory``; on a GPU
+    ``plan_cuda``, which also shares the card out). Returns the bytes one worker holds at its
+    peak, the estimate in words and the GPU plan (None on CPU)."""
     from vpo.tasks import get_task
     from vpo.workload import check_pool_workload
 
@@ -95,60 +98,33 @@ def _check_workload(cfg: DemoConfig) -> tuple[int, str]:
     fmt = CompactMazeFormat(max_answers=max(3, cfg.answers))
     check_pool_workload(examples=len(examples), pool=cfg.pool, m=1, objectives=task.num_objectives(examples[0]),
                         max_new_tokens=fmt.completion_budget(examples, 1), eval_weights=cfg.eval_weights)
-    return worker_memory(cfg, task, fmt, examples, workers=cfg.workers or 1)
-
-
-def worker_memory(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, examples: list[dict[str, Any]], *,
-                  workers: int) -> tuple[int, str]:
-    """(bytes, words): what one worker process holds at its peak, the larger of an RL run
-    (``vpo.workload.training_estimate``: weights, AdamW state, a generation batch of
-    ``rl_prompts x rl_generations`` rollouts) and an evaluation batch (weights and ``eval_batch``
-    chains); ValueError naming the flags when ``workers`` of them exceed the device's memory."""
-    from vpo.workload import (MemoryEstimate, check_memory, device_memory, generation_bytes, human_bytes,
-                              prompt_tokens, shape_from_config, training_estimate)
-
-    vocab = len(fmt.alphabet()) + len(fmt.extra_tokens()) + 4  # the character tokenizer: + pad, bos, eos, unk
-    shape = shape_from_config({"hidden_size": cfg.hidden, "num_hidden_layers": cfg.layers,
-                               "num_attention_heads": cfg.heads, "intermediate_size": cfg.mlp, "vocab_size": vocab})
-    m = max(cfg.answers, 1)
-    prompt = prompt_tokens([fmt.prompt(e, m) for e in examples], vocab)
-    tokens = prompt + fmt.completion_budget(examples, m)
-    rl = training_estimate(shape, chains=cfg.rl_prompts * cfg.rl_generations, tokens=tokens, kv_itemsize=4,
-                           reference=cfg.rl_beta != 0)
-    chains = min(cfg.eval_batch, len(examples) * cfg.pool)
-    pool = MemoryEstimate(weights=shape.parameters * 4,
-                          generation=generation_bytes(shape, chains=chains, tokens=tokens, itemsize=4))
-    peak = max(rl, pool, key=lambda estimate: estimate.total)
-    total = MemoryEstimate(weights=peak.weights * workers, generation=peak.generation * workers,
-                           training=peak.training * workers)
     device = cfg.torch_device()
-    available = device_memory(device)
-    check_memory(total, available=available,
-                 what=f"{workers} worker process(es) on {device}, each an RL run of {cfg.rl_prompts} x "
-                      f"{cfg.rl_generations} rollouts or an evaluation batch of {chains} chains of up to {tokens} "
-                      "tokens,",
-                 lower="--eval-batch, --rl-prompts or --rl-generations" + (", or --workers" if workers > 1 else ""))
-    return peak.total, (f"{shape.parameters / 1e6:.2f}M parameters; a worker's peak: RL "
-                        f"{human_bytes(rl.total)}, evaluation batch {human_bytes(pool.total)}"
-                        + (f" ({human_bytes(available)} available)" if available is not None else ""))
+    if device.startswith("cuda"):
+        plan = plan_cuda(cfg, fmt, examples, device=device, workers=cfg.workers,
+                         jobs=len(cfg.method_list()) * cfg.seeds + 2)
+        return plan.share, plan.words(), plan
+    return (*worker_memory(cfg, task, fmt, examples, workers=cfg.workers or 1), None)
 
 
 def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     """Run (or resume) the whole demo; returns {"report": paths, "metrics": dict}."""
     cfg = cfg.resolved()
     out = Path(cfg.out)
-    peak, memory = _check_workload(cfg)
+    peak, memory, plan = _check_workload(cfg)
+    if plan is not None:  # a GPU: the workers' shares of the card and their evaluation batch (plan_cuda)
+        cfg = dataclasses.replace(cfg, eval_batch=plan.eval_batch)
+        plan.export()
     # a re-run resumes (its config.json must match, see _prepare_out); --force starts over
     claim_out_dir(out, command="demo", resume=True, overwrite=cfg.force, resume_flag="", overwrite_flag="--force")
     try:
-        return _run_demo(cfg, out, peak, memory)
+        return _run_demo(cfg, out, peak, memory, plan)
     finally:
         release_out_dir(out)
 
 
-def _run_demo(cfg: DemoConfig, out: Path, peak: int, memory: str) -> dict[str, Any]:
+def _run_demo(cfg: DemoConfig, out: Path, peak: int, memory: str, plan: CudaPlan | None = None) -> dict[str, Any]:
     """The demo in ``out`` (claimed); ``peak``: bytes one worker process holds at most, and
-    ``memory`` that estimate in words (``worker_memory``)."""
+    ``memory`` that estimate in words (``worker_memory``); ``plan``: how its processes share a GPU."""
     _prepare_out(cfg, out)
     log = _Log(out / "logs" / "demo.log")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -164,7 +140,9 @@ def _run_demo(cfg: DemoConfig, out: Path, peak: int, memory: str) -> dict[str, A
 
     load_start = os.getloadavg()[0]
     t0 = time.time()
-    if cfg.workers:
+    if plan is not None:  # a GPU: plan_cuda chose them from its memory (docs/gpu.md)
+        workers, why = plan.workers, plan.why
+    elif cfg.workers:
         workers, why = cfg.workers, "--workers"
     else:  # oversubscribed cores are the enemy: a worker per free core
         from vpo.cores import pick_workers
@@ -193,7 +171,9 @@ def _run_demo(cfg: DemoConfig, out: Path, peak: int, memory: str) -> dict[str, A
             f"({cfg.warmup_single_fraction:.0%} single-route)")
         if cfg.threads > 0:  # the warm-up runs alone: it gets every worker's threads
             torch.set_num_threads(cfg.threads * workers)
+        enter_share(plan.usable if plan else None)  # a GPU: alone, it may take all the workers' shares
         warm = run_warmup(cfg, task, fmt, warm_dir, log=log)
+        job_memory(out, "warm-up", "warmup")        # and gives them back before the workers start
         if cfg.threads > 0:
             torch.set_num_threads(cfg.threads)
         _write_json(warm_dir / "done.json", warm)
@@ -331,8 +311,11 @@ def _job(cfg: DemoConfig, job: tuple[str, Any, Any], log: Any, task: Any = None)
     fmt = CompactMazeFormat(max_answers=max(3, cfg.answers))
     out = Path(cfg.out)
     kind, name, seed = job
+    enter_share()  # a GPU: this process's share of the card (no-op on CPU)
     if kind == "pool":
-        return _sample_pool(cfg, task, fmt, name, out, log)
+        result = _sample_pool(cfg, task, fmt, name, out, log)
+        job_memory(out, f"pool {name}", "pool")
+        return result
     method = name
     run_dir = out / "checkpoints" / f"{method}-s{seed}"
     log(f"RL: {METHODS[method][0]} (m={cfg.method_answers(method)}) seed {seed}, "
@@ -340,8 +323,10 @@ def _job(cfg: DemoConfig, job: tuple[str, Any, Any], log: Any, task: Any = None)
     record = run_rl(cfg, task, fmt, method, seed, out / "checkpoints" / "warmup", run_dir, rl_examples(task, cfg),
                     log=log)
     _write_json(run_dir / "done.json", record)
+    job_memory(out, f"rl {method}-s{seed}", "rl")  # a GPU: its peak beside the estimate; cached blocks freed
     if not (out / "eval" / f"{method}-s{seed}.npz").is_file():
         _sample_pool(cfg, task, fmt, f"{method}-s{seed}", out, log)
+        job_memory(out, f"pool {method}-s{seed}", "pool")
     return record
 
 

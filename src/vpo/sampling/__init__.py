@@ -30,6 +30,14 @@ vLLM, where the automatic batch size depends on the free memory):
 Backends: ``hf`` (transformers ``generate``, the default and the reference) and ``vllm``
 (``vpo.sampling.vllm``, on a GPU; ``pip install 'vpo[vllm]'``).
 
+Memory on a GPU (``HFSampler``; docs/gpu.md, "The memory model"): the process takes a stated
+share of the free memory (``memory_share``, 0.5) and is capped at it
+(``vpo.workload.cap_process_memory``); the auto batch size is what fits in that share by the
+estimate of ``vpo.workload``; each call preallocates its KV cache (``kv_cache="static"``), and the
+allocator's cached blocks are released after each call, so a pool of many calls holds what one
+call needs. A call that still runs out of memory is retried at half the batch (chain seeding
+only: the pool does not depend on the batch size).
+
 Shapes: G examples, C chains per example, B chains per generate call, T new tokens, V vocabulary.
 """
 
@@ -44,10 +52,13 @@ from typing import Any, Protocol
 import numpy as np
 
 from vpo.models import DTYPES
+from vpo.workload import KV_CACHES  # how the hf backend keeps a call's KV cache (options: also auto)
 
 BACKENDS = ("hf", "vllm")
 SEEDINGS = ("chain", "batch")
 """What a sampler does; the options also take ``auto`` (see the module doc)."""
+MEMORY_SHARE = 0.5
+"""Share of a GPU's free memory (when sampling starts) that one sampling process takes by default."""
 CPU_CHAINS_PER_CALL = 256
 """Auto batch size on CPU (what ``vpo eval`` always used: larger calls gain little there)."""
 MAX_CHAINS_PER_CALL = 1024
@@ -83,8 +94,9 @@ class SamplingOptions(DeviceOptions):
     backend: str = field(default="hf", metadata={
         "help": f"sampler: hf (transformers generate) or vllm (GPU; {VLLM_INSTALL})", "choices": list(BACKENDS)})
     batch_size: int = field(default=0, metadata={
-        "help": f"chains per generate() call (0: auto, {CPU_CHAINS_PER_CALL} on CPU, as many as fit in the GPU's "
-                f"free memory on a GPU, at most {MAX_CHAINS_PER_CALL})", "min": 0})
+        "help": f"chains per generate() call (0: auto, {CPU_CHAINS_PER_CALL} on CPU, as many as fit in "
+                f"--memory-share of the GPU's free memory on a GPU, at most {MAX_CHAINS_PER_CALL}; a number given "
+                "here is checked against the free memory, and the process is not capped)", "min": 0})
     seeding: str = field(default="auto", metadata={
         "help": "chain: every chain has its own seeded stream, so pools do not depend on --batch-size; "
                 "batch: one seed per generate() call, the older stream of vpo eval (reproduces old "
@@ -93,6 +105,14 @@ class SamplingOptions(DeviceOptions):
     threads: int = field(default=0, metadata={
         "help": "torch CPU threads (0: the cores free now, from the load average; shown when sampling starts)",
         "min": 0})
+    kv_cache: str = field(default="auto", metadata={
+        "help": "hf backend's KV cache: static (preallocated for the whole chain, one block per call: the GPU's "
+                "allocator is not left fragmented), dynamic (transformers' default, grows a token at a time); "
+                "auto: static on a GPU, dynamic on CPU", "choices": ["auto", *KV_CACHES]})
+    memory_share: float = field(default=MEMORY_SHARE, metadata={
+        "help": "share of the GPU's free memory this process may hold (weights, KV cache and all): the auto "
+                "--batch-size fits in it, and the process is capped at it "
+                "(torch.cuda.set_per_process_memory_fraction); not used on CPU", "above": 0.0, "max": 1.0})
 
     def check(self, models: Sequence[str | Path] = ()) -> SamplingOptions:
         """A copy with device and dtype resolved; one-line ValueError naming the flag for any
@@ -112,6 +132,11 @@ class SamplingOptions(DeviceOptions):
         if resolved.seeding == "auto":
             cpu_hf = resolved.backend == "hf" and resolved.device == "cpu"
             resolved = replace(resolved, seeding="batch" if cpu_hf else "chain")
+        if resolved.kv_cache not in ("auto", *KV_CACHES):
+            raise ValueError(f"--kv-cache {self.kv_cache}: expected one of auto, {', '.join(KV_CACHES)}")
+        if not 0 < resolved.memory_share <= 1:
+            raise ValueError(f"--memory-share {self.memory_share}: must be in (0, 1]")
+        resolved = replace(resolved, kv_cache=resolve_kv_cache(resolved.kv_cache, resolved.device))
         if self.backend == "vllm" and not resolved.device.startswith("cuda"):
             raise ValueError(f"--backend vllm: needs a GPU (--device cuda), got --device {self.device}"
                              + (" and CUDA is not available" if self.device == "auto" else ""))
@@ -148,41 +173,83 @@ def check_vllm_inputs(models: Sequence[str | Path], *, device: str = "auto", see
                              "adapter into its base)")
 
 
+def resolve_kv_cache(kv_cache: str, device: Any) -> str:
+    """``auto`` resolved for ``device``: static on a GPU, dynamic on CPU (where it keeps the
+    numbers of earlier versions and a cache's allocation pattern costs nothing)."""
+    if kv_cache != "auto":
+        return kv_cache
+    return "static" if str(getattr(device, "type", device)).startswith("cuda") else "dynamic"
+
+
+def sampling_share(free: int, share: float = MEMORY_SHARE) -> int:
+    """Bytes a sampling process may hold on a GPU: ``share`` of its ``free`` memory."""
+    return int(share * free)
+
+
+def sampling_chains(shape: Any, share: int, *, held: int, prompt: int, new_tokens: int, itemsize: int,
+                    kv_cache: str = "static", cap: int = MAX_CHAINS_PER_CALL) -> int:
+    """Auto batch size on a GPU: the chains of ``prompt + new_tokens`` tokens whose generation
+    batch (``vpo.workload.generation_bytes``), with the ``held`` bytes of live tensors (the
+    weights), keeps the allocator's reserve (``vpo.workload.reserved_bytes``) within ``share``
+    bytes; between 1 and ``cap``."""
+    from vpo.workload import allocated_budget, chains_in_budget, generation_bytes
+
+    per_chain = generation_bytes(shape, chains=1, tokens=prompt + new_tokens, prompt=prompt, itemsize=itemsize,
+                                 cache=kv_cache)
+    return chains_in_budget(allocated_budget(share) - held, per_chain, cap=cap)
+
+
 def check_sampling_memory(model: str | Path, options: SamplingOptions, *, prompts: Sequence[str],
                           max_new_tokens: int, chains: int) -> str | None:
     """Refuse in one line, before ``model`` loads, sampling ``chains`` chains of up to
     ``max_new_tokens`` new tokens after ``prompts`` with checked ``options`` when its weights and
-    one generation batch (``vpo.workload.MemoryEstimate``) exceed the free memory of the device;
-    the estimate in words for the stage line, or None when the checkpoint's shape cannot be read
-    (a .gguf file). On a GPU the auto batch size fits by construction; vLLM sizes its own cache,
-    so only its weights count."""
-    from vpo.workload import (DTYPE_BYTES, MemoryEstimate, check_memory, device_memory, generation_bytes,
-                              prompt_tokens, read_model_shape)
+    one generation batch (``vpo.workload.MemoryEstimate``) exceed what the device allows: the
+    free memory (RAM) on CPU; on a GPU the process's share (``options.memory_share`` of the free
+    memory), counted as the allocator's reserve (``vpo.workload.reserved_bytes``). Returns the
+    estimate in words for the stage line, or None when the checkpoint's shape cannot be read (a
+    .gguf file). On a GPU the auto batch size fits by construction; vLLM sizes its own cache, so
+    only its weights count."""
+    from vpo.workload import (DTYPE_BYTES, MemoryEstimate, allocated_budget, check_memory, device_memory,
+                              generation_bytes, human_bytes, prompt_tokens, read_model_shape)
 
     shape = read_model_shape(model)
     if shape is None:
         return None
     itemsize = DTYPE_BYTES.get(options.dtype, 4)
     weights = shape.parameters * itemsize
+    gpu = options.device.startswith("cuda")
     available = device_memory(options.device)
-    tokens = prompt_tokens(list(prompts), shape.vocab) + max_new_tokens
+    kv_cache = resolve_kv_cache(options.kv_cache, options.device)
+    prompt = prompt_tokens(list(prompts), shape.vocab)
+    tokens = prompt + max_new_tokens
+    share = sampling_share(available, options.memory_share) if gpu and available is not None else None
     if options.backend == "vllm":
         per_call = 0
-    elif options.batch_size or options.device == "cpu":
+    elif options.batch_size or not gpu:
         per_call = min(chains, options.batch_size or CPU_CHAINS_PER_CALL)
     else:
-        free = (available if available is not None else 0) - weights
-        per_call = min(chains, chains_per_call(free, kv_bytes_per_token=shape.kv_bytes_per_token(itemsize),
-                                               tokens_per_chain=tokens, vocab=shape.vocab))
-    estimate = MemoryEstimate(weights=weights,
-                              generation=generation_bytes(shape, chains=per_call, tokens=tokens, itemsize=itemsize))
+        per_call = min(chains, sampling_chains(shape, share or 0, held=weights, prompt=prompt,
+                                               new_tokens=max_new_tokens, itemsize=itemsize, kv_cache=kv_cache))
+    estimate = MemoryEstimate(weights=weights, generation=generation_bytes(
+        shape, chains=per_call, tokens=tokens, prompt=prompt, itemsize=itemsize, cache=kv_cache))
     batch = f"--batch-size {options.batch_size}" if options.batch_size else (
-        f"--batch-size 0 ({CPU_CHAINS_PER_CALL} chains per call on CPU)")
-    check_memory(estimate, available=available,
-                 what=f"{batch}: {model} in {options.dtype} on {options.device}, sampling {per_call:,} chains of up to "
-                      f"{tokens:,} tokens (prompt and new) at once,",
-                 lower="--batch-size or --max-new-tokens" + (" (or --dtype bfloat16)" if itemsize > 2 else ""))
-    return estimate.describe(available)
+        "--batch-size 0" + ("" if gpu else f" ({CPU_CHAINS_PER_CALL} chains per call on CPU)"))
+    lower = "--batch-size or --max-new-tokens" + (" (or --dtype bfloat16)" if itemsize > 2 else "")
+    what = (f"{batch}: {model} in {options.dtype} on {options.device}, sampling {per_call:,} chains of up to "
+            f"{tokens:,} tokens (prompt and new) at once,")
+    if share is None or options.batch_size:
+        # CPU, or a --batch-size given on a GPU: it must fit in the free memory (and the process is
+        # not capped at the share: open_sampler)
+        check_memory(estimate, available=available, what=what, lower=lower)
+    else:  # the auto batch: weights and one chain must fit in the allocator's part of the share
+        check_memory(estimate, available=allocated_budget(share),
+                     what=what.rstrip(",") + f" within --memory-share {options.memory_share:g} of "
+                                             f"{human_bytes(available)} free (less the allocator's own reserve),",
+                     lower="--max-new-tokens or raise --memory-share")
+    if share is None:
+        return estimate.describe(available)
+    return (estimate.describe(None) + f" ({per_call:,} chains per call, {kv_cache} KV cache, a share of "
+            f"{human_bytes(share)} = {options.memory_share:g} x the free memory) of {human_bytes(available)} available")
 
 
 # ----- the sampler interface ----------------------------------------------------------------
@@ -272,39 +339,59 @@ class ChainDraw:
 
 # ----- transformers -------------------------------------------------------------------------
 
-def chains_per_call(free_bytes: float, *, kv_bytes_per_token: float, tokens_per_chain: int, vocab: int,
-                    cap: int = MAX_CHAINS_PER_CALL) -> int:
-    """Auto batch size on a GPU: chains whose KV cache (twice over: transformers grows it by
-    concatenation) and per-step logits, probabilities and CDF (``vpo.workload.LOGIT_BYTES_PER_ENTRY``
-    per vocabulary entry) fit in half of ``free_bytes``; between 1 and ``cap``."""
-    from vpo.workload import LOGIT_BYTES_PER_ENTRY
-
-    per_chain = 2 * kv_bytes_per_token * tokens_per_chain + LOGIT_BYTES_PER_ENTRY * vocab
-    return int(max(1, min(cap, (0.5 * free_bytes) // max(per_chain, 1))))
-
-
 def kv_bytes_per_token(model: Any) -> int:
     """KV-cache bytes one token of one chain takes: 2 x layers x KV heads x head size x dtype size."""
+    return model_shape(model).kv_bytes_per_token(next(model.parameters()).element_size())
+
+
+def model_shape(model: Any) -> Any:
+    """The ``vpo.workload.ModelShape`` of a loaded transformers model (its config; parameters counted)."""
     from vpo.workload import shape_from_config
 
     config = getattr(model, "config", None)
     config = getattr(config, "get_text_config", lambda: config)()
-    shape = shape_from_config(getattr(config, "to_dict", dict)(), parameters=0)
-    return shape.kv_bytes_per_token(next(model.parameters()).element_size())
+    return shape_from_config(getattr(config, "to_dict", dict)(), parameters=sum(p.numel() for p in model.parameters()))
+
+
+def release_cuda_cache(model: Any = None) -> None:
+    """Drop ``model``'s kept static cache (transformers keeps the last one on the model as
+    ``_cache``), collect garbage and give the allocator's cached blocks back to the GPU (no-op
+    without CUDA)."""
+    if model is not None and hasattr(model, "_cache"):
+        del model._cache
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 class HFSampler:
     """``Sampler`` over a transformers causal LM: left-padded batches of ``batch_size`` chains
     per ``generate`` call on the model's device (``batch_size=0``: ``CPU_CHAINS_PER_CALL`` on
-    CPU, ``chains_per_call`` of the free GPU memory on a GPU); ``seeding`` as in the module doc."""
+    CPU; on a GPU what fits in ``share`` bytes, ``sampling_chains``); ``seeding`` as in the module doc.
 
-    def __init__(self, model: Any, tokenizer: Any, *, batch_size: int = 0, seeding: str = "chain") -> None:
+    On a GPU: ``share`` is the allocator reserve this process may hold (None: what it holds now
+    plus ``MEMORY_SHARE`` of the free memory); ``kv_cache`` (``KV_CACHES``, or ``auto``: static on
+    a GPU) and ``release`` (free the allocator's cached blocks after every call) keep the reserve
+    near the live tensors. ``last_batch`` is the batch size the last call settled on.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, *, batch_size: int = 0, seeding: str = "chain",
+                 kv_cache: str = "auto", share: int | None = None, release: bool = True) -> None:
         if seeding not in SEEDINGS:
             raise ValueError(f"seeding must be one of {', '.join(SEEDINGS)}, got {seeding!r}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 0:
             raise ValueError(f"batch_size must be a positive number of chains or 0 (auto), got {batch_size!r}")
+        if kv_cache not in ("auto", *KV_CACHES):
+            raise ValueError(f"kv_cache must be one of auto, {', '.join(KV_CACHES)}, got {kv_cache!r}")
         self.model, self.tokenizer = model, tokenizer
         self.batch_size, self.seeding = batch_size, seeding
+        self.kv_cache = resolve_kv_cache(kv_cache, self.device)
+        self.share, self.release = share, release
+        self.last_batch = 0
 
     @property
     def device(self) -> Any:
@@ -320,25 +407,28 @@ class HFSampler:
         import torch
 
         longest = max((len(self.tokenizer(p)["input_ids"]) for row in prompts for p in set(row)), default=0)
-        free, _ = torch.cuda.mem_get_info(device)
-        return chains_per_call(free, kv_bytes_per_token=kv_bytes_per_token(self.model),
-                               tokens_per_chain=longest + max_new_tokens, vocab=len(self.tokenizer))
+        share = self.share
+        if share is None:
+            free, _ = torch.cuda.mem_get_info(device)
+            share = torch.cuda.memory_reserved(device) + sampling_share(free)
+        return sampling_chains(model_shape(self.model), share, held=torch.cuda.memory_allocated(device),
+                               prompt=longest, new_tokens=max_new_tokens,
+                               itemsize=next(self.model.parameters()).element_size(), kv_cache=self.kv_cache)
 
     def generate(self, prompts: Sequence[Sequence[str]], *, temperature: float, top_p: float,
                  max_new_tokens: int, seed: int, progress: bool = False,
                  desc: str = "sampling") -> list[list[Generation]]:
+        import sys
+
         import torch
         from tqdm.auto import tqdm
-        from transformers import LogitsProcessorList
 
         check_sampling(temperature, top_p, max_new_tokens)
         model, tokenizer = self.model, self.tokenizer
         jobs = [(g, c) for g, row in enumerate(prompts) for c in range(len(row))]
         out: list[list[Any]] = [[None] * len(row) for row in prompts]
-        eos_id = tokenizer.eos_token_id
-        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_id
-        device = self.device
         batch_size = self.batch_size or self.chains_per_call(prompts, max_new_tokens)
+        cuda = self.device.type == "cuda"
         was_training = model.training
         model.eval()
         if self.seeding == "batch":
@@ -347,28 +437,66 @@ class HFSampler:
         tokenizer.padding_side = "left"
         try:
             bar = tqdm(total=len(jobs), desc=desc, unit="chain", disable=not progress, leave=False)
-            for start in range(0, len(jobs), batch_size):
+            start = 0
+            while start < len(jobs):
                 batch = jobs[start:start + batch_size]
-                enc = tokenizer([prompts[g][c] for g, c in batch], return_tensors="pt", padding=True)
-                enc = {k: v.to(device) for k, v in enc.items() if k in ("input_ids", "attention_mask")}
-                kwargs: dict[str, Any] = dict(max_new_tokens=max_new_tokens, eos_token_id=eos_id, pad_token_id=pad_id)
-                if self.seeding == "batch":
-                    kwargs.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
-                else:
-                    uniforms = torch.from_numpy(chain_uniforms(seed, batch, max_new_tokens)).to(device)
-                    draw = ChainDraw(uniforms, enc["input_ids"].shape[1], temperature=temperature, top_p=top_p)
-                    kwargs.update(do_sample=False, logits_processor=LogitsProcessorList([draw]))
-                with torch.no_grad():
-                    ids = model.generate(**enc, **kwargs)
-                for (g, c), row in zip(batch, ids[:, enc["input_ids"].shape[1]:].tolist(), strict=True):
-                    new, truncated = finish_chain(row, eos_id, pad_id)
-                    out[g][c] = Generation(tokenizer.decode(new, skip_special_tokens=True), len(new), truncated)
+                try:
+                    rows = self._generate_batch(prompts, batch, temperature=temperature, top_p=top_p,
+                                                max_new_tokens=max_new_tokens, seed=seed)
+                except torch.cuda.OutOfMemoryError:
+                    # chain seeding: a smaller batch samples the same chains, so retry at half the size
+                    if self.seeding != "chain" or batch_size == 1:
+                        raise
+                    release_cuda_cache(model)
+                    batch_size = max(1, batch_size // 2)
+                    print(f"{desc}: out of GPU memory at {len(batch)} chains per call; going on with {batch_size}",
+                          file=sys.stderr, flush=True)
+                    continue
+                finally:
+                    if cuda and self.release:   # the call's transient blocks; its static cache is reused
+                        release_cuda_cache()
+                for (g, c), generation in zip(batch, rows, strict=True):
+                    out[g][c] = generation
                 bar.update(len(batch))
+                start += len(batch)
             bar.close()
         finally:
             tokenizer.padding_side = old_side
             model.train(was_training)
+            if hasattr(model, "_cache"):   # transformers keeps the last static cache on the model: not past a pool
+                del model._cache
+            if cuda and self.release:
+                release_cuda_cache()
+        self.last_batch = batch_size
         return out
+
+    def _generate_batch(self, prompts: Sequence[Sequence[str]], batch: Sequence[tuple[int, int]], *,
+                        temperature: float, top_p: float, max_new_tokens: int, seed: int) -> list[Generation]:
+        """One ``generate`` call on the chains ``batch`` ((example, chain) pairs)."""
+        import torch
+        from transformers import LogitsProcessorList
+
+        model, tokenizer, device = self.model, self.tokenizer, self.device
+        eos_id = tokenizer.eos_token_id
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_id
+        enc = tokenizer([prompts[g][c] for g, c in batch], return_tensors="pt", padding=True)
+        enc = {k: v.to(device) for k, v in enc.items() if k in ("input_ids", "attention_mask")}
+        kwargs: dict[str, Any] = dict(max_new_tokens=max_new_tokens, eos_token_id=eos_id, pad_token_id=pad_id)
+        if self.kv_cache == "static":  # one preallocated block per layer; no torch.compile of the forward
+            kwargs.update(cache_implementation="static", disable_compile=True)
+        if self.seeding == "batch":
+            kwargs.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
+        else:
+            uniforms = torch.from_numpy(chain_uniforms(seed, batch, max_new_tokens)).to(device)
+            draw = ChainDraw(uniforms, enc["input_ids"].shape[1], temperature=temperature, top_p=top_p)
+            kwargs.update(do_sample=False, logits_processor=LogitsProcessorList([draw]))
+        with torch.no_grad():
+            ids = model.generate(**enc, **kwargs)
+        rows = []
+        for row in ids[:, enc["input_ids"].shape[1]:].tolist():
+            new, truncated = finish_chain(row, eos_id, pad_id)
+            rows.append(Generation(tokenizer.decode(new, skip_special_tokens=True), len(new), truncated))
+        return rows
 
 
 # ----- opening a checkpoint -----------------------------------------------------------------
@@ -408,11 +536,20 @@ def open_sampler(model: str | Path, options: SamplingOptions) -> tuple[Sampler, 
         return VLLMSampler(model, tokenizer, dtype=options.dtype), tokenizer
     from vpo.models import load_checkpoint
 
+    share = None
+    if options.device.startswith("cuda"):
+        from vpo.workload import cap_process_memory, cuda_memory
+
+        free, _ = cuda_memory(options.device)   # before the weights load; fixes the allocator's setting first
+        share = sampling_share(free, options.memory_share)
+        if not options.batch_size:   # the auto batch fits in the share; a given --batch-size was checked on its own
+            cap_process_memory(options.device, share)
     loaded, tokenizer = load_checkpoint(model, dtype=options.dtype, device=options.device)
-    return HFSampler(loaded, tokenizer, batch_size=options.batch_size, seeding=options.seeding), tokenizer
+    return HFSampler(loaded, tokenizer, batch_size=options.batch_size, seeding=options.seeding,
+                     kv_cache=options.kv_cache, share=share), tokenizer
 
 
-__all__ = ["BACKENDS", "SEEDINGS", "ChainDraw", "DeviceOptions", "Generation", "HFSampler", "Sampler",
-           "SamplingOptions", "chain_seed", "chain_uniforms", "chains_per_call", "check_sampling",
-           "check_sampling_memory", "check_vllm", "check_vllm_inputs", "finish_chain", "hide_library_progress",
-           "kv_bytes_per_token", "open_sampler"]
+__all__ = ["BACKENDS", "KV_CACHES", "MEMORY_SHARE", "SEEDINGS", "ChainDraw", "DeviceOptions", "Generation",
+           "HFSampler", "Sampler", "SamplingOptions", "chain_seed", "chain_uniforms", "check_sampling", "check_sampling_memory", "check_vllm", "check_vllm_inputs", "finish_chain",
+           "hide_library_progress", "kv_bytes_per_token", "model_shape", "open_sampler", "release_cuda_cache",
+           "resolve_kv_cache", "sampling_chains", "sampling_share"]
