@@ -21,7 +21,7 @@ Usage::
     vpo demo                      # {measured_time('default')} -> runs/demo/report.md
     vpo demo --quick              # smoke test ({measured_time('quick')}) -> runs/demo-quick/
     vpo demo --methods grpo,vpo   # two of the paper's four methods (all four is the default)
-    vpo demo --preset paper-maze  # the paper's 9x9 mazes, 27M parameters, 2 seeds, for one GPU (not yet run there)
+    vpo demo --preset paper-maze  # the paper's 9x9 mazes, 4 methods x 2 seeds (one GPU; --device cpu: the CPU proxy)
 
 Re-running the same command after an interruption resumes where it stopped.
 """)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from vpo.demo.config import DemoConfig
+from vpo.demo.results import PAPER_REWARD
 from vpo.workload import MemoryEstimate
 
 CUDA_WORKERS = 2
@@ -89,7 +90,7 @@ def describe_setting(metrics: dict[str, Any], cfg: DemoConfig, device: dict[str,
            " (the paper's own evaluation: best@30 on all 100 test mazes, as the preset without --quick does)")
         + f"; the model is not: {size} built from a config and warmed up on random walks, where the paper "
         "starts from Qwen3-4B, so the absolute values differ and the comparison is the methods' order and the "
-        "diversity gap.")
+        "diversity gap. " + PAPER_REWARD[cfg.reward_mode])
 
 
 

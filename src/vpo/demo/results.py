@@ -22,6 +22,17 @@ PAPER = {"grpo": 0.432, "max_at_k": 0.577, "multi_rlvr": 0.436, "vpo": 0.593}
 """The paper's maze best@30 (9x9, Qwen3-4B), docs/algorithm.md §6."""
 PAPER_DIVERSITY = (0.003, 1.01)
 """The paper's reward diversity on the maze, GRPO -> VPO."""
+PAPER_REWARD = {
+    "linear": ("Reward: linear, as the paper's notes describe it (gold, diamond and avoid-lava as fractions; the bonus "
+               "tile B has no effect). The authors' released generator stamps convex_bonus on these mazes instead "
+               "(those three squared, x1.5 after visiting B, clamped to 1), so the paper's numbers may be on that "
+               "scale, not this run's; --reward-mode convex_bonus scores as the release does."),
+    "convex_bonus": ("Reward: convex_bonus, as the authors' released generator stamps on these mazes (gold, diamond "
+                     "and avoid-lava squared, x1.5 after visiting the bonus tile B, clamped to 1); the paper's notes "
+                     "describe linear fractions instead."),
+}
+"""The reward mode's sentence beside the paper's table: the paper's notes and its released generator
+disagree (docs/fidelity.md), and the report says which one its numbers use."""
 SMOKE_TEST = ("This is a --quick smoke run (one seed, a smaller model, few steps and mazes): it checks that every "
               "stage runs, and its numbers say nothing about the methods. Run `vpo demo` for results.")
 
@@ -249,7 +260,7 @@ def _paper_tables(entries: dict[str, Any], methods: list[str], pool: int, cfg: D
     comparison = {"caption": (f"This demo (tiny Llama, {cfg.size}x{cfg.size} maze, {cfg.reward_mode} reward, mean "
                               f"over {cfg.seeds} seed(s)). Absolute values are not comparable to the paper's: "
                               "different maze size, model and scale; the comparison is the ordering and the "
-                              "diversity gap."),
+                              "diversity gap. " + PAPER_REWARD[cfg.reward_mode]),
                   "columns": cols, "rows": rows}
     return paper, comparison
 
