@@ -353,7 +353,7 @@ def test_eight_demo_workers_on_an_80gb_card_each_stay_within_their_share(preset,
 
 def test_the_gpu_worker_count_is_automatic_and_the_evaluation_batch_fits_a_small_card(monkeypatch):
     from vpo.demo.device import CUDA_WORKERS, plan_cuda
-    from vpo.workload import reserved_bytes
+    from vpo.workload import CUDA_CONTEXT_BYTES, reserved_bytes
 
     monkeypatch.delenv("VPO_DEMO_CARD_SHARE", raising=False)
     cfg, fmt, examples = _paper_maze()
@@ -372,9 +372,19 @@ def test_the_gpu_worker_count_is_automatic_and_the_evaluation_batch_fits_a_small
     assert plan_cuda(cfg, fmt, examples, device="cuda:0", workers=0, jobs=10, free=CARD,
                      total=CARD).usable < plan.usable * 0.6
     with pytest.raises(ValueError, match=r"^an RL run of .* lower --rl-prompts or --rl-generations"):
-        plan_cuda(cfg, fmt, examples, device="cuda:0", workers=0, jobs=10, free=rl // 2, total=rl // 2)
-    with pytest.raises(ValueError, match=r"^the warm-up \(SFT on 256 examples .* lower --warmup-batch"):
+        # 0.5 of it holds a context and a warm-up of batch 1, not a context and the RL run
+        under = 2 * (CUDA_CONTEXT_BYTES + rl) - 4
+        plan_cuda(*_paper_maze(warmup_batch=1), device="cuda:0", workers=0, jobs=10, free=under, total=under)
+    with pytest.raises(ValueError, match=r"^the warm-up \(SFT on 64 examples .* lower --warmup-batch"):
         plan_cuda(*_paper_maze(), device="cuda:0", workers=0, jobs=10, free=rl // 2, total=rl // 2)
+
+
+def _index(device):
+    """What torch.cuda.set_per_process_memory_fraction takes: an index, not "cuda" (torch raises
+    ValueError for a device without one, as it did on the first H100 run of the check)."""
+    if not isinstance(device, int):
+        raise ValueError(f"Expected a torch.device with a specified index or an integer, but got:{device}")
+    return device
 
 
 def test_a_demo_worker_is_capped_at_its_share_and_records_its_peak(tmp_path, monkeypatch):
@@ -392,7 +402,7 @@ def test_a_demo_worker_is_capped_at_its_share_and_records_its_peak(tmp_path, mon
     assert device.enter_share() is None                            # CPU (no plan): nothing happens
     calls = []
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev: type("P", (), {"total_memory": CARD}))
-    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, dev: calls.append((f, str(dev))))
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, dev: calls.append((f, _index(dev))))
     monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda dev=None: 9 * 2**30)
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda dev=None: 7 * 2**30)
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda dev=None: calls.append("reset"))
@@ -400,7 +410,7 @@ def test_a_demo_worker_is_capped_at_its_share_and_records_its_peak(tmp_path, mon
     plan.export()
     assert device.current_plan() == plan
     assert device.enter_share() == plan and device.enter_share() == plan
-    assert calls == [(plan.share / CARD, "cuda:0")]               # once per process
+    assert calls == [(plan.share / CARD, 0)]                      # once per process
     device.job_memory(tmp_path, "rl vpo-s0", "rl")
     (row,) = [json.loads(line) for line in (tmp_path / "logs" / "cuda_memory.jsonl").read_text().splitlines()]
     assert row["job"] == "rl vpo-s0" and row["estimate_reserved"] == reserved_bytes(plan.rl)
@@ -422,13 +432,14 @@ def test_eval_on_a_gpu_takes_its_stated_share_and_is_capped_at_it(checkpoint, mo
     monkeypatch.delenv("PYTORCH_ALLOC_CONF", raising=False)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda dev=None: (free, total))
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev: type("P", (), {"total_memory": total}))
-    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, dev: fractions.append(f))
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, dev: fractions.append((f, _index(dev))))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     load = vpo.models.load_checkpoint
     monkeypatch.setattr(vpo.models, "load_checkpoint", lambda path, dtype, device: load(path, dtype=dtype, device="cpu"))
     for share in (0.5, 0.25):
         options = SamplingOptions(device="cuda", dtype="float32", memory_share=share, seeding="chain", threads=1)
         sampler, _ = open_sampler(checkpoint, options)
-        assert sampler.share == int(share * free) and fractions[-1] == share * free / total
+        assert sampler.share == int(share * free) and fractions[-1] == (share * free / total, 0)
         assert sampler.kv_cache == "dynamic"        # auto resolves by the (CPU-loaded) model's device here
     assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"   # set before CUDA starts
     sampler, _ = open_sampler(checkpoint, SamplingOptions(device="cuda", dtype="float32", batch_size=64, seeding="chain",

@@ -431,10 +431,12 @@ def cap_process_memory(device: str, share: int) -> float:
     the fraction of the card set."""
     import torch
 
-    dev = torch.device(device)
-    total = torch.cuda.get_device_properties(dev).total_memory
+    # torch refuses "cuda" without an index here (unlike mem_get_info): the current device it means
+    index = torch.device(device).index
+    index = torch.cuda.current_device() if index is None else index
+    total = torch.cuda.get_device_properties(index).total_memory
     fraction = min(1.0, max(share, 1) / total)
-    torch.cuda.set_per_process_memory_fraction(fraction, dev)
+    torch.cuda.set_per_process_memory_fraction(fraction, index)
     return fraction
 
 
