@@ -255,8 +255,13 @@ def _make_bucket(batch: RewardBatch, dim: int, rollout_dims: np.ndarray, stacked
     """The bucket of rollouts with D = ``dim``. ``stacked`` (B, M, D) when every rollout has the
     same shape (then rows are sliced, not gathered one by one), else ``arrays`` (B,) (m_i, D_i)."""
     rollouts = np.flatnonzero(rollout_dims == dim)
-    rollouts = rollouts[np.argsort(batch.group_index[rollouts], kind="stable")]
-    groups, start, sizes = np.unique(batch.group_index[rollouts], return_index=True, return_counts=True)
+    index = batch.group_index[rollouts]
+    if index.size and (index[1:] >= index[:-1]).all():  # contiguous groups in order (the common case): no sort
+        start = np.flatnonzero(np.concatenate([[True], index[1:] != index[:-1]]))
+        groups, sizes = index[start], np.diff(np.append(start, index.size))
+    else:
+        rollouts = rollouts[np.argsort(index, kind="stable")]
+        groups, start, sizes = np.unique(batch.group_index[rollouts], return_index=True, return_counts=True)
     num_slots = int(sizes.max())
     counts = batch.counts[rollouts]
     if stacked is not None:
@@ -328,8 +333,20 @@ class GroupWeights:
         return cls(weights.shape[1], lambda start, stop: (weights[start:stop].transpose(0, 2, 1), None))
 
 
-_BLOCK_VALUES = 1 << 16
-"""Products w . r computed per block of groups: 512 KiB of float64, so a block stays in cache."""
+_BLOCK_VALUES = 1 << 17
+"""Products w . r computed per block of groups: 1 MiB of float64, so a block stays in a core's L2
+cache (a block's scores do not depend on the block size; measured by benchmarks/estimators.py)."""
+
+
+def _max_over_answers(values: np.ndarray, out: np.ndarray) -> None:
+    """``out`` (c, N, K) = max over axis 2 of ``values`` (c, N, M, K): M - 1 elementwise maxima,
+    faster than numpy's reduction over a short middle axis (and the same numbers)."""
+    if values.shape[2] == 1:
+        np.copyto(out, values[:, :, 0])
+        return
+    np.maximum(values[:, :, 0], values[:, :, 1], out=out)
+    for m in range(2, values.shape[2]):
+        np.maximum(out, values[:, :, m], out=out)
 
 
 def bucket_scores(padded: np.ndarray, weights: np.ndarray | GroupWeights) -> tuple[np.ndarray, np.ndarray]:
@@ -360,7 +377,7 @@ def bucket_scores(padded: np.ndarray, weights: np.ndarray | GroupWeights) -> tup
             w, scale = weights.block(start, stop)
             # a contiguous (c, D, K) operand keeps matmul on its batched-GEMM path
             np.matmul(block.reshape(stop - start, num_slots * max_m, dim), np.ascontiguousarray(w), out=values)
-        np.max(values.reshape(stop - start, num_slots, max_m, num), axis=2, out=own)  # (c, N, K)
+        _max_over_answers(values.reshape(stop - start, num_slots, max_m, num), own)  # (c, N, K)
         best = own.max(axis=1)  # (c, K)
         if scale is None:
             scores[start:stop] = own.mean(axis=-1)
