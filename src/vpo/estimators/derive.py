@@ -9,15 +9,16 @@ Usage::
     spec.fn(rewards, group_ids)           # the same call through the registry
 
 For each D of the batch (``vpo.objective.DimBucket``) the group context the reduction names is
-built once per group, stacked over the groups: the keyed weights (G, K, D) (``vpo.weights.
-group_weights`` of the group key, seed and step, or drawn from ``rng``, or given as
-``weights``), the goal (G, D) (keyed, or the ``goal_weights`` the prompts state), the fixed
-scalar. The reduction's batched form (``reductions.batched``) scores the whole bucket in one
-call; a reduction without one is called once per rollout with its group's context. A rollout
-of a group with no answers at all scores 0. The rule then turns the (B,) scores into
-advantages; the diagnostics are the shared ``<name>/...`` ones (``common.base_diagnostics``),
-with the group std taken as the rule's ``std`` option says (Bessel for "sample"; population
-otherwise).
+built once per group, stacked over the groups: the keyed weights (G, K, D)
+(``group_weights.draw_group_weights``: ``vpo.weights.group_weights`` of the group key, seed and
+step, up to float rounding; or drawn from ``rng``; or the fixed ``weights``), the goal (G, D)
+(drawn the same way with K = 1, or the ``goal_weights`` the prompts state), the fixed scalar.
+The reduction's batched form (``reductions.batched``) scores the whole bucket in one call; a
+reduction without one is called once per rollout with its group's context. A rollout of a group
+with no answers at all scores 0. The rule then turns the (B,) scores into advantages (its
+``group_ids`` are the batch's group index, ints in first-appearance order); the diagnostics are
+the shared ``<name>/...`` ones (``common.base_diagnostics``), with the group std taken as the
+rule's ``std`` option says (Bessel for "sample"; population otherwise).
 
 Shape glossary: B rollouts, G groups, N rollouts per group, M answers per chain, D objectives,
 K weights.

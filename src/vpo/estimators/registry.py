@@ -172,6 +172,10 @@ _PLUGINS_LOADED = False
 _EMPTY = inspect.Parameter.empty
 
 
+def _refuse(name: str, reason: str) -> None:
+    raise ValueError(f"register_estimator({name!r}): {reason}")
+
+
 def _keyword_parameters(fn: Callable) -> list[inspect.Parameter]:
     return [p for p in inspect.signature(fn).parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY]
 
@@ -215,9 +219,7 @@ def _halves(name: str, reduce: Any, advantage: Any, weights: str | None, conditi
     spec or each other (caught at registration, not at the first training step)."""
     from vpo.estimators.reductions import CONTEXT
 
-    def fail(reason: str) -> None:
-        raise ValueError(f"register_estimator({name!r}): {reason}")
-
+    fail = functools.partial(_refuse, name)
     for role, rule in (("reduce", reduce), ("advantage", advantage)):
         if not callable(rule):
             fail(f"{role} must be a function, got {type(rule).__name__}")
@@ -264,9 +266,7 @@ def _with_fast(name: str, halves: _Halves, fast: Callable[..., Any]) -> None:
     """Check the fast path ``fast`` against the halves (it must take every option that has an
     effect when absent; it may leave the injected ones to the derived function) and take the
     defaults the halves leave open from its signature."""
-    def fail(reason: str) -> None:
-        raise ValueError(f"register_estimator({name!r}): {reason}")
-
+    fail = functools.partial(_refuse, name)
     params = _keyword_parameters(fast)
     accepted = [p.name for p in params]
     for option in halves.options:
@@ -281,16 +281,15 @@ def _with_fast(name: str, halves: _Halves, fast: Callable[..., Any]) -> None:
         if p.default is _EMPTY:
             continue
         if p.name in halves.defaults and not same_value(halves.defaults[p.name], p.default):
-            raise ValueError(f"register_estimator({name!r}): option {p.name!r} defaults to {p.default!r} in the "
-                             f"estimator but {halves.defaults[p.name]!r} in {halves.origin[p.name]}")
+            fail(f"option {p.name!r} defaults to {p.default!r} in the estimator but {halves.defaults[p.name]!r} in "
+                 f"{halves.origin[p.name]}")
         halves.defaults.setdefault(p.name, p.default)
         halves.origin.setdefault(p.name, f"the estimator {fast.__name__}")
 
 
 def _check_whole(name: str, accepted: tuple[str, ...], weights: str | None, conditions_prompt: bool) -> None:
-    def fail(reason: str) -> None:
-        raise ValueError(f"register_estimator({name!r}): {reason}")
-
+    """ValueError when a whole-batch estimator's signature lacks what its spec says it keys on."""
+    fail = functools.partial(_refuse, name)
     if conditions_prompt and "goal_weights" not in accepted:
         fail("conditions_prompt=True needs a goal_weights option (the weights the prompts state)")
     if weights is not None and "seed" not in accepted:
@@ -382,7 +381,8 @@ def register_estimator(name: str, *, multi_answer: bool = True, reduce: Callable
     drawn; ``counts_zero_rows=True`` exempts the reduction from the zero-row rule (its docstring
     says why). The defaults (multi-answer, no reduction) are the safe ones: an adapter that
     cannot serve a rule says so instead of running it wrongly. A contradiction raises ValueError
-    here; registering another estimator under a taken name raises.
+    here; registering another estimator under a taken name raises. Halves that leave an option
+    without a default, with no fast path to state it, register nothing: ``get_spec`` says why.
     """
     if not isinstance(name, str) or not name:
         raise ValueError(f"estimator name must be a non-empty string, got {name!r}")
@@ -417,8 +417,7 @@ def register_estimator(name: str, *, multi_answer: bool = True, reduce: Callable
             _check_name_free(name, reduce, advantage, fn)
             _with_fast(name, halves, fn)
             if halves.missing:
-                raise ValueError(f"register_estimator({name!r}): option(s) {', '.join(halves.missing)} have no "
-                                 "default; give them in defaults=")
+                _refuse(name, f"option(s) {', '.join(halves.missing)} have no default; give them in defaults=")
         except ValueError:  # undo the registration of the halves above
             if previous is None:
                 _REGISTRY.pop(name, None)
