@@ -1,7 +1,8 @@
-"""The contributor's path: estimators defined and registered here, in a test module (each with
-its per-rollout reduction), run with no other edit through `vpo advantages`, `vpo train
---method`, VPOTrainer, verl's compute_score and compute_advantage and OpenRLHF's reward
-function; in each engine the per-rollout score is the estimator's own ``scores``."""
+"""The contributor's path: estimators defined and registered here, in a test module (each one
+per-rollout reduction and an advantage rule, with no second score), run with no other edit
+through `vpo advantages`, `vpo train --method`, VPOTrainer, verl's compute_score and
+compute_advantage and OpenRLHF's reward function; in each engine the per-rollout score is the
+estimator's own ``scores``."""
 
 import json
 
@@ -9,12 +10,9 @@ import numpy as np
 import pytest
 
 from vpo.cli import main
-from vpo.estimators import (EstimatorResult, fixed_scalar, get_spec, group_norm, list_estimators, reduction_context,
-                            register_estimator, rollout_score)
+from vpo.estimators import fixed_scalar, get_spec, group_norm, list_estimators, reduction_context, register_estimator
+from vpo.estimators import rollout_score
 from vpo.estimators.check import check_estimator
-from vpo.estimators.common import grpo_result, require_single_answer, row_scalars
-from vpo.objective import RewardBatch
-from vpo.weights import FIXED, group_weights
 
 
 def centred(scores, group_ids, *, shift: float = 0.0):
@@ -22,19 +20,14 @@ def centred(scores, group_ids, *, shift: float = 0.0):
     return group_norm(scores, group_ids, std="population", eps=0.0, degenerate="none", scale="none") + shift
 
 
-@register_estimator("toy_centred", multi_answer=False, reduce=fixed_scalar, advantage=centred)
-def toy_centred(rewards, group_ids, *, scalar=None, shift: float = 0.0):
-    """Toy: the fixed scalar centred on its group mean (Dr. GRPO), plus a constant shift."""
-    batch = RewardBatch.from_rewards(rewards, group_ids)
-    require_single_answer(batch, "toy_centred")
-    result = grpo_result(batch, row_scalars(batch, scalar), "population", 0.0, "none", "none", prefix="toy_centred")
-    result.advantages = result.advantages + shift
-    return result
+register_estimator("toy_centred", multi_answer=False, reduce=fixed_scalar, advantage=centred,
+                   doc="Toy: the fixed scalar centred on its group mean (Dr. GRPO), plus a constant shift.")
 
 
 def softmax_best(matrix, *, weights, beta: float = 5.0):
     """Softmax-weighted best of the set: mean over the K weights of sum_i softmax(beta v)_i v_i,
-    v_i = w_k . r_i (beta -> inf: VPO's set score)."""
+    v_i = w_k . r_i (beta -> inf: VPO's set score). It averages over the rows, so a zero
+    (padding) row counts as an answer of value 0: registered with counts_zero_rows=True."""
     rows = np.asarray(matrix, dtype=np.float64)
     if rows.shape[0] == 0:
         return 0.0
@@ -43,17 +36,9 @@ def softmax_best(matrix, *, weights, beta: float = 5.0):
     return float(((soft / soft.sum(axis=1, keepdims=True)) * values).sum(axis=1).mean())
 
 
-@register_estimator("toy_softmax", multi_answer=True, reduce=softmax_best, advantage=group_norm, weights="per_step")
-def toy_softmax(rewards, group_ids, *, num_weights: int = 100, alpha: float = 1.0, sampler: str = "iid", seed=0,
-                step=None, weight_keys=None, beta: float = 5.0, std: str = "population", eps: float = 1e-6,
-                degenerate: str = "zero", scale: str = "group"):
-    """Toy: a softmax-weighted best-of-set score with the group's keyed weights, group z-norm."""
-    keys = list(group_ids) if weight_keys is None else list(weight_keys)
-    scores = np.array([softmax_best(m, beta=beta, weights=group_weights(
-        [k], num_weights, np.asarray(m).shape[1], seed=seed, step=FIXED if step is None else step, alpha=alpha,
-        sampler=sampler)[0]) for m, k in zip(rewards, keys, strict=True)])
-    advantages = group_norm(scores, group_ids, std=std, eps=eps, degenerate=degenerate, scale=scale)
-    return EstimatorResult(advantages, scores, {"toy_softmax/score_mean": float(scores.mean())})
+register_estimator("toy_softmax", multi_answer=True, reduce=softmax_best, advantage=group_norm, weights="per_step",
+                   defaults={"std": "population", "eps": 1e-6, "degenerate": "zero", "scale": "group"},
+                   counts_zero_rows=True)
 
 
 BETA, K = 3.0, 16

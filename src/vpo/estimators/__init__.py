@@ -32,15 +32,18 @@ name                 per-rollout score                                          
 ``goal_conditioned`` as random_weight, with w written into the prompt            as grpo
 ==================== ========================================================== ==========================
 
-Every estimator registers its per-rollout reduction (``reductions``: how one rollout's (m, D)
-matrix becomes its score, equal to the estimator's ``scores``) and its advantage rule on those
-scores (``rules``); engines with one scalar reward per rollout (verl, OpenRLHF) call the two
-halves through ``rollout_score`` and ``advantages_from_scores``. ``check.check_estimator``
-checks an estimator against the contract.
+An estimator is its two halves: its per-rollout reduction (``reductions``: how one rollout's
+(m, D) matrix becomes its score) and its advantage rule on those scores (``rules``).
+``register_estimator`` derives the batched function from them (``derive``: the reduction's
+batched form over each D of the batch, the group context built once per group, then the rule);
+a fast path may override it (VPO's blocked keyed path), checked equal to the derived one. GDPO,
+which has no per-rollout score, is one whole-batch function. Engines with one scalar reward per
+rollout (verl, OpenRLHF) call the two halves through ``rollout_score`` and
+``advantages_from_scores``. ``check.check_estimator`` checks an estimator against the contract.
 
-Modules: ``registry`` (specs), ``reductions``, ``rules``, ``check``, ``options`` (the knobs
-and engine presets), ``normalize``, ``group_weights`` (keyed weights per group), ``vpo`` (with
-``vpo_reference``, a plain loop), ``baselines``.
+Modules: ``registry`` (specs), ``reductions``, ``rules``, ``derive``, ``check``, ``options`` (the
+knobs and engine presets), ``normalize``, ``group_weights`` (keyed weights per group), ``vpo``
+(with ``vpo_reference``, a plain loop), ``baselines``.
 """
 
 from __future__ import annotations
@@ -49,10 +52,10 @@ from vpo.estimators.common import ZERO_STD, EstimatorResult
 from vpo.estimators.normalize import group_normalize
 from vpo.estimators.options import (GRPO_NORM, OPENRLHF_NORM, TRL_NORM, VPO_NORM, NormOptions,
                                     WeightOptions)
-from vpo.estimators.reductions import (CONTEXT, fixed_scalar, reduction_context, rollout_score, scalar_sum,
-                                       set_score, weighted)
-from vpo.estimators.registry import (INJECTED_OPTIONS, WEIGHT_OPTIONS, EstimatorSpec, get_estimator, get_spec,
-                                     list_estimators, register_estimator)
+from vpo.estimators.reductions import (CONTEXT, batched, fixed_scalar, reduction_context, rollout_score,
+                                       scalar_sum, set_score, weighted)
+from vpo.estimators.registry import (INJECTED_OPTIONS, SOURCE_OPTIONS, WEIGHT_OPTIONS, EstimatorSpec, get_estimator,
+                                     get_spec, list_estimators, register_estimator)
 from vpo.estimators.rules import advantages_from_scores, group_norm, max_at_k_rule, max_at_k_weights, maxrl_rule
 from vpo.estimators.vpo import vpo_reference
 
@@ -64,12 +67,14 @@ __all__ = [
     "INJECTED_OPTIONS",
     "NormOptions",
     "OPENRLHF_NORM",
+    "SOURCE_OPTIONS",
     "TRL_NORM",
     "VPO_NORM",
     "WEIGHT_OPTIONS",
     "WeightOptions",
     "ZERO_STD",
     "advantages_from_scores",
+    "batched",
     "fixed_scalar",
     "get_estimator",
     "get_spec",

@@ -1,6 +1,6 @@
 """``check_estimator``: check a registered estimator against the estimator contract, the way
 ``vpo.tasks.check.check_task`` checks a task. The registry checks the spec against the
-function's signature at registration; this checks the behaviour. The test suite runs it over
+halves' signatures at registration; this checks the behaviour. The test suite runs it over
 every registered estimator (built-in and entry-point ones); run it on your own before training.
 
 Usage::
@@ -13,8 +13,12 @@ step for per-step weights, the stated goal weights for prompt-conditioned estima
 advantages and scores have shape (B,) and are finite; a batch whose groups hold identical
 rollouts gets zero advantages; permuting the rollouts permutes the results (groups need not be
 contiguous); a group's scores do not depend on the rest of the batch (keyed weights); the
-registered reduction (``spec.reduce``) gives the estimator's own ``scores`` for every rollout;
-the registered advantage rule (``spec.advantage``) gives its advantages from those scores.
+registered reduction (``spec.reduce``), one rollout at a time, gives the estimator's own
+``scores``, and an empty rollout scores 0; the registered advantage rule (``spec.advantage``)
+gives its advantages from those scores; a fast path (``spec.fast``) equals the function derived
+from the halves (``spec.derived``); and the zero-row rule: with rewards >= 0, an all-zero row
+(a task's padding for a duplicate or unparseable answer) scores like an absent answer, unless
+the estimator is registered with ``counts_zero_rows=True``.
 
 Shape glossary: B rollouts, G groups, N rollouts per group, M answers per chain, D objectives.
 """
@@ -124,8 +128,52 @@ def check_estimator(name: str | EstimatorSpec, *, seed: int = 0, atol: float = 1
             if not np.isclose(value, scores[b], atol=atol, rtol=1e-9):
                 raise _fail(spec, f"its reduction {spec.reduce.__name__} gives {value!r} for rollout {b}, but the "
                                   f"estimator's scores[{b}] is {scores[b]!r}")
+            empty = rollout_score(spec, np.zeros((0, _DIM)), **context)
+            if abs(empty) > atol:
+                raise _fail(spec, f"its reduction {spec.reduce.__name__} scores an empty rollout (no answers) "
+                                  f"{empty!r}; expected 0 (a rollout of a group with no answers gets 0 without a call)")
     if spec.advantage is not None:
         from_scores = advantages_from_scores(spec, scores, labels)
         if not np.allclose(from_scores, advantages, atol=1e-7, rtol=1e-6):
             raise _fail(spec, f"its advantage rule {spec.advantage.__name__} on its scores differs from its "
                               f"advantages by up to {np.abs(from_scores - advantages).max():.3g}")
+    if spec.fast is not None:
+        _check_fast(spec, rewards, labels, seed, result, atol)
+    if not spec.counts_zero_rows:
+        _check_zero_rows(spec, rewards, labels, seed, scores, atol)
+
+
+def _check_fast(spec: EstimatorSpec, rewards: list[np.ndarray], labels: list[Hashable], seed: int, fast: Any,
+                atol: float) -> None:
+    """The fast path (what ``spec.fn`` ran) equals the function derived from the halves: scores,
+    advantages, and the diagnostics both report."""
+    derived = spec.derived(rewards, labels, **_options(spec, labels, seed))
+    for what, tol in (("scores", (atol, 1e-9)), ("advantages", (1e-7, 1e-6))):
+        mine, theirs = np.asarray(getattr(fast, what)), np.asarray(getattr(derived, what))
+        if mine.shape != theirs.shape or not np.allclose(mine, theirs, atol=tol[0], rtol=tol[1]):
+            raise _fail(spec, f"its fast path {spec.fast.__name__} and the function derived from its halves give "
+                              f"different {what}")
+    shared = dict(getattr(fast, "diagnostics", {}) or {})
+    for key, value in (getattr(derived, "diagnostics", {}) or {}).items():
+        if key in shared and not np.isclose(shared[key], value, atol=1e-7, rtol=1e-6):
+            raise _fail(spec, f"its fast path {spec.fast.__name__} gives diagnostic {key!r} = {shared[key]!r}, "
+                              f"the derived function {value!r}")
+
+
+def _check_zero_rows(spec: EstimatorSpec, rewards: list[np.ndarray], labels: list[Hashable], seed: int,
+                     scores: np.ndarray, atol: float) -> None:
+    """With rewards >= 0 an all-zero row scores like an absent answer: appended to every rollout
+    (multi-answer), or standing in for an empty one (single-answer), it changes no score."""
+    zero = np.zeros((1, _DIM))
+    if spec.multi_answer:
+        padded = [np.concatenate([m, zero]) for m in rewards]
+    else:
+        padded = [zero if m.shape[0] == 0 else m for m in rewards]
+    changed = _run(spec, padded, labels, seed).scores
+    diff = np.abs(np.asarray(changed, dtype=np.float64) - scores)
+    if diff.max(initial=0.0) > atol:
+        b = int(np.argmax(diff))
+        raise _fail(spec, f"an all-zero row changes rollout {b}'s score from {scores[b]!r} to {changed[b]!r}; a zero "
+                          "row is a padded (duplicate or unparseable) answer and must score like an absent one for "
+                          "rewards >= 0 (register with counts_zero_rows=True, and say why in its docstring, if the "
+                          "estimator means to count it)")

@@ -3,8 +3,8 @@
 Usage (inside an estimator)::
 
     batch = RewardBatch.from_rewards(rewards, group_ids)
-    values = row_scalars(batch, scalar)              # (B,) sum of the fixed scalar per rollout
-    return grpo_result(batch, values, NormOptions(...), prefix="grpo")
+    require_single_answer(batch, "grpo")             # ValueError naming a rollout with m > 1
+    return make_result(batch, scores, advantages, group_std, prefix="grpo")
 
 Shape glossary: B rollouts, G groups, M answers per chain, D objectives.
 """
@@ -17,11 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from vpo.estimators.normalize import group_normalize
 from vpo.objective import RewardBatch
 
-__all__ = ["EstimatorResult", "ZERO_STD", "apply_scalar", "base_diagnostics", "grpo_result", "make_result",
-           "require_single_answer", "row_scalars"]
+__all__ = ["EstimatorResult", "ZERO_STD", "apply_scalar", "base_diagnostics", "make_result", "require_single_answer",
+           "same_value"]
 
 ZERO_STD = 1e-6
 """Groups whose score std is below this count in ``<name>/frac_zero_std``."""
@@ -58,6 +57,14 @@ def apply_scalar(scalar: Callable[[np.ndarray], Any] | None, rows: np.ndarray) -
     return values
 
 
+def same_value(a: Any, b: Any) -> bool:
+    """``a == b`` for option values, identity for values with no single truth value (arrays)."""
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError):
+        return a is b
+
+
 def require_single_answer(batch: RewardBatch, name: str) -> None:
     """ValueError naming the first rollout with more than one answer."""
     many = batch.counts > 1
@@ -65,15 +72,6 @@ def require_single_answer(batch: RewardBatch, name: str) -> None:
         b = int(np.flatnonzero(many)[0])
         raise ValueError(f"estimator {name!r} takes one answer per rollout; rewards[{b}] has {batch.counts[b]} "
                          "(use 'vpo' or 'multi_rlvr' for multi-answer chains)")
-
-
-def row_scalars(batch: RewardBatch, scalar: Callable | None) -> np.ndarray:
-    """Sum over each rollout's rows of the fixed scalar: (B,); empty rollouts 0."""
-    out = np.zeros(batch.num_rollouts)
-    for bucket in batch.buckets:
-        values = apply_scalar(scalar, bucket.rows)
-        out += np.bincount(bucket.row_rollout, weights=values, minlength=batch.num_rollouts)
-    return out
 
 
 def base_diagnostics(batch: RewardBatch, scores: np.ndarray, group_std: np.ndarray,
@@ -97,11 +95,3 @@ def make_result(batch: RewardBatch, scores: np.ndarray, advantages: np.ndarray, 
     diagnostics = base_diagnostics(batch, scores, group_std, prefix)
     diagnostics.update(extra or {})
     return EstimatorResult(advantages, scores, diagnostics, batch.group_index, batch.group_labels)
-
-
-def grpo_result(batch: RewardBatch, scores: np.ndarray, std: str, eps: float, degenerate: str, scale: str,
-                extra: Mapping[str, float] | None = None, prefix: str = "vpo") -> EstimatorResult:
-    """Group z-norm of per-rollout ``scores`` (B,) as an EstimatorResult."""
-    advantages, group_std = group_normalize(scores, batch.group_index, std=std, eps=eps,
-                                            degenerate=degenerate, scale=scale)
-    return make_result(batch, scores, advantages, group_std, extra, prefix)

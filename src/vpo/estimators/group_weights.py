@@ -22,11 +22,13 @@ from typing import Any
 
 import numpy as np
 
+from vpo.estimators.common import same_value
 from vpo.estimators.options import WeightOptions
 from vpo.objective import DimBucket, GroupWeights, RewardBatch, check_weights
 from vpo.weights import FIXED, group_weights, keyed_exponentials, sample_simplex, stream_keys
 
-__all__ = ["bucket_keys", "draw_group_weights", "explicit_weights", "group_weight_keys", "random_source"]
+__all__ = ["bucket_keys", "bucket_weights", "draw_group_weights", "explicit_goal_weights", "explicit_weights",
+           "group_weight_keys", "materialise", "random_source"]
 
 
 def random_source(seed: Any, rng: Any, step: Any) -> np.random.Generator | None:
@@ -125,3 +127,78 @@ def explicit_weights(batch: RewardBatch, weights: Any) -> list[np.ndarray | Grou
         else:
             out.append(check_weights(weights, "weights", bucket.dim, first))
     return out
+
+
+def bucket_weights(batch: RewardBatch, options: Mapping[str, Any], defaults: Mapping[str, Any]
+                   ) -> list[np.ndarray | GroupWeights]:
+    """The K weights of every group, one entry per bucket of ``batch``, from an estimator's
+    ``options`` (``num_weights``, ``alpha``, ``sampler``, ``seed``, ``rng``, ``step``,
+    ``weight_keys``, ``weights``): the fixed ``weights`` (``explicit_weights``; then no sampling
+    option may differ from its default in ``defaults``), else drawn (``draw_group_weights``)."""
+    fixed = options.get("weights")
+    if fixed is not None:
+        given = [n for n in ("num_weights", "alpha", "sampler", "seed", "rng", "step", "weight_keys")
+                 if options.get(n) is not None and not same_value(options[n], defaults.get(n))]
+        if given:
+            raise ValueError(f"weights= fixes the weights; do not also pass {', '.join(given)}")
+        return explicit_weights(batch, fixed)
+    drawn = WeightOptions(num_weights=options["num_weights"], alpha=options["alpha"], sampler=options["sampler"])
+    seed, rng, step = options.get("seed"), options.get("rng"), options.get("step")
+    return list(draw_group_weights(batch, drawn, seed=seed, step=step, rng=random_source(seed, rng, step),
+                                   weight_keys=options.get("weight_keys")))
+
+
+def _goal_error(label: Any, dim: int, w: np.ndarray) -> str | None:
+    if dim and w.shape != (dim,):
+        return f"goal_weights of group {label!r}: expected {dim} weights (its D), got {w.shape[0]}"
+    if not np.isfinite(w).all() or (w < 0).any():
+        return f"goal_weights of group {label!r} must be finite and non-negative"
+    return None
+
+
+def explicit_goal_weights(batch: RewardBatch, goal_weights: Any) -> np.ndarray:
+    """(B, D_max) per-rollout goal weights from a label -> (D,) mapping or a (B, D) array,
+    checked: finite, >= 0, the group's D, and one vector per group (the first broken rollout
+    is named)."""
+    width = max([int(d) for d in batch.group_dims] + [1])
+    if isinstance(goal_weights, Mapping):
+        by_group = np.zeros((batch.num_groups, width))
+        for g, label in enumerate(batch.group_labels):  # first-appearance order: the first broken rollout's group
+            if label not in goal_weights:
+                raise ValueError(f"goal_weights: no entry for group {label!r}")
+            w = np.asarray(goal_weights[label], dtype=np.float64).reshape(-1)
+            error = _goal_error(label, int(batch.group_dims[g]), w)
+            if error:
+                raise ValueError(error)
+            by_group[g, :min(w.size, width)] = w[:width]
+        return by_group[batch.group_index]
+    per_rollout = np.asarray(goal_weights, dtype=np.float64)
+    if per_rollout.ndim != 2 or per_rollout.shape[0] != batch.num_rollouts:
+        raise ValueError(f"goal_weights must map group labels to (D,) vectors or be a (B, D) array for "
+                         f"B={batch.num_rollouts}, got shape {per_rollout.shape}")
+    index = batch.group_index
+    dims = batch.group_dims[index]
+    first = np.empty(batch.num_groups, dtype=np.int64)
+    first[index[::-1]] = np.arange(index.size)[::-1]
+    with np.errstate(invalid="ignore"):
+        broken = (((dims > 0) & (dims != per_rollout.shape[1])) | ~np.isfinite(per_rollout).all(axis=1)
+                  | (per_rollout < 0).any(axis=1) | ~(per_rollout == per_rollout[first[index]]).all(axis=1))
+    if broken.any():
+        b = int(np.flatnonzero(broken)[0])
+        label = batch.group_labels[index[b]]
+        raise ValueError(_goal_error(label, int(dims[b]), per_rollout[b]) or (
+            f"goal_weights: rollouts of group {label!r} have different weights; a group shares one weight vector"))
+    rows = np.zeros((batch.num_rollouts, width))
+    rows[:, :min(per_rollout.shape[1], width)] = per_rollout[:, :width]
+    return rows
+
+
+def materialise(weights: np.ndarray | GroupWeights, num_groups: int) -> np.ndarray:
+    """(Gb, K, D) weights of a bucket's ``num_groups`` groups, as plain arrays: a shared (K, D)
+    broadcast, or every block of a ``GroupWeights`` with its scale applied."""
+    if isinstance(weights, np.ndarray):
+        return np.broadcast_to(weights, (num_groups, *weights.shape))
+    w, scale = weights.block(0, num_groups)  # (Gb, D, K), (Gb, K)
+    if scale is not None:
+        w = w * scale[:, None, :]
+    return w.transpose(0, 2, 1)

@@ -1,6 +1,6 @@
 """Per-rollout reductions: how one rollout's (M, D) reward matrix becomes the one number an
 engine with scalar rewards (verl's ``compute_score``, OpenRLHF's reward function, a TRL reward
-function) hands to the advantage rule.
+function) hands to the advantage rule, and, batched, the scores of the estimator itself.
 
 Usage::
 
@@ -12,10 +12,24 @@ Usage::
 A reduction is ``fn(matrix (M, D), *, <context>, <own options>) -> float``. Its keyword-only
 parameters named in ``CONTEXT`` are supplied by the adapter (``reduction_context`` builds them
 from the group key, the seed and the step); any other keyword parameter is an option of the
-reduction and must be an option of the estimator with the same default (the registry checks
-this). An empty matrix (M = 0, nothing parseable) scores 0 in every built-in reduction.
+reduction, and of every estimator registered with it.
 
-Shape glossary: M answers per chain, D objectives, K weights.
+The contract every reduction keeps (``check_estimator`` checks it): an empty matrix (M = 0,
+nothing parseable) scores 0; for rewards >= 0 an all-zero row (what a task writes for a
+duplicate or unparseable answer) scores like an absent answer, unless the estimator is
+registered with ``counts_zero_rows=True`` and its docstring says why.
+
+A reduction may carry a batched form (``@batched(form)``): ``form(stack, *, <context>, <own
+options>) -> (G, N)`` scores every rollout of one D at once. ``stack`` is a
+``vpo.objective.DimBucket``: ``padded`` (G, N, M, D) with ``counts`` (G, N) answers per slot
+(rows past a rollout's count and filler slots hold ``pad_value`` <= every reward), or the real
+rows ``rows`` (R, D) with ``row_slot`` / ``row_group`` and ``sum_rows``. Its context is the
+per-rollout context stacked over the G groups: ``weights`` (G, K, D), ``goal`` (G, D), and
+``scalar``. The estimator derived from a reduction calls the batched form once per D; without
+one, it calls the reduction once per rollout (with the group's context built once per group).
+
+Shape glossary: B rollouts, G groups, N rollouts per group, M answers per chain, D objectives,
+K weights, R answer rows.
 """
 
 from __future__ import annotations
@@ -29,7 +43,7 @@ import numpy as np
 from vpo.estimators.common import apply_scalar
 from vpo.estimators.options import WeightOptions
 
-__all__ = ["CONTEXT", "fixed_scalar", "reduction_context", "rollout_score", "scalar_sum", "set_score",
+__all__ = ["CONTEXT", "batched", "fixed_scalar", "reduction_context", "rollout_score", "scalar_sum", "set_score",
            "weighted"]
 
 CONTEXT = ("weights", "goal", "scalar")
@@ -43,6 +57,48 @@ CONTEXT = ("weights", "goal", "scalar")
 """
 
 
+def batched(form: Callable[..., Any]) -> Callable[[Callable[..., float]], Callable[..., float]]:
+    """Decorator: attach ``form`` as the batched form of a per-rollout reduction (``reduce.batched``).
+
+    ``form(stack, *, <context stacked per group>, <own options>) -> (G, N)`` must equal the
+    reduction on every rollout (``check_estimator`` checks it on every registered estimator).
+    """
+    def attach(reduce: Callable[..., float]) -> Callable[..., float]:
+        reduce.batched = form  # type: ignore[attr-defined]
+        return reduce
+
+    return attach
+
+
+def _single(stack: Any, name: str) -> None:
+    most = int(stack.counts.max(initial=0))
+    if most > 1:
+        raise ValueError(f"{name} reduces one answer per rollout, got {most}")
+
+
+def _set_score_batched(stack: Any, *, weights: Any) -> np.ndarray:
+    from vpo.objective import GroupWeights, bucket_scores
+
+    scores = bucket_scores(stack.padded, GroupWeights.stacked(np.asarray(weights, dtype=np.float64)))[0]
+    scores[stack.counts == 0] = 0.0  # an empty rollout scores 0 even when rewards can be < 0
+    return scores
+
+
+def _scalar_sum_batched(stack: Any, *, scalar: Callable | None = None) -> np.ndarray:
+    return stack.sum_rows(apply_scalar(scalar, stack.rows))
+
+
+def _fixed_scalar_batched(stack: Any, *, scalar: Callable | None = None) -> np.ndarray:
+    _single(stack, "fixed_scalar")
+    return _scalar_sum_batched(stack, scalar=scalar)
+
+
+def _weighted_batched(stack: Any, *, goal: Any) -> np.ndarray:
+    _single(stack, "weighted")
+    goal = np.asarray(goal, dtype=np.float64)
+    return stack.sum_rows(np.einsum("rd,rd->r", stack.rows, goal[stack.row_group]))
+
+
 def _rows(matrix: Any) -> np.ndarray:
     rows = np.asarray(matrix, dtype=np.float64)
     if rows.ndim != 2:
@@ -50,6 +106,7 @@ def _rows(matrix: Any) -> np.ndarray:
     return rows
 
 
+@batched(_set_score_batched)
 def set_score(matrix: Any, *, weights: Any) -> float:
     """VPO's set score E_w[max_i w . r_i] = (1/K) sum_k max_i w_k . r_i with the group's (K, D) weights."""
     from vpo.objective import set_scores
@@ -60,6 +117,7 @@ def set_score(matrix: Any, *, weights: Any) -> float:
     return float(np.asarray(set_scores([rows], np.asarray(weights, dtype=np.float64))).reshape(-1)[0])
 
 
+@batched(_fixed_scalar_batched)
 def fixed_scalar(matrix: Any, *, scalar: Callable | None = None) -> float:
     """The task's fixed scalar of the rollout's single answer (0 when it has none)."""
     rows = _rows(matrix)
@@ -68,11 +126,13 @@ def fixed_scalar(matrix: Any, *, scalar: Callable | None = None) -> float:
     return float(apply_scalar(scalar, rows).sum())
 
 
+@batched(_scalar_sum_batched)
 def scalar_sum(matrix: Any, *, scalar: Callable | None = None) -> float:
     """The sum of the fixed scalar over the rollout's (deduplicated, zero-padded) answers."""
     return float(apply_scalar(scalar, _rows(matrix)).sum())
 
 
+@batched(_weighted_batched)
 def weighted(matrix: Any, *, goal: Any) -> float:
     """w . r of the rollout's single answer with the group's one weight vector ``goal`` (D,)."""
     rows = _rows(matrix)

@@ -85,7 +85,7 @@ def check_k(k: Any) -> None:
         raise ValueError(f"k must be a positive integer, got {k!r}")
 
 
-def max_at_k_rule(scores: Any, group_ids: Any, *, k: int | None, std: str, eps: float, degenerate: str,
+def max_at_k_rule(scores: Any, group_ids: Any, *, k: int | None = None, std: str, eps: float, degenerate: str,
                   scale: str) -> np.ndarray:
     """Max@K: the k-subset gradient weights of the fixed scalars, group z-normalised; a
     one-member group gets 0."""
@@ -101,7 +101,7 @@ def max_at_k_rule(scores: Any, group_ids: Any, *, k: int | None, std: str, eps: 
     return advantages
 
 
-def maxrl_rule(scores: Any, group_ids: Any, *, eps: float, degenerate: str) -> np.ndarray:
+def maxrl_rule(scores: Any, group_ids: Any, *, eps: float = 1e-6, degenerate: str = "zero") -> np.ndarray:
     """MaxRL: (r - mean_g) / (mean_g + eps); "zero" gives one-member groups 0, "raw" uses mean 0 for them."""
     if degenerate not in ("zero", "raw"):
         raise ValueError(f"degenerate must be 'zero' or 'raw' for maxrl, got {degenerate!r}")

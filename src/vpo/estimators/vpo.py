@@ -7,8 +7,11 @@ Usage::
     result.scores       # (B,) R_b = (1/K) sum_k max_i w_k . r_{b,i}
     result.advantages   # (B,) (R_b - mean_g) / (std_g + 1e-6), population std; 0 if std_g < 1e-6
 
-``vpo`` is the fast path (batched over groups, keyed weights drawn inside the scoring loop);
-``vpo_reference`` is the same estimator as a plain loop, for reading and for tests.
+VPO is its two halves, ``reductions.set_score`` and ``rules.group_norm``, like every estimator;
+``vpo_blocked`` is its registered fast path (the keyed weights drawn unnormalised inside the
+blocked scoring loop, normalised after the max, and two extra diagnostics), checked equal to the
+derived function by ``check_estimator``; ``vpo_reference`` is the same estimator as a plain
+loop, for reading and for tests.
 
 Shape glossary: B rollouts, G groups, M answers per chain, D objectives, K weights.
 """
@@ -21,17 +24,16 @@ from typing import Any
 import numpy as np
 
 from vpo.estimators.common import EstimatorResult, make_result
-from vpo.estimators.group_weights import draw_group_weights, explicit_weights, random_source
+from vpo.estimators.group_weights import bucket_weights
 from vpo.estimators.normalize import group_normalize
-from vpo.estimators.options import VPO_NORM, WeightOptions
+from vpo.estimators.options import VPO_NORM
 from vpo.estimators.reductions import set_score
 from vpo.estimators.registry import register_estimator
 from vpo.estimators.rules import group_norm
 from vpo.objective import RewardBatch, bucket_scores
 
-__all__ = ["vpo", "vpo_reference"]
+__all__ = ["vpo_blocked", "vpo_reference"]
 
-_DEFAULT = WeightOptions()
 
 
 def vpo_reference(rewards: Sequence[np.ndarray], group_ids: Sequence[Hashable],
@@ -65,12 +67,11 @@ def vpo_reference(rewards: Sequence[np.ndarray], group_ids: Sequence[Hashable],
     return np.array(scores), np.array(advantages)
 
 
-@register_estimator("vpo", multi_answer=True, reduce=set_score, advantage=group_norm, weights="per_step")
-def vpo(rewards: Any, group_ids: Any, *, num_weights: int = _DEFAULT.num_weights, alpha: float = _DEFAULT.alpha,
-        sampler: str = _DEFAULT.sampler, seed: Any = None, rng: np.random.Generator | None = None, step: Any = None,
-        weight_keys: Sequence[Hashable] | None = None, weights: Any = None, std: str = VPO_NORM.std,
-        eps: float = VPO_NORM.eps, degenerate: str = VPO_NORM.degenerate,
-        scale: str = VPO_NORM.scale) -> EstimatorResult:
+@register_estimator("vpo", multi_answer=True, reduce=set_score, advantage=group_norm, weights="per_step",
+                    defaults=VPO_NORM.as_dict())
+def vpo_blocked(rewards: Any, group_ids: Any, *, num_weights: int, alpha: float, sampler: str, seed: Any,
+                rng: np.random.Generator | None, step: Any, weight_keys: Sequence[Hashable] | None, weights: Any,
+                std: str, eps: float, degenerate: str, scale: str) -> EstimatorResult:
     """VPO (docs/algorithm.md §1): R = mean_k max_i w_k . r_i with K weights per group, group z-norm.
 
     ``num_weights`` K, ``alpha``, ``sampler`` default to ``WeightOptions`` (100, 1.0, iid);
@@ -82,24 +83,18 @@ def vpo(rewards: Any, group_ids: Any, *, num_weights: int = _DEFAULT.num_weights
     (``VPO_NORM``: population std, eps 1e-6, zero advantages when a group's std < eps).
     Extra diagnostics: ``vpo/mean_own_pool_score`` (mean over groups of the mean R) and
     ``vpo/mean_group_max`` (mean over groups of mean_k max over the whole group's answers).
+
+    The fast path: keyed iid weights with alpha = 1 are drawn block by block inside the scoring
+    loop and normalised after the max over answers (``vpo.objective.bucket_scores``).
     """
     batch = RewardBatch.from_rewards(rewards, group_ids)
-    if weights is not None:
-        drawn = (("num_weights", num_weights, _DEFAULT.num_weights), ("alpha", alpha, _DEFAULT.alpha),
-                 ("sampler", sampler, _DEFAULT.sampler), ("seed", seed, None), ("rng", rng, None), ("step", step, None),
-                 ("weight_keys", weight_keys, None))
-        given = [n for n, v, default in drawn if v is not None and v != default]
-        if given:
-            raise ValueError(f"weights= fixes the weights; do not also pass {', '.join(given)}")
-        per_bucket = explicit_weights(batch, weights)
-    else:
-        options = WeightOptions(num_weights=num_weights, alpha=alpha, sampler=sampler)
-        source = random_source(seed, rng, step)
-        per_bucket = draw_group_weights(batch, options, seed=seed, step=step, rng=source, weight_keys=weight_keys)
+    options = dict(num_weights=num_weights, alpha=alpha, sampler=sampler, seed=seed, rng=rng, step=step,
+                   weight_keys=weight_keys, weights=weights)
+    per_bucket = bucket_weights(batch, options, vpo_blocked.spec.defaults)
     scores = np.zeros(batch.num_rollouts)
     group_max = np.zeros(batch.num_groups)
-    for bucket, bucket_weights in zip(batch.buckets, per_bucket):
-        own, best = bucket_scores(bucket.padded, bucket_weights)
+    for bucket, weights_of_bucket in zip(batch.buckets, per_bucket):
+        own, best = bucket_scores(bucket.padded, weights_of_bucket)
         bucket.scatter(scores, own)
         group_max[bucket.groups] = best
     scores[batch.counts == 0] = 0.0  # an empty rollout scores 0 even when rewards can be < 0
