@@ -126,6 +126,11 @@ class EureqaTask(FileTask):
         masks = "\n".join(f"{x}: {mask}" for x, mask in zip(LETTERS, example["masks"], strict=True))
         return _PROMPT.format(narrative=example["narrative"], masks=masks)
 
+    def oracle_answers(self, example: Example) -> list[str]:
+        """The gold name of every entity (the first one where the data lists aliases)."""
+        return ["\n".join(f"<entity_{key}>{_gold_names(value)[0]}</entity_{key}>"
+                          for key, value in example["entities"].items())]
+
     def score(self, text: str, example: Example) -> np.ndarray:
         """Exact-match vector [entity_A..entity_E] of one answer text; never raises on text."""
         out = np.zeros(len(LETTERS), dtype=np.float64)

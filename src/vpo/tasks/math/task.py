@@ -185,6 +185,10 @@ class MathTask(FileTask):
             return str(example["level"])
         return super().difficulty(example)
 
+    def oracle_answers(self, example: Example) -> list[str]:
+        """The gold final answer, boxed."""
+        return [f"The answer is \\boxed{{{example['answer']}}}."]
+
     # ----- scoring ------------------------------------------------------------------------
     def _pred(self, text: Any, example: Example) -> tuple[str, tuple[str, ...]] | None:
         final = final_answer(text, self.max_answer_chars)
