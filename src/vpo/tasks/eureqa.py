@@ -6,7 +6,7 @@ Usage::
     task = get_task("eureqa")                      # block="first" (the release); block="last"
     example = task.examples("test", 1)[0]          # shipped fixture (a tiny sample, not the benchmark)
     task.score("<entity_A>Ada_Lovelace</entity_A> ...", example)   # (5,) vector of 0/1
-    rows = task.examples("test", source="vincentleebang/EUREQA:default")  # HF rows are converted
+    # rows = task.examples("test", source="vincentleebang/EUREQA:default")  # HF rows (the Hub) are converted
 
 Objectives (D = 5): ``entity_A`` .. ``entity_E``, 1 when the text of ``<entity_X>...</entity_X>``
 (tag name matched case-insensitively, as in the release) equals the gold name after

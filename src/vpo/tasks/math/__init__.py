@@ -7,7 +7,7 @@ Usage::
     example = task.examples("test", 1)[0]                     # shipped GSM8K-style fixture
     rows = task.examples("test", source="fixture:math")       # shipped MATH-style fixture
     rows = task.examples("test", source="data/math_{split}.jsonl")   # your data (or an HF name)
-    task.score("... so the answer is \\boxed{\\frac{1}{2}}", example)  # (D,) vector
+    task.score("... so the answer is \\\\boxed{\\\\frac{1}{2}}", example)  # (D,) vector
 
 Checking is final-answer equivalence with ``math-verify`` (``pip install 'vpo[math]'``):
 fractions, radicals, intervals, sets, units and ``\\text{}``, LaTeX or plain. The final answer

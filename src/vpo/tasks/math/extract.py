@@ -1,4 +1,4 @@
-"""Final answers of math texts and their parts: string structure only (math-verify decides equality).
+r"""Final answers of math texts and their parts: string structure only (math-verify decides equality).
 
 Usage::
 

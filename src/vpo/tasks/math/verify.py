@@ -1,4 +1,4 @@
-"""Equivalence of math answers with math-verify, in worker processes with a time limit that works from any thread.
+r"""Equivalence of math answers with math-verify, in worker processes with a time limit that works from any thread.
 
 Usage::
 
