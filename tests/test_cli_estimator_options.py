@@ -230,3 +230,10 @@ def test_oracle_answers_score_the_gold(name):
             assert {tuple(v) for v in vectors} == expected
         else:
             assert all(task.solved(v) for v in vectors), (name, answers, vectors)
+
+
+def test_advantages_completions_refuse_the_oracle_chain_flags(tmp_path, capsys):
+    path = tmp_path / "samples.jsonl"
+    path.write_text("")
+    assert main(["advantages", "--task", "maze", "--completions", str(path), "--rollouts", "8"]) == 2
+    assert "--rollouts is for the oracle chains" in capsys.readouterr().err

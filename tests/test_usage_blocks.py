@@ -94,6 +94,8 @@ rewards = [rng.random((3, 4)) for _ in range(8)]        # B = 8 rollouts of (m =
 group_ids = ["p1"] * 4 + ["p2"] * 4
 """
 
+MAZE_EXAMPLE = "from vpo.tasks import get_task\nexample = get_task('maze', size=5).examples('test', 1)[0]\n"
+
 MYPKG = '''
 import sys
 from pathlib import Path
@@ -158,7 +160,7 @@ import numpy as np
 from vpo.estimators.rules import group_norm
 scores, group_ids = np.array([0.1, 0.5, 0.9, 0.2]), ["a", "a", "b", "b"]
 """,
-    "vpo.goals": "from vpo.tasks import get_task\ntask = get_task('maze', size=5)\nexample = task.examples('test', 1)[0]\n",
+    "vpo.goals": MAZE_EXAMPLE + "task = get_task('maze', size=5)\n",
     "vpo.export": """
 from vpo.tasks import get_task
 task = get_task("maze", size=9)
@@ -253,12 +255,13 @@ from pathlib import Path
 from vpo.tasks.toolcall import BFCL_FIXTURE
 Path("possible_answer").mkdir()
 shutil.copy(BFCL_FIXTURE, "BFCL_v4_simple_python.json")
-shutil.copy(BFCL_FIXTURE.parent / "possible_answer" / BFCL_FIXTURE.name, "possible_answer/BFCL_v4_simple_python.json")
+shutil.copy(BFCL_FIXTURE.parent / "possible_answer" / BFCL_FIXTURE.name,
+            "possible_answer/BFCL_v4_simple_python.json")
 """,
     "vpo.tasks.own_rewards": MYPKG + "text = '<response_1>apple</response_1><response_2>blue</response_2>'\n",
-    "vpo.tasks.text": "from vpo.tasks.text import first_tag, parse_comma_indices, pick_tag\ntext = '<answer>A</answer>'\n",
-    "vpo.tasks.maze.schema": "from vpo.tasks import get_task\nexample = get_task('maze', size=5).examples('test', 1)[0]\n",
-    "vpo.tasks.maze.simulator": "from vpo.tasks import get_task\nexample = get_task('maze', size=5).examples('test', 1)[0]\n",
+    "vpo.tasks.text": "from vpo.tasks.text import first_tag, parse_comma_indices, pick_tag\ntext = '<a>A</a>'\n",
+    "vpo.tasks.maze.schema": MAZE_EXAMPLE,
+    "vpo.tasks.maze.simulator": MAZE_EXAMPLE,
 }
 """Setup code per module: what its block takes as given."""
 

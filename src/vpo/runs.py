@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FORMAT_FILE", "LOCK_FILE", "RUN_FILE", "atomic_write_text", "claim_out_dir", "lock_folder", "release_out_dir",
-           "run_record"]
+__all__ = ["FORMAT_FILE", "LOCK_FILE", "RUN_FILE", "atomic_write_text", "claim_out_dir", "lock_folder",
+           "release_out_dir", "run_record"]
 
 LOCK_FILE = ".lock"
 FORMAT_FILE = "vpo_format.json"

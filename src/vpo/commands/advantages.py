@@ -42,8 +42,7 @@ class AdvantagesConfig(EstimatorOptions):
     """Options of ``vpo advantages``."""
 
     groups: int = field(default=2, metadata={"help": "number of prompt groups G (with --task: examples)", "min": 1})
-    rollouts: int = field(default=4, metadata={"help": "rollouts per group (with --completions: the rows of each "
-                                                       "example)", "min": 1})
+    rollouts: int = field(default=4, metadata={"help": "rollouts per group", "min": 1})
     answers: int | None = field(default=None, metadata={
         "help": "answers per rollout m (default, as vpo train: 3 for multi-answer estimators, else 1)", "min": 1})
     objectives: int = field(default=4, metadata={"help": "objectives D per answer (synthetic batch; a task sets "
@@ -185,6 +184,11 @@ def _task(cfg: AdvantagesConfig) -> Any:
         return None
     if cfg.objectives != AdvantagesConfig.objectives:
         raise ValueError("--objectives is for the synthetic batch: with --task the task's examples set D")
+    if cfg.completions:  # the file sets the examples, the groups and the answers
+        for name in ("groups", "rollouts", "zero_fraction", "split", "source"):
+            if getattr(cfg, name) != getattr(AdvantagesConfig, name):
+                raise ValueError(f"--{name.replace('_', '-')} is for the oracle chains: with --completions the "
+                                 "file's rows are the rollouts, grouped by example")
     from vpo.tasks import get_task
 
     try:

@@ -139,7 +139,8 @@ class EstimatorOptions:
                                                  "aliases": ("--estimator",)})
     num_weights: int = field_like(WeightOptions, "num_weights",
                                   help=lambda: f"Dirichlet weights K per group ({_taking('num_weights')})")
-    alpha: float = field_like(WeightOptions, "alpha", help=lambda: f"Dirichlet concentration alpha ({_taking('alpha')})")
+    alpha: float = field_like(WeightOptions, "alpha",
+                              help=lambda: f"Dirichlet concentration alpha ({_taking('alpha')})")
     sampler: str = field_like(WeightOptions, "sampler", help=lambda: f"simplex sampler ({_taking('sampler')})")
     estimator_options: list[str] = field(default_factory=list, metadata={"help": _options_help})
 

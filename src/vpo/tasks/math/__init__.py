@@ -27,11 +27,12 @@ Reward vector (D varies per example, ``objective_names(example)``):
 
 Every comparison runs in a persistent worker process (a small pool, ``workers``, one per thread
 scoring at the same time) with a time limit (``timeout``, default 1 s): the worker interrupts
-itself with ``setitimer`` and the caller kills and restarts it when it does not answer within ``timeout + grace`` (a computation stuck in C, such as
-``9^{9^{9}}``). This works from any thread, which math-verify's own signal-based limit does
-not (verl and TRL call reward functions in threads). Plain integers on both sides are compared
-in-process (exact, no sympy). Unparseable, empty, huge (over ``max_answer_chars``) or
-adversarial answers score the zero vector and never raise.
+itself with ``setitimer`` and the caller kills and restarts it when it does not answer within
+``timeout + grace`` (a computation stuck in C, such as ``9^{9^{9}}``). This works from any
+thread, which math-verify's own signal-based limit does not (verl and TRL call reward functions
+in threads). Plain integers on both sides are compared in-process (exact, no sympy).
+Unparseable, empty, huge (over ``max_answer_chars``) or adversarial answers score the zero
+vector and never raise.
 
 Data: GSM8K records ``{question, answer: "... #### 42"}``, MATH records ``{problem, solution
 with \\boxed{}, level: "Level 3", type}``, or the task's own schema ``{id, question, answer:
