@@ -135,14 +135,6 @@ class _StoreTyped(argparse.Action):
         setattr(namespace, TYPED_FLAGS, {**getattr(namespace, TYPED_FLAGS, {}), self.dest: option_string})
 
 
-def task_help() -> str:
-    """``task name: code, eureqa, math, ...``: the help of a --task flag, listing the tasks
-    registered now (built-in and plugins), so no list goes stale."""
-    from vpo.tasks import list_tasks
-
-    return f"task name: {', '.join(list_tasks())}"
-
-
 def _default_text(help_text: str, default: Any, form: str = "; default {}") -> str:
     """`` (default: X)`` for a flag's help, or nothing when there is no default to show (an empty
     string, None) or the help already says what the default is."""

@@ -11,7 +11,8 @@ Usage::
 The default is the task's own prompts (``TaskFormat``). A checkpoint whose folder holds
 ``vpo_format.json`` names another registered format (the CPU demo's compact maze format);
 formats register with ``@register_format(name)`` and are found by name, so nothing here knows
-any task's schema.
+any task's schema. A built-in format's module (the maze's) names its formats in
+``PROMPT_FORMATS`` instead of importing this module: it sits below it.
 
 Shape glossary: M answers per chain (m).
 """
@@ -25,13 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from vpo.runs import FORMAT_FILE
 from vpo.tasks.base import Example, Task
 
 __all__ = ["DEFAULT_TOKENS_PER_ANSWER", "FORMAT_FILE", "PromptFormat", "TaskFormat", "load_format",
            "recorded_method", "recorded_task_params", "register_format", "resolve_task_params"]
-
-FORMAT_FILE = "vpo_format.json"
-"""File in a checkpoint folder naming the prompt format it was trained on (and its task params)."""
 
 DEFAULT_TOKENS_PER_ANSWER = 256
 """Generation budget per answer of the task's own format (``vpo train``'s preset)."""
@@ -85,7 +84,7 @@ class TaskFormat:
 
 _FORMATS: dict[str, Callable[[Mapping[str, Any]], PromptFormat]] = {}
 _BUILTIN_FORMATS = {"maze-compact": "vpo.tasks.maze.format"}
-"""Format name -> module that registers it on import."""
+"""Format name -> module whose ``PROMPT_FORMATS`` ({name: class with ``from_dict``}) holds it."""
 
 
 def register_format(name: str) -> Callable[[type], type]:
@@ -116,7 +115,8 @@ def load_format(model_dir: str | Path | None, task: Task, *, tokenizer: Any = No
     if spec is not None:
         name = spec.get("format")
         if name not in _FORMATS and name in _BUILTIN_FORMATS:
-            importlib.import_module(_BUILTIN_FORMATS[name])
+            for known, cls in importlib.import_module(_BUILTIN_FORMATS[name]).PROMPT_FORMATS.items():
+                _FORMATS.setdefault(known, cls.from_dict)
         if name not in _FORMATS:
             raise ValueError(f"{spec_path}: unknown prompt format {name!r} (known: "
                              f"{', '.join(sorted(set(_FORMATS) | set(_BUILTIN_FORMATS)))})")

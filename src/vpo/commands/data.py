@@ -27,17 +27,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from vpo.commands.rewards import RewardFuncsOptions, failure_policy_given, resolve_task
-from vpo.config import add_dataclass_args, check_out_dir, dataclass_from_args, field_like, parse_params, task_help
+from vpo.commands.options import RewardFuncsOptions, estimator_names, task_help
+from vpo.commands.rewards import failure_policy_given, resolve_task
+from vpo.config import add_dataclass_args, check_out_dir, dataclass_from_args, field_like, parse_params
 from vpo.estimators.options import WeightOptions
 
 FORMATS = ("verl", "trl")
-
-
-def _estimator_names() -> list[str]:
-    from vpo.estimators import list_estimators
-
-    return list_estimators()
 
 
 @dataclass
@@ -54,15 +49,17 @@ class ExportConfig(RewardFuncsOptions):
     train: int = field(default=1000, metadata={"help": "train rows (0 skips the split)", "min": 0})
     test: int = field(default=100, metadata={"help": "test rows (0 skips the split)", "min": 0})
     seed: int = field(default=42, metadata={"help": "train seed; the test seed is 100*seed+42", "min": 0})
-    answers: int = field(default=1, metadata={"help": "answers per generation m (m > 1: multi-answer prompt)",
-                                              "min": 1})
+    answers: int | None = field(default=None, metadata={
+        "help": "answers per generation m (m > 1: multi-answer prompt); default: the --method's own, as vpo train "
+                "(3 for multi-answer estimators, else 1), and 1 without --method", "min": 1})
     source: str | None = field(default=None,
                                metadata={"help": "data file/folder/HF dataset name for file-backed tasks"})
     task_params: list[str] = field(default_factory=list, metadata={
         "help": "task parameters key=value (value JSON or text)", "aliases": ("--param",)})
     method: str = field(default="", metadata={
         "help": "the estimator the data is for, when its prompts differ (goal_conditioned: each prompt states "
-                "its goal weights, also stored in the ground truth)", "choices": lambda: ["", *_estimator_names()]})
+                "its goal weights, also stored in the ground truth; the estimator sets m's default)",
+        "choices": lambda: ["", *estimator_names()]})
     goal_seed: int = field(default=0, metadata={"help": "seed of the goal weights (--method goal_conditioned)",
                                                 "min": 0})
     overlap: bool = field(default=False, metadata={
@@ -114,7 +111,7 @@ def _task_name(args: argparse.Namespace, cfg: Any) -> tuple[str, dict[str, Any] 
         name, params = resolve_task(cfg, args, source=cfg.source, task_flag="TASK")
         return name or "", params
     if not args.task:
-        raise ValueError("give a TASK (maze, musique, eureqa, toolcall, code, math) or --reward-funcs with --source")
+        raise ValueError(f"give a TASK ({task_help()}) or --reward-funcs with --source")
     return args.task, None
 
 
@@ -145,16 +142,19 @@ def run_export(args: argparse.Namespace) -> int:
 
     claim_out_dir(cfg.out, command="data export", overwrite=cfg.overwrite, resume_flag="")
     goals = None
+    answers = cfg.answers if cfg.answers is not None else 1
     if cfg.method:
         from vpo.estimators import get_spec
 
         spec = get_spec(cfg.method)
-        if cfg.answers > 1 and not spec.multi_answer:
+        if cfg.answers is None:
+            answers = spec.default_answers
+        elif cfg.answers > 1 and not spec.multi_answer:
             raise ValueError(f"--method {cfg.method} scores one answer per rollout; use --answers 1")
         if spec.conditions_prompt:
             goals = WeightOptions(alpha=cfg.alpha, seed=cfg.goal_seed)
     result = export(task_name, cfg.out, fmt=cfg.format, train=cfg.train, test=cfg.test, seed=cfg.seed,
-                    answers=cfg.answers, source=cfg.source, task_params=task_params,
+                    answers=answers, source=cfg.source, task_params=task_params,
                     size=cfg.size, goals=goals, overlap=cfg.overlap, chat=cfg.trl_prompt == "chat")
     for split in ("train", "test"):
         if split in result:
@@ -165,7 +165,7 @@ def run_export(args: argparse.Namespace) -> int:
     for line in result["short"]:
         print(f"warning: {line}")
     print(f"task {task_name} params {json.dumps(result['task_params'])}, format {cfg.format}, "
-          f"answers {cfg.answers}")
+          f"answers {answers}" + (f" (--method {cfg.method}'s default)" if cfg.answers is None and cfg.method else ""))
     return 0
 
 

@@ -33,15 +33,16 @@ import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vpo.commands.rewards import RewardFuncsOptions, apply_failure_policy, resolve_task
-from vpo.config import (add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, parse_params,
-                        task_help)
+from vpo.commands.options import PoolOptions, RewardFuncsOptions, task_help
+from vpo.commands.rewards import apply_failure_policy, resolve_task
+from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, parse_params
 from vpo.sampling import SamplingOptions
 
 
 @dataclass
-class EvalConfig(RewardFuncsOptions, SamplingOptions):
-    """Options of ``vpo eval`` (the sampling ones, --device to --threads, from ``SamplingOptions``)."""
+class EvalConfig(RewardFuncsOptions, PoolOptions, SamplingOptions):
+    """Options of ``vpo eval`` (the pool ones, --split to --max-new-tokens, from ``PoolOptions``; the
+    sampling ones, --device to --threads, from ``SamplingOptions``)."""
 
     task: str = field(default="maze", metadata={"help": task_help})
     task_params: str = field(default="", metadata={
@@ -53,15 +54,7 @@ class EvalConfig(RewardFuncsOptions, SamplingOptions):
     answers: int | None = field(default=None, metadata={
         "help": "answers per chain m (the pool holds pool/m chains); default: the m the checkpoint records "
                 "(vpo_format.json or vpo_train.json), else 1", "min": 1})
-    pool: int = field(default=30, metadata={"help": "answers per example (a multiple of --answers)", "min": 1})
-    split: str = field(default="test", metadata={"help": "split of the task's examples"})
-    examples: int = field(default=100, metadata={"help": "number of examples", "min": 1})
     source: str = field(default="", metadata={"help": "data file/dataset for tasks that are not generated"})
-    temperature: float = field(default=0.7, metadata={"help": "sampling temperature", "above": 0.0})
-    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling top-p", "above": 0.0, "max": 1.0})
-    max_new_tokens: int = field(default=0, metadata={
-        "help": "generation budget per chain (0: the prompt format's own: 256 x m for the task's prompts, the "
-                "step budget for the demo's compact maze format)", "min": 0})
     eval_weights: int = field(default=64, metadata={"help": "fixed Dirichlet(1) weights per example", "min": 1})
     seed: int = field(default=0, metadata={"help": "sampling seed and evaluation-weight seed", "min": 0})
     chat: bool | None = field(default=None, metadata={

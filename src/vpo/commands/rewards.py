@@ -32,35 +32,11 @@ from typing import Any
 
 import numpy as np
 
+from vpo.commands.options import RewardFuncsOptions
 from vpo.config import TYPED_FLAGS, add_dataclass_args, check_fields, check_out_dir, dataclass_from_args
 
 OWN_TASK = "own_rewards"
 """The registry name of the task that wraps reward functions and a prompt dataset."""
-
-
-@dataclass
-class RewardFuncsOptions:
-    """The user's own reward functions in place of ``--task`` (shared by every command that takes a task)."""
-
-    reward_funcs: str = field(default="", metadata={
-        "help": "your own reward functions instead of --task, TRL's reward_funcs contract: 'pkg.mod:f1,pkg.mod:f2' "
-                "(or dotted paths, or model ids); one objective per function (a function returning vectors gives "
-                "several); the prompts are the rows of --source (a prompt column)"})
-    reward_names: list[str] = field(default_factory=list, metadata={
-        "help": "names of the objectives --reward-funcs give, one per function (default: the functions' names)"})
-    scaling: list[str] = field(default_factory=list, metadata={
-        "help": "per-objective scaling into [0, 1]: one spec for all, or name=spec entries; a spec is none, sigmoid "
-                "(reward-model logits), minmax (over the batch's answers; not in tasks) or low:high (a known range, "
-                "clipped); default none, with a warning when an objective leaves [0, 1]"})
-    max_failure_rate: float = field(default=0.5, metadata={
-        "help": "stop when more than this fraction of one step's reward calls (functions x answers; a task's "
-                "scorer x answers) fail: raise, return NaN/inf, time out, or get no verdict from math-verify or the "
-                "sandbox; a failed call scores 0 and is counted (vpo/reward_failures); 1 never stops",
-        "min": 0.0, "max": 1.0})
-    reward_time_limit: float | None = field(default=None, metadata={
-        "help": "seconds one reward call (a --reward-funcs function on a batch of answers, or a task's scorer on "
-                "one chain) may run before its answers count as failed (the call is abandoned, its thread keeps "
-                "running); default: no limit (math-verify and the sandbox have their own)", "above": 0.0})
 
 
 def parse_scaling(items: Sequence[str]) -> Any:

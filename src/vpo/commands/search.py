@@ -33,35 +33,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vpo.commands.rewards import RewardFuncsOptions, apply_failure_policy, resolve_task
-from vpo.config import (add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, parse_params,
-                        task_help)
+from vpo.commands.options import PoolOptions, RewardFuncsOptions, task_help
+from vpo.commands.rewards import apply_failure_policy, resolve_task
+from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, parse_params
 from vpo.sampling import DeviceOptions, SamplingOptions
 
 
 @dataclass
-class BestOfNConfig(RewardFuncsOptions, SamplingOptions):
-    """Options of ``vpo search best-of-n`` (the sampling ones, --device to --threads, from ``SamplingOptions``)."""
+class BestOfNConfig(RewardFuncsOptions, PoolOptions, SamplingOptions):
+    """Options of ``vpo search best-of-n`` (the pool ones, --split to --max-new-tokens, from ``PoolOptions``, as
+    ``vpo eval``; the sampling ones, --device to --threads, from ``SamplingOptions``)."""
 
     task: str = field(default="maze", metadata={"help": task_help})
     task_params: str = field(default="", metadata={"help": "task parameters, e.g. 'size=5,reward_mode=linear'"})
     model: list[str] = field(default_factory=list, metadata={"help": "checkpoint folders or .gguf files"})
     labels: list[str] = field(default_factory=list, metadata={"help": "one label per --model (default: folder names)"})
     source: str | None = field(default=None, metadata={"help": "data source of the task (None: its default)"})
-    split: str = field(default="test", metadata={"help": "split of the examples"})
-    examples: int = field(default=100, metadata={"help": "number of examples (as vpo eval)", "min": 1})
-    pool: int = field(default=30, metadata={"help": "answers per example (pool // answers chains)",
-                                            "aliases": ("--n",), "min": 1})
     answers: list[int] = field(default_factory=list, metadata={
         "help": "answers per chain m: one for every --model, or one per --model (e.g. 1,3: GRPO against VPO); "
                 "default: the m each checkpoint records (vpo_format.json or vpo_train.json), else 1",
         "aliases": ("--m",), "min": 1})
     select: str = field(default="scalar", metadata={"help": "'scalar' or comma-separated weights, one per objective"})
-    temperature: float = field(default=0.7, metadata={"help": "sampling temperature", "above": 0.0})
-    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling", "above": 0.0, "max": 1.0})
-    max_new_tokens: int = field(default=0, metadata={
-        "help": "generation budget per chain (0, as vpo eval: the prompt format's own, 256 x m for the task's "
-                "prompts, the step budget for the demo's compact maze format)", "min": 0})
     seed: int = field(default=0, metadata={"help": "seed of the examples and of sampling", "min": 0})
     out: str = field(default="runs/search", metadata={"help": "output folder"})
     overwrite: bool = field(default=False, metadata={
@@ -298,16 +290,16 @@ def search_from_eval_config(kind: str, cfg: Any) -> dict[str, Any]:
     threads = int(getattr(cfg, "threads", 0) or 0)
     sampling = {name: getattr(cfg, name) for name in SamplingOptions.__dataclass_fields__ if hasattr(cfg, name)}
     if kind == "best-of-n":
+        pool = {name: getattr(cfg, name) for name in PoolOptions.__dataclass_fields__}
         return run_best_of_n(BestOfNConfig(
             task=cfg.task, task_params=getattr(cfg, "task_params", ""), model=models, labels=labels,
             reward_funcs=getattr(cfg, "reward_funcs", ""), reward_names=list(getattr(cfg, "reward_names", []) or []),
             scaling=list(getattr(cfg, "scaling", []) or []),
             max_failure_rate=getattr(cfg, "max_failure_rate", RewardFuncsOptions.max_failure_rate),
-            reward_time_limit=getattr(cfg, "reward_time_limit", None), source=cfg.source or None, split=cfg.split,
-            examples=cfg.examples, pool=cfg.pool, answers=[cfg.answers] if cfg.answers else [],
-            temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
-            seed=cfg.seed, out=cfg.out, overwrite=bool(getattr(cfg, "overwrite", False)),
-            progress=bool(getattr(cfg, "progress", True)), **sampling))
+            reward_time_limit=getattr(cfg, "reward_time_limit", None), source=cfg.source or None,
+            answers=[cfg.answers] if cfg.answers else [], seed=cfg.seed, out=cfg.out,
+            overwrite=bool(getattr(cfg, "overwrite", False)), progress=bool(getattr(cfg, "progress", True)),
+            **pool, **sampling))
     if kind == "openevolve":
         if getattr(cfg, "reward_funcs", ""):
             raise ValueError("--search openevolve scores code problems in the sandbox; --reward-funcs is for best-of-n")
@@ -350,16 +342,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         return 2
 
     parser.set_defaults(func=usage)
-
-
-def main(argv: list[str] | None = None) -> int:  # pragma: no cover - convenience entry
-    from vpo.cli import main as cli_main
-
-    return cli_main(["search", *(argv or [])])
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
 
 
 __all__ = ["BestOfNConfig", "OpenEvolveConfig", "check_select", "parse_select", "register", "run_best_of_n",

@@ -38,9 +38,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vpo.commands.rewards import RewardFuncsOptions, apply_failure_policy, resolve_task
-from vpo.config import (add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, field_like,
-                        parse_params, task_help)
+from vpo.commands.options import (EstimatorOptions, RewardFuncsOptions, check_estimator_options, estimator_options,
+                                  task_help)
+from vpo.commands.rewards import apply_failure_policy, resolve_task
+from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, parse_params
 from vpo.estimators.options import WeightOptions
 from vpo.integrations.trl_config import TASK_EPOCHS, VPO_OWNED, RLConfig, TRLOptions, check_engine, read_grpo_yaml
 
@@ -52,20 +53,12 @@ HEARTBEAT_S = 30.0
 """Under --no-progress, the longest a training run stays silent between logged step lines."""
 
 
-def _estimator_names() -> list[str]:
-    from vpo.estimators import list_estimators
-
-    return list_estimators()
-
-
 @dataclass
-class TrainArgs(RewardFuncsOptions):
+class TrainArgs(RewardFuncsOptions, EstimatorOptions):
     """What to train, on what, and where to write it (the RL hyperparameters are RLConfig's)."""
 
     task: str = field(default="", metadata={"help": task_help})
     model: str = field(default="", metadata={"help": "model folder, cached hub id, or .gguf file"})
-    method: str = field(default="vpo", metadata={"help": "advantage estimator (any registered in vpo.estimators)",
-                                                 "choices": _estimator_names})
     answers: int | None = field(
         default=None, metadata={"help": "answers per rollout m (default 3 for multi-answer estimators, else 1)",
                                 "min": 1})
@@ -83,11 +76,6 @@ class TrainArgs(RewardFuncsOptions):
     lora: bool = field(default=False, metadata={"help": "train a LoRA adapter (peft) instead of all weights"})
     lora_rank: int = field(default=16, metadata={"help": "LoRA rank r", "min": 1})
     lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha", "min": 1})
-    num_weights: int = field_like(WeightOptions, "num_weights",
-                                  help="Dirichlet weights K per group (estimators with keyed weights)")
-    alpha: float = field_like(WeightOptions, "alpha",
-                              help="Dirichlet concentration alpha (estimators with keyed weights)")
-    sampler: str = field_like(WeightOptions, "sampler", help="simplex sampler (estimators with keyed weights)")
     chat_template: bool = field(
         default=True, metadata={"help": "wrap prompts in the tokenizer's chat template when it has one"})
     save: bool = field(default=True, metadata={"help": "save the final model (or adapter) to output_dir"})
@@ -312,6 +300,17 @@ def _reference_from_policy(model: Any, *, enabled: bool) -> Iterator[None]:
         grpo_trainer.create_model_from_path = original
 
 
+def _objectives(task: Any, rows: list[dict[str, Any]], own_name: str | None) -> int | None:
+    """D of the training rows without scoring anything (None: your reward functions must score an
+    answer first, which the trainer does at its first step)."""
+    if own_name is None:
+        return task.num_objectives(json.loads(rows[0]["example"]))
+    try:
+        return task.num_objectives()  # declared by every function
+    except ValueError:
+        return None
+
+
 def _prompt_text(prompt: Any) -> str:
     """A row's prompt as text: itself, or its chat turns' contents joined."""
     if isinstance(prompt, str):
@@ -378,8 +377,12 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
                          + (f" x {world} processes" if world > 1 else "")
                          + f" must be a multiple of --num-generations ({rl.num_generations}): a batch holds whole "
                          "groups")
-    weight_options = WeightOptions(num_weights=cfg.num_weights, alpha=cfg.alpha, sampler=cfg.sampler, seed=rl.seed)
     spec = get_spec(cfg.method)
+    # the estimator's options (the weight flags and --estimator-options), their names checked here and their
+    # values once the task gives D; VPOTrainer keys the weights on args.seed = --seed
+    options = estimator_options(cfg)
+    weight_options = WeightOptions(**{k: options[k] for k in ("num_weights", "alpha", "sampler") if k in options},
+                                   seed=rl.seed)
     scale = getattr(engine, "scale_rewards", None)
     if scale not in (None, "group") and "scale" not in spec.options:  # VPOTrainer maps it onto the estimator's
         raise ValueError(f"--scale-rewards {scale}: --method {cfg.method} has no group scale to set "
@@ -419,6 +422,8 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     else:
         rows = build_train_rows(task, answers, data=cfg.source, n=cfg.examples, seed=cfg.data_seed,
                                 goals=weight_options if spec.conditions_prompt else None, chat=True)
+    check_estimator_options(cfg.method, options, answers=answers, objectives=_objectives(task, rows, own_name),
+                            group_size=rl.num_generations)
     _, (info,) = check_checkpoints([cfg.model], task=task.name, given=given)  # vouched for before it loads
     model_dir = info.path if info.kind in ("folder", "lora") and info.format_applies else None
     memory = _check_memory(cfg.model, args, rows, load_format(model_dir, task, chat=False), answers,
@@ -476,9 +481,6 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
 
         peft_config = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules="all-linear",
                                  task_type="CAUSAL_LM")
-    # the estimator's weight options that were given (VPOTrainer keys the weights on args.seed = --seed)
-    options = {name: getattr(weight_options, name) for name in ("num_weights", "alpha", "sampler")
-               if name in spec.options}
     with _reference_from_policy(model, enabled=peft_config is None and float(args.beta) != 0.0):
         objectives: dict[str, Any] = (
             {"task": task} if own_name is None else  # your functions, each called once per step on all answers

@@ -3,7 +3,7 @@
 Usage (inside an estimator)::
 
     batch = RewardBatch.from_rewards(rewards, group_ids)
-    per_bucket = draw_group_weights(batch, WeightOptions(num_weights=100), step=3)
+    per_bucket = draw_group_weights(batch, WeightOptions(num_weights=100), seed=0, step=3)
     per_bucket = draw_group_weights(batch, opts, rng=np.random.default_rng(0))   # from a Generator
 
 Keyed draws are ``vpo.weights.group_weights`` of each group's weight key (its label, or the

@@ -2,7 +2,7 @@
 
 Usage::
 
-    from vpo.sandbox.isolation import isolation_mode, worker_command
+    from vpo.sandbox.isolation import isolation_mode
     isolation_mode()                  # "bwrap" when bubblewrap works here, else "rlimit" (warns once)
 
 ``VPO_SANDBOX_ISOLATION=auto|bwrap|rlimit`` overrides the choice. With bubblewrap the worker

@@ -18,7 +18,6 @@ docstring (``vpo.sandbox``); the worker's side is ``vpo.sandbox.driver``.
 
 from __future__ import annotations
 
-import atexit
 import json
 import marshal
 import os
@@ -37,6 +36,7 @@ from vpo.sandbox.compare import verdict
 from vpo.sandbox.isolation import (_as_sandbox_user, _bwrap_command, _count_processes_of, _environment,
                                    _interpreter, _sandbox_user, _seccomp_fd)
 from vpo.sandbox.limits import Limits, Verdict
+from vpo.warm_pool import WarmPool
 
 _DRIVER_PATH = Path(__file__).with_name("driver.py")
 _FRAME_HEADER = 8
@@ -343,102 +343,40 @@ def _max_idle() -> int:
     return max(4, 2 * default_workers())
 
 
-class _Pool:
-    """Idle workers by key (isolation, tmp size); a worker is used by one thread at a time."""
-
-    def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.lock = threading.Lock()
-        self.idle: list[_Worker] = []
-        self.live: set[_Worker] = set()
-
-    def acquire(self, key: tuple[str, int]) -> _Worker:
-        with self.lock:
-            for i in range(len(self.idle) - 1, -1, -1):
-                if self.idle[i].key == key:
-                    return self.idle.pop(i)
-        worker = _Worker(*key)
-        with self.lock:
-            self.live.add(worker)
-        return worker
-
-    def release(self, worker: _Worker) -> None:
-        if worker.alive():
-            with self.lock:
-                if worker in self.live and len(self.idle) < _max_idle():
-                    self.idle.append(worker)
-                    return
-        self.discard(worker)
-
-    def discard(self, worker: _Worker) -> None:
-        with self.lock:
-            self.live.discard(worker)
-            if worker in self.idle:
-                self.idle.remove(worker)
-        worker.close()
-
-    def close(self) -> None:
-        with self.lock:
-            workers = list(self.live)
-            self.live.clear()
-            self.idle.clear()
-        for worker in workers:
-            worker.close()
-
-    def pids(self) -> set[int]:
-        with self.lock:
-            return {w.pid for w in self.live}
-
-
-_pool_lock = threading.Lock()
-_pool_ref: list[_Pool] = []
-
-
-def _pool() -> _Pool:
-    with _pool_lock:
-        if not _pool_ref or _pool_ref[0].pid != os.getpid():
-            # A forked copy of this process must not use (or kill) its parent's workers.
-            _pool_ref[:] = [_Pool()]
-        return _pool_ref[0]
+# Workers by key (isolation, tmp size), each used by one thread at a time; the pool grows with
+# its callers (``run_batch`` bounds them) and keeps ``_max_idle()`` idle ones. A forked copy of
+# this process starts its own and never uses or kills its parent's (vpo.warm_pool).
+_POOL: WarmPool[_Worker] = WarmPool(start=lambda key: _Worker(*key), stop=_Worker.close, alive=_Worker.alive,
+                                    max_idle=_max_idle)
 
 
 def shutdown() -> None:
     """Stop every worker of this process's pool (idle or busy); later calls start new ones."""
-    with _pool_lock:
-        pool = _pool_ref[0] if _pool_ref and _pool_ref[0].pid == os.getpid() else None
-        _pool_ref.clear()
-    if pool is not None:
-        pool.close()
+    _POOL.close()
 
 
 def worker_pids() -> set[int]:
     """Pids of this process's live workers (their bubblewrap or interpreter processes)."""
-    with _pool_lock:
-        pool = _pool_ref[0] if _pool_ref and _pool_ref[0].pid == os.getpid() else None
-    return pool.pids() if pool is not None else set()
-
-
-atexit.register(shutdown)
+    return {worker.pid for worker in _POOL.workers()}
 
 
 class Slot:
     """One thread's hold on a worker across programs (no pool lock per program)."""
 
     def __init__(self) -> None:
-        self.pool = _pool()
         self.worker: _Worker | None = None
 
     def get(self, key: tuple[str, int]) -> _Worker:
         if self.worker is not None and (self.worker.key != key or not self.worker.usable):
             self.release()
         if self.worker is None:
-            self.worker = self.pool.acquire(key)
+            self.worker = _POOL.acquire(key)
         return self.worker
 
     def release(self) -> None:
         worker, self.worker = self.worker, None
         if worker is not None:
-            self.pool.release(worker)
+            _POOL.release(worker)
 
 
 # ----- one program ---------------------------------------------------------------------------------

@@ -212,6 +212,12 @@ class Task(ABC):
         """Answers of one chain with equal keys count once (default: identical reward vectors)."""
         return vector.tobytes()
 
+    def oracle_answers(self, example: Example) -> list[str]:
+        """Answer texts written from the example's gold data, in the format its prompt asks for
+        (``vpo advantages --task`` scores chains of them). Default: none (a task without gold
+        answers, such as your own reward functions)."""
+        return []
+
     def score_chain(self, text: str, example: Example, m: int, *,
                     stats: dict[str, int] | None = None) -> np.ndarray:
         """(m, D) reward matrix of one generation: parse, score (``score_answers``: under the

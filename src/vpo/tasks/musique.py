@@ -158,6 +158,12 @@ class MusiqueTask(FileTask):
                               question=example["question"])
 
     # ----- scoring -------------------------------------------------------------------
+    def oracle_answers(self, example: Example) -> list[str]:
+        """The gold supporting paragraphs of the decomposition steps and the gold answer."""
+        support = ", ".join(str(step["paragraph_support_idx"]) for step in example["question_decomposition"]
+                            if step.get("paragraph_support_idx") is not None)
+        return [f"<support>{support}</support><answer>{example['answer']}</answer>"]
+
     def score(self, text: str, example: Example) -> np.ndarray:
         """[hop_1, hop_2, hop_3, hop_4, answer_f1] of one answer text; never raises on text."""
         out = np.zeros(len(self.objectives), dtype=np.float64)

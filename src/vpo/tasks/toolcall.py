@@ -471,6 +471,18 @@ class ToolCallTask(FileTask):
         return [{"role": "system", "content": example["instruction"]},
                 {"role": "user", "content": self.with_goal(user, example)}]
 
+    def oracle_answers(self, example: Example) -> list[str]:
+        """The gold calls in a ``<tool_call>`` block (one JSON object per line), or the gold
+        response when the gold calls no tool."""
+        import json
+
+        calls = example.get("gold_calls") or []
+        if calls:
+            body = "\n".join(json.dumps({"name": c["name"], "parameters": c.get("parameters", {})}) for c in calls)
+            return [f"<think>The request needs these calls.</think>\n<tool_call>\n{body}\n</tool_call>"]
+        return [f"<think>No tool fits.</think>\n<response>{example.get('gold_response') or 'No tool fits.'}"
+                "</response>"]
+
     def score(self, text: str, example: Example) -> np.ndarray:
         """[format, tool_name, arg_key, arg_value] of one answer text; never raises on text."""
         out = np.zeros(4, dtype=np.float64)

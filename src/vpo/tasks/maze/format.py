@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from vpo.formats import FORMAT_FILE, register_format
+from vpo.runs import FORMAT_FILE, atomic_write_text
 
 MOVE_LETTERS = {"UP": "U", "DOWN": "D", "LEFT": "L", "RIGHT": "R"}
 TILE_CHARS = "#.segdlb"
@@ -41,7 +41,6 @@ def route_letters(moves: Sequence[str]) -> str:
     return "".join(MOVE_LETTERS[move] for move in moves)
 
 
-@register_format("maze-compact")
 @dataclass(frozen=True)
 class CompactMazeFormat:
     """Prompt and answer format of the demo's character-level maze model (see module doc)."""
@@ -115,8 +114,6 @@ class CompactMazeFormat:
     def save(self, model_dir: str | Path, **extra: Any) -> Path:
         """Write ``vpo_format.json`` (this format plus ``extra``, e.g. the task parameters)."""
         path = Path(model_dir) / FORMAT_FILE
-        from vpo.runs import atomic_write_text
-
         return atomic_write_text(path, json.dumps({**self.to_dict(), **extra}, indent=1, sort_keys=True))
 
 
@@ -151,3 +148,7 @@ class GoalPerChainFormat:
 
     def max_completion_tokens(self, budget: int, m: int) -> int:
         return self.base.max_completion_tokens(budget, m)
+
+
+PROMPT_FORMATS = {"maze-compact": CompactMazeFormat}
+"""The formats ``vpo.formats.load_format`` finds here by the name a checkpoint records."""

@@ -220,6 +220,11 @@ class MazeTask(Task):
         return () if moves is None else tuple(moves)
 
     # ----- oracles -------------------------------------------------------------------
+    def oracle_answers(self, example: Example) -> list[str]:
+        """The distinct oracle routes (shortest safe, via the gold, via the diamonds) as answers."""
+        routes = dict.fromkeys(" ".join(route) for route in oracle_routes(example).values())
+        return [f"<answer>{route}</answer>" for route in routes]
+
     shortest_safe_route = staticmethod(shortest_safe_route)
     route_via_gold = staticmethod(route_via_gold)
     route_via_diamond = staticmethod(route_via_diamond)
