@@ -139,6 +139,7 @@ prompt_0, prompt_1 = "3 12 e", "1 08 s"
 """,
     "vpo.estimators": BATCH,
     "vpo.estimators.vpo": BATCH,
+    "vpo.estimators.derive": BATCH.replace("(3, 4)", "(1, 4)"),
     "vpo.estimators.baselines": BATCH.replace("(3, 4)", "(1, 4)") + "w1, w2 = [0.5, 0.5, 0, 0], [0, 0, 0.5, 0.5]\n",
     "vpo.estimators.group_weights": BATCH + """
 from vpo.estimators.common import RewardBatch
@@ -151,10 +152,7 @@ import numpy as np
 scores, group_index = np.array([0.1, 0.5, 0.9, 0.2]), np.array([0, 0, 1, 1])
 """,
     "vpo.estimators.reductions": "import numpy as np\nmatrix = np.array([[1.0, 0, 0.5, 0], [0, 1, 0, 0.5]])\n",
-    "vpo.estimators.registry": """
-from vpo.estimators.reductions import fixed_scalar
-from vpo.estimators.rules import group_norm
-""",
+    "vpo.estimators.registry": BATCH.replace("(3, 4)", "(1, 4)"),
     "vpo.estimators.rules": """
 import numpy as np
 from vpo.estimators.rules import group_norm
