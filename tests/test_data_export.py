@@ -182,8 +182,8 @@ def test_own_reward_rows_do_not_go_to_both_splits(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "the test split took every one of them (4)" in err and "--overlap" in err
     assert main([*base, "--out", str(tmp_path / "split"), "--train", "3", "--test", "1"]) == 0
-    train = [json.loads(r["reward_model"]["ground_truth"])["prompt"] for r in read(tmp_path / "split" / "train.parquet")]
-    test = [json.loads(r["reward_model"]["ground_truth"])["prompt"] for r in read(tmp_path / "split" / "test.parquet")]
+    train, test = ([json.loads(r["reward_model"]["ground_truth"])["prompt"] for r in read(tmp_path / "split" / name)]
+                   for name in ("train.parquet", "test.parquet"))
     assert len(train) == 3 and len(test) == 1 and not set(train) & set(test)
     assert main([*base, "--out", str(tmp_path / "shared"), "--overlap", "--train", "4", "--test", "4"]) == 0
     assert len(read(tmp_path / "shared" / "train.parquet")) == len(read(tmp_path / "shared" / "test.parquet")) == 4

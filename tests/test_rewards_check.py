@@ -47,8 +47,10 @@ def funcs(tmp_path):
 @pytest.fixture
 def samples(tmp_path):
     return write_jsonl(tmp_path / "samples.jsonl", [
-        {"prompt": "Name a red fruit.", "completion": "<response_1>An apple</response_1><response_2>cherry</response_2>"},
-        {"prompt": "Name a colour.", "completion": "<response_1>blue</response_1><response_2>a deep sea green</response_2>"},
+        {"prompt": "Name a red fruit.",
+         "completion": "<response_1>An apple</response_1><response_2>cherry</response_2>"},
+        {"prompt": "Name a colour.",
+         "completion": "<response_1>blue</response_1><response_2>a deep sea green</response_2>"},
     ])
 
 

@@ -251,7 +251,7 @@ def test_a_string_reward_key_is_refused_not_read_as_a_number():
     info = {"index": 0, "answers": 2}
     out = compute_score("math_dapo", chain, "8", info, reward_keys=["acc"], **kwargs)  # a bool: 1.0 or 0.0
     assert out["best_acc"] == 1.0 and json.loads(out["objective_best"]) == [1.0]
-    with pytest.raises(ValueError, match=r"reward key 'pred' of default_compute_score holds the string '8', not a number"):
+    with pytest.raises(ValueError, match=r"key 'pred' of default_compute_score holds the string '8', not a number"):
         compute_score("math_dapo", chain, "8", info, reward_keys=["acc", "pred"], **kwargs)
 
 

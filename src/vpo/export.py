@@ -206,10 +206,10 @@ def export(task_name: str, out_dir: str | os.PathLike[str], *, fmt: str = "verl"
     rows ``test_seed(seed)``. A split asked for 0 rows is skipped. The splits never share an
     example (by its ``id``, else, for rows read from a file, by the whole row) unless
     ``overlap``: when a source serves the same rows to both splits (a single file, the shipped
-    fixtures, HumanEval), the test split is drawn first and train gets the rest. A split may hold fewer rows than asked (a small source); the
-    result's ``short`` says so. Returns ``{"train": path, "test": path, "counts": {...},
-    "requested": {...}, "short": [...], "task_params": {...}, "seeds": {...}}``. ``goals`` as in
-    ``export_rows``.
+    fixtures, HumanEval), the test split is drawn first and train gets the rest. A split may
+    hold fewer rows than asked (a small source); the result's ``short`` says so. Returns
+    ``{"train": path, "test": path, "counts": {...}, "requested": {...}, "short": [...],
+    "task_params": {...}, "seeds": {...}}``. ``goals`` as in ``export_rows``.
     """
     task, params = make_task(task_name, task_params, size=size)
     seeds = {"train": int(seed), "test": test_seed(seed)}

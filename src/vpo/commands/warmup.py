@@ -148,12 +148,11 @@ def pick_answers(vectors: np.ndarray | None, m: int, weights: np.ndarray | None 
     in what they are good at)."""
     from vpo.objective import set_scores
 
-    n = len(vectors) if vectors is not None else 0
     if vectors is None or weights is None:
         return list(range(m))
     chosen: list[int] = []
-    for _ in range(min(m, n)):
-        rest = [i for i in range(n) if i not in chosen]
+    for _ in range(min(m, len(vectors))):
+        rest = [i for i in range(len(vectors)) if i not in chosen]
         scores = set_scores([vectors[chosen + [i]] for i in rest], weights)
         chosen.append(rest[int(np.argmax(scores))])
     return chosen
@@ -384,8 +383,9 @@ def run_warmup(cfg: WarmupConfig, args: argparse.Namespace | None = None) -> dic
         task.failures.end_step()  # RewardFailureError past --max-failure-rate
     truncated = float(np.mean([g.truncated for row in singles for g in row]))
     record.update(rows=len(picked), prompts_short=short, singles_truncated=truncated, choices=choices)
-    print(f"{len(picked)} chains of m = {m} distinct answers; {short} prompts had fewer than {m} distinct complete "
-          f"answers and were left out ({truncated:.0%} of the answers ran out of --max-new-tokens)", flush=True)
+    print(f"{len(picked)} chains of m = {m} distinct answers; {short} of {len(examples)} prompts had fewer than {m} "
+          f"distinct complete answers and were left out ({truncated:.0%} of the answers ran out of --max-new-tokens)",
+          flush=True)
     if not picked:
         raise ValueError(f"no prompt had {m} distinct complete answers among {cfg.samples} samples: raise --samples "
                          "or --max-new-tokens, or lower --answers")
