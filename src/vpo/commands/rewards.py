@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from vpo.config import TYPED_FLAGS, add_dataclass_args, check_fields, check_out_dir, dataclass_from_args
-from vpo.reward_failures import RewardFailurePolicy, RewardFailures
+from vpo.reward_failures import RewardFailureError, RewardFailurePolicy, RewardFailures
 
 OWN_TASK = "own_rewards"
 """The registry name of the task that wraps reward functions and a prompt dataset."""
@@ -305,8 +305,8 @@ def _failure_text(name: str, row: Mapping[str, Any]) -> str:
 def check_rewards(cfg: CheckConfig, *, echo: bool = True) -> dict[str, Any]:
     """Score ``cfg.source``'s completions; print (``echo``) and return the matrices, the per-objective
     summary, each function's failed calls and the diagnostics (and write the report when ``cfg.out``
-    is set). Every call runs and every failure is reported; then, when more than
-    ``--max-failure-rate`` of the calls failed, ``RewardFailureError`` as training would raise it."""
+    is set). Every call runs and every failure is reported; then, when training would stop at
+    its first step under ``--max-failure-rate``, the ``RewardFailureError`` training would raise."""
     from vpo.rewards import RewardScaleWarning, load_reward_funcs, score_chains
 
     check_fields(cfg)
@@ -326,8 +326,7 @@ def check_rewards(cfg: CheckConfig, *, echo: bool = True) -> dict[str, Any]:
 
         claim_out_dir(cfg.out, command="rewards check", overwrite=cfg.overwrite, resume_flag="",
                       stale=("plots", "report.md", "report.html", "metrics.json"))
-    # the check counts every failure and stops at none: max_failure_rate only phrases the verdict
-    errors = FirstErrors(RewardFailurePolicy(max_failure_rate=1.0, time_limit=cfg.reward_time_limit))
+    errors = FirstErrors(RewardFailurePolicy(max_failure_rate=cfg.max_failure_rate, time_limit=cfg.reward_time_limit))
     prompts = [row["prompt"] for row in rows]
     completions = [as_trained(row["prompt"], row[COMPLETION_COLUMN]) for row in rows]
     with warnings.catch_warnings(record=True) as caught:
@@ -335,6 +334,11 @@ def check_rewards(cfg: CheckConfig, *, echo: bool = True) -> dict[str, Any]:
         result = score_chains(funcs, prompts, completions, answers=cfg.answers, reward_names=cfg.reward_names or None,
                               scaling=scaling, failures=errors, **columns)
     totals = errors.totals()
+    try:  # every call has run: the verdict training would reach on this step, raised after the report
+        errors.end_step()
+        stop = None
+    except RewardFailureError as err:
+        stop = err
     calls = int(np.asarray(result.owners).size)
     failures = _failure_rows(funcs, calls, totals["by_function"], errors.first, list(columns))
     failed = {name: row for name, row in failures.items() if row["failed"]}
@@ -389,15 +393,14 @@ def check_rewards(cfg: CheckConfig, *, echo: bool = True) -> dict[str, Any]:
             print(f"error: {_failure_text(name, row)}")
         if failed:
             print(f"{totals['failed']} of {totals['calls']} reward calls failed ({rate:.0%}); training would "
-                  + ("stop" if rate > cfg.max_failure_rate else "score them 0 and go on")
+                  + ("stop (below)" if stop else "score them 0 and go on")
                   + f" at --max-failure-rate {cfg.max_failure_rate:g}")
     if cfg.out:
         report["report"] = {k: str(v) for k, v in write_check_report(report, cfg.out).items()}
         if echo:
             print(f"report: {report['report']['md']}")
-    if rate > cfg.max_failure_rate:  # what training would raise at its first step, after the full report
-        RewardFailures(RewardFailurePolicy(max_failure_rate=cfg.max_failure_rate)).check(totals["calls"],
-                                                                                          totals["by_function"])
+    if stop is not None:
+        raise stop
     return report
 
 

@@ -266,6 +266,7 @@ def _sft_rows(task: Any, examples: Sequence[Any], picked: Sequence[Sequence[str]
 def _sft(model: Any, tokenizer: Any, rows: list[dict[str, Any]], cfg: WarmupConfig, cpu: bool) -> tuple[Any, list]:
     """A short SFT of ``model`` on ``rows`` through TRL's ``SFTTrainer`` (loss on the completion
     only); returns the trained model (a LoRA adapter merged in) and the logged losses."""
+    import torch
     from datasets import Dataset
     from transformers import PrinterCallback, TrainerCallback
     from trl import SFTConfig, SFTTrainer
@@ -282,7 +283,8 @@ def _sft(model: Any, tokenizer: Any, rows: list[dict[str, Any]], cfg: WarmupConf
     args = SFTConfig(output_dir=str(Path(cfg.out) / "sft"), max_steps=cfg.sft_steps,
                      per_device_train_batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
                      logging_steps=max(1, cfg.sft_steps // 10), save_strategy="no", report_to="none",
-                     use_cpu=cpu, bf16=not cpu, seed=cfg.seed, disable_tqdm=not cfg.progress,
+                     use_cpu=cpu, bf16=not cpu and torch.cuda.is_bf16_supported(), seed=cfg.seed,
+                     disable_tqdm=not cfg.progress,
                      dataset_num_proc=None, max_length=None)
     peft_config = None
     if cfg.lora:
