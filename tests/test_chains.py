@@ -179,6 +179,20 @@ def test_parse_round_trip(answers, extra_m, shuffle, tag, rnd):
         assert parse_answers(text, m, tag=tag, fallbacks=fallbacks) == [a.strip() for a in answers] + [""] * extra_m
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(model_text, answer_text), min_size=1, max_size=5), st.sampled_from(["route", "response"]))
+def test_format_chain_is_the_parsers_inverse(answers, tag):
+    from vpo.chains import format_chain, holds_numbered_tag
+
+    if any(not a.strip() or holds_numbered_tag(a, tag) for a in answers):
+        with pytest.raises(ValueError, match="format_chain: answer"):
+            format_chain(answers, tag)
+        return
+    text = format_chain(answers, tag)
+    assert parse_answers(text, len(answers), tag=tag) == [a.strip() for a in answers]
+    assert text.startswith(f"<{tag}_1>") and text.endswith(f"</{tag}_{len(answers)}>")
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.lists(answer_text, min_size=1, max_size=5), st.sampled_from(["route", "response"]),
        st.lists(st.booleans(), min_size=8, max_size=8))

@@ -169,3 +169,21 @@ def test_splits_do_not_overlap_and_short_splits_are_said(tmp_path, task_name, ca
 def test_generated_mazes_keep_their_split_seeds(tmp_path):
     result = export("maze", tmp_path, fmt="trl", train=3, test=2, size=5)
     assert result["counts"] == {"train": 3, "test": 2} and result["short"] == [] and result["overlap_removed"] == 0
+
+
+def test_own_reward_rows_do_not_go_to_both_splits(tmp_path, capsys):
+    """--reward-funcs rows have no ``id``: a single prompt file still serves train and test the same
+    rows, and the export refuses that without --overlap, as it does for toolcall and math."""
+    source = tmp_path / "prompts.jsonl"
+    source.write_text("".join(json.dumps({"prompt": f"Name a {thing}.", "keyword": thing}) + "\n"
+                              for thing in ("fruit", "colour", "planet", "bird")))
+    base = ["data", "export", "--reward-funcs", "own_reward_funcs:keyword", "--source", str(source)]
+    assert main([*base, "--out", str(tmp_path / "all")]) == 2  # train 1000, test 100: test takes every row
+    err = capsys.readouterr().err
+    assert "the test split took every one of them (4)" in err and "--overlap" in err
+    assert main([*base, "--out", str(tmp_path / "split"), "--train", "3", "--test", "1"]) == 0
+    train, test = ([json.loads(r["reward_model"]["ground_truth"])["prompt"] for r in read(tmp_path / "split" / name)]
+                   for name in ("train.parquet", "test.parquet"))
+    assert len(train) == 3 and len(test) == 1 and not set(train) & set(test)
+    assert main([*base, "--out", str(tmp_path / "shared"), "--overlap", "--train", "4", "--test", "4"]) == 0
+    assert len(read(tmp_path / "shared" / "train.parquet")) == len(read(tmp_path / "shared" / "test.parquet")) == 4

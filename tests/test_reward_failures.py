@@ -140,9 +140,11 @@ def test_cli_flags_reach_the_policy_and_stop_with_a_message(tmp_path, capsys):
     samples.write_text("".join(json.dumps({"prompt": "p", "completion": c}) + "\n" for c in chains))
     base = ["rewards", "check", "--reward-funcs", "test_reward_failures:picky", "--source", str(samples),
             "--answers", "2"]
-    assert main([*base, "--out", str(tmp_path / "ok")]) == 0  # 2 of 4 calls fail: not more than 0.5
+    # 2 of 4 calls fail: not more than 0.5, so training would go on, but the check fails on any failure
+    assert main([*base, "--out", str(tmp_path / "ok")]) == 1
     report = json.loads((tmp_path / "ok" / "metrics.json").read_text())
-    assert report["reward_failures"] == {"vpo/reward_failures": 2.0, "vpo/reward_failures/picky": 2.0}
+    assert report["reward_failures"]["failed"] == 2 and report["reward_failures"]["calls"] == 4
+    assert report["reward_failures"]["by_function"]["picky"]["failed"] == 2 and report["failed_functions"] == ["picky"]
     assert report["matrices"][0] == [[0.0], [1.0]]
     capsys.readouterr()
     assert main([*base, "--max-failure-rate", "0.25"]) == 1

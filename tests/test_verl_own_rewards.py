@@ -239,3 +239,32 @@ def test_exported_own_rewards_scored_by_verl_and_openrlhf_reward_functions(own_e
     spec.loader.exec_module(module)
     got = module.reward_func(["PROMPT" + chain], ["PROMPT"], [line["label"]])
     assert got["rewards"] == pytest.approx(expected, abs=1e-12)
+
+
+def test_a_string_reward_key_is_refused_not_read_as_a_number():
+    """verl's default_compute_score on math_dapo data returns {"score", "acc", "pred"}: "pred" is the
+    extracted answer ("8"), which float() would silently turn into the reward 8.0."""
+    from vpo.integrations.verl_rewards import compute_score
+
+    kwargs = {"score_path": "pkg://verl.utils.reward_score", "score_name": "default_compute_score"}
+    chain = "<response_1>Answer: 8</response_1><response_2>Answer: 7</response_2>"
+    info = {"index": 0, "answers": 2}
+    out = compute_score("math_dapo", chain, "8", info, reward_keys=["acc"], **kwargs)  # a bool: 1.0 or 0.0
+    assert out["best_acc"] == 1.0 and json.loads(out["objective_best"]) == [1.0]
+    with pytest.raises(ValueError, match=r"key 'pred' of default_compute_score holds the string '8', not a number"):
+        compute_score("math_dapo", chain, "8", info, reward_keys=["acc", "pred"], **kwargs)
+
+
+def test_compute_score_falls_back_to_index_when_example_id_is_none(user_file):
+    """A row whose extra_info holds example_id None (a column some rows leave empty) is keyed on its
+    index, as the task-based adapter keys it (vpo.integrations.verl.row_key)."""
+    from vpo.integrations.verl_rewards import compute_score
+
+    kwargs = {"score_path": str(user_file), "score_name": "compute_score", "reward_keys": ["accuracy", "brevity"]}
+    chain = "<response_1>An apple</response_1><response_2>pear</response_2>"
+    by_none = compute_score("d", chain, "apple", {"example_id": None, "index": 7, "answers": 3}, **kwargs)
+    expected = set_scores([hand_matrix(split(chain), "apple")], group_weights(7, 2, num_weights=K, seed=SEED))
+    assert by_none["score"] == pytest.approx(float(expected[0]), abs=1e-12)
+    assert by_none["score"] == compute_score("d", chain, "apple", {"index": 7, "answers": 3}, **kwargs)["score"]
+    with pytest.raises(ValueError, match="example_id and extra_info.index are missing"):
+        compute_score("d", chain, "apple", {"example_id": None, "answers": 3}, **kwargs)

@@ -5,6 +5,7 @@ Usage::
     rule = RewriteRule("maze", pattern=r"Answer with .*?</answer>\\.", template=MAZE_TEMPLATE)
     prompt_m = rewrite_prompt(prompt, 3, rule)            # ValueError naming "maze" if no match
     answers = parse_answers(text, 3, tag="route", fallbacks=True)   # exactly 3 strings
+    text = format_chain(["UP", "LEFT"], tag="route")      # "<route_1>UP</route_1>\n<route_2>LEFT</route_2>"
     kept = dedup(answers, key=normalise)                  # first occurrences, in order
     matrix = pad_rows(vectors, 3, dim=4)                  # (3, 4), zero rows appended
 
@@ -119,6 +120,37 @@ _ANSWER_CLOSE = "</answer>"
 _ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 
 
+def _numbered_tag_re(tag: str) -> re.Pattern[str]:
+    """``<tag_j>`` and ``</tag_j>`` for any j. Case-insensitive (``<ROUTE_1>`` and ``<Route_1>`` are
+    route 1: models capitalise tags they were shown in lower case); re.ASCII keeps the case folding
+    and the digits ASCII-only."""
+    return re.compile(rf"<(/?){re.escape(tag)}_([0-9]{{1,9}})>", re.IGNORECASE | re.ASCII)
+
+
+def format_chain(answers: Sequence[str], tag: str, separator: str = "\n") -> str:
+    """The m-answer text of ``answers``: ``<tag_1>a_1</tag_1>`` through ``<tag_m>a_m</tag_m>``,
+    joined by ``separator``; the inverse of ``parse_answers`` (answers are stripped, and
+    ``parse_answers(format_chain(a, tag), len(a), tag=tag)`` gives them back). Raises ValueError
+    for a blank answer or one holding a numbered tag of ``tag`` (``holds_numbered_tag``), which
+    would end the block it stands in."""
+    _check_tag(tag)
+    parts = []
+    for i, answer in enumerate(answers, start=1):
+        if not isinstance(answer, str) or not answer.strip():
+            raise ValueError(f"format_chain: answer {i} is blank")
+        if holds_numbered_tag(answer, tag):
+            raise ValueError(f"format_chain: answer {i} holds a numbered <{tag}_j> tag of its own")
+        parts.append(f"<{tag}_{i}>{answer.strip()}</{tag}_{i}>")
+    if not parts:
+        raise ValueError("format_chain: no answers")
+    return separator.join(parts)
+
+
+def holds_numbered_tag(text: str, tag: str) -> bool:
+    """Whether ``text`` holds an opening or closing numbered tag ``<tag_j>`` / ``</tag_j>`` (any j, any case)."""
+    return _numbered_tag_re(_check_tag(tag)).search(text) is not None
+
+
 def numbered_blocks(text: str, m: int, tag: str) -> tuple[list[str], bool]:
     """Contents of ``<tag_1>..<tag_m>``; the flag says whether any numbered opening tag
     ``<tag_j>`` (any j, also j > m) occurs.
@@ -130,9 +162,7 @@ def numbered_blocks(text: str, m: int, tag: str) -> tuple[list[str], bool]:
     first block with non-blank content wins (so ``<tag_1><tag_1>UP</tag_1>`` gives "UP").
     O(len(text)) time whatever m is.
     """
-    # Case-insensitive (``<ROUTE_1>`` and ``<Route_1>`` are route 1: models capitalise tags they
-    # were shown in lower case); re.ASCII keeps the case folding and the digits ASCII-only.
-    tag_re = re.compile(rf"<(/?){re.escape(tag)}_([0-9]{{1,9}})>", re.IGNORECASE | re.ASCII)
+    tag_re = _numbered_tag_re(tag)
     answers = [""] * m
     found_any = False
     open_index: int | None = None   # number of the open block

@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "vpo.commands.eval",
     "vpo.commands.search",
     "vpo.commands.rewards",
+    "vpo.commands.warmup",
 )
 
 

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from vpo.tasks import Example, Task, get_task, task_class
+from vpo.tasks.base import FileTask
 
 __all__ = ["FORMATS", "example_from_row", "example_key", "export", "export_rows", "make_task",
            "reads_shipped_sample", "test_seed", "trl_row", "verl_row", "write_parquet"]
@@ -65,6 +66,16 @@ def example_key(example: Mapping[str, Any], split: str, index: int) -> str:
     """A stable key of an example: its ``id``, else ``<split>-<index>`` (keys goal weights and groups)."""
     ident = example.get("id") if isinstance(example, Mapping) else None
     return str(ident) if isinstance(ident, str | int) and not isinstance(ident, bool) else f"{split}-{index}"
+
+
+def _identity(example: Mapping[str, Any], file_backed: bool) -> str | None:
+    """What makes a train example the same as a test one: its ``id``; without one, for examples read
+    from a file (a source may serve both splits the same rows), the whole row; None for a generated
+    example without an id (each split draws its own from its seed)."""
+    ident = example.get("id") if isinstance(example, Mapping) else None
+    if isinstance(ident, str | int) and not isinstance(ident, bool):
+        return str(ident)
+    return "row " + _dumps(example) if file_backed else None
 
 
 def verl_row(task: Task, example: Example, *, index: int, split: str, answers: int = 1,
@@ -193,12 +204,12 @@ def export(task_name: str, out_dir: str | os.PathLike[str], *, fmt: str = "verl"
 
     ``size`` goes to tasks whose constructor takes it (maze). Train rows use ``seed``, test
     rows ``test_seed(seed)``. A split asked for 0 rows is skipped. The splits never share an
-    example (by ``example_key``) unless ``overlap``: when a source serves the same rows to
-    both splits (a single file, the shipped fixtures, HumanEval), the test split is drawn first
-    and train gets the rest. A split may hold fewer rows than asked (a small source); the
-    result's ``short`` says so. Returns ``{"train": path, "test": path, "counts": {...},
-    "requested": {...}, "short": [...], "task_params": {...}, "seeds": {...}}``. ``goals`` as in
-    ``export_rows``.
+    example (by its ``id``, else, for rows read from a file, by the whole row) unless
+    ``overlap``: when a source serves the same rows to both splits (a single file, the shipped
+    fixtures, HumanEval), the test split is drawn first and train gets the rest. A split may
+    hold fewer rows than asked (a small source); the result's ``short`` says so. Returns
+    ``{"train": path, "test": path, "counts": {...}, "requested": {...}, "short": [...],
+    "task_params": {...}, "seeds": {...}}``. ``goals`` as in ``export_rows``.
     """
     task, params = make_task(task_name, task_params, size=size)
     seeds = {"train": int(seed), "test": test_seed(seed)}
@@ -213,9 +224,10 @@ def export(task_name: str, out_dir: str | os.PathLike[str], *, fmt: str = "verl"
         if overlap or "test" not in chosen:
             chosen[split] = _examples(task, split, n, seeds[split], source)
             continue
-        taken = {example_key(ex, "test", i) for i, ex in enumerate(chosen["test"])}
+        file_backed = isinstance(task, FileTask)
+        taken = {_identity(ex, file_backed) for ex in chosen["test"]} - {None}
         pool = _examples(task, split, n + len(taken), seeds[split], source)
-        kept = [ex for i, ex in enumerate(pool) if example_key(ex, split, i) not in taken or "id" not in ex]
+        kept = [ex for ex in pool if _identity(ex, file_backed) not in taken or _identity(ex, file_backed) is None]
         result["overlap_removed"] = len(pool) - len(kept)
         chosen[split] = kept[:n]
     for split in ("train", "test"):

@@ -395,17 +395,21 @@ def _plot_objective_space(space: Mapping[str, Any], objectives: Sequence[str], e
 def plot_correlation(objectives: Sequence[str], correlation: Any, path: str | Path, *,
                      title: str = "Correlation of the objectives") -> Path:
     """A (D, D) correlation matrix as a heatmap with the values written in; returns ``path``.
-    NaN cells (an objective constant over the answers) are grey and read "n/a"."""
+    NaN or None cells (an objective constant over the answers) are grey and read "did not vary".
+    The title is wrapped to the figure's width."""
+    import textwrap
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    corr = np.asarray(correlation, dtype=float)
+    corr = np.array([[np.nan if v is None else v for v in row] for row in correlation], dtype=float)
     dim = corr.shape[0]
     side = 1.6 + 0.7 * dim
     fig, ax = plt.subplots(figsize=(side + 1.2, side))
+    title = "\n".join(textwrap.wrap(title, width=max(16, int((side + 1.2) * 72 / (10 * 0.62)))))
     cmap = matplotlib.colormaps["RdBu_r"].with_extremes(bad="#cccccc")
     image = ax.imshow(np.ma.masked_invalid(corr), cmap=cmap, vmin=-1, vmax=1)
     ax.set_xticks(range(dim), list(objectives), rotation=45, ha="right")
@@ -413,8 +417,9 @@ def plot_correlation(objectives: Sequence[str], correlation: Any, path: str | Pa
     for i in range(dim):
         for j in range(dim):
             value = corr[i, j]
-            ax.text(j, i, "n/a" if not np.isfinite(value) else f"{value:.2f}", ha="center", va="center",
-                    fontsize=9, color="white" if np.isfinite(value) and abs(value) > 0.6 else "black")
+            ax.text(j, i, "did not\nvary" if not np.isfinite(value) else f"{value:.2f}", ha="center", va="center",
+                    fontsize=9 if np.isfinite(value) else 7,
+                    color="white" if np.isfinite(value) and abs(value) > 0.6 else "black")
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
@@ -434,6 +439,8 @@ def diagnostics_section(doc: _Doc, diagnostics: Mapping[str, Any], plot: str | N
           f"adds nothing over their sum) and {dim} when they vary independently.")
     rows = [[name] + [_num(v, 2) for v in row] for name, row in zip(names, diagnostics["correlation"], strict=True)]
     doc.table(["correlation"] + names, rows)
+    if diagnostics.get("constant"):
+        doc.p(f"Did not vary over these answers (no correlation, n/a): {', '.join(diagnostics['constant'])}.")
     if plot:
         doc.img(plot, "Correlation of the objectives over the answers (grey: an objective that did not vary).")
 

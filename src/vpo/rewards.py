@@ -632,7 +632,7 @@ def finish_chains(scored: ScoredAnswers, answers: int, group_ids: Sequence[Hasha
             warnings.warn(
                 f"objective {name!r} has values outside [0, 1] and no scaling: E_w[max_i w . r_i] assumes rewards in "
                 f"[0, 1] (zero padding, the weights' balance); set scaling={{{name!r}: 'sigmoid' | 'minmax' | "
-                "(low, high)}} (docs/own_rewards.md)", RewardScaleWarning, stacklevel=3)
+                "(low, high)} (docs/own_rewards.md)", RewardScaleWarning, stacklevel=3)
         column = np.zeros(values.shape[0])
         column[finite] = _scale(raw, spec)
         column[~usable] = np.nan

@@ -9,11 +9,14 @@ Usage::
 ``--source`` rows hold a ``prompt`` (a string or chat turns), a ``completion`` (the model's text,
 with m = ``--answers`` answers in ``<response_i>`` tags; a string or assistant turns) and any
 other columns, which the reward functions receive as TRL passes dataset columns. Every
-completion is scored as ``VPOTrainer(reward_funcs=...)`` scores it (``vpo.rewards.score_chains``):
-printed is each completion's (m, D) reward matrix, then per objective its mean, range and
-``None`` count over the answers, then the objectives' correlation and effective dimension
-(1: collinear, D: independent). ``--out`` gets report.md / report.html / metrics.json and the
-correlation heatmap.
+completion is scored as ``VPOTrainer(reward_funcs=...)`` scores it (``vpo.rewards.score_chains``;
+a string completion to a chat prompt reaches the functions as assistant turns, as TRL generates
+them): printed is each completion's (m, D) reward matrix, each function's failed calls, then per
+objective its mean, range and ``None`` count over the answers, then the objectives' correlation
+and effective dimension (1: collinear, D: independent). Any failed call (raised, NaN, past
+``--reward-time-limit``; a dataset column the samples lack is named as such) makes the command
+exit 1. ``--out`` gets report.md / report.html / metrics.json and the correlation heatmap (a
+folder holding an earlier check needs ``--overwrite``).
 
 The same ``--reward-funcs`` (with ``--source`` naming the prompt dataset) replace ``--task`` in
 ``vpo train``, ``vpo eval``, ``vpo search best-of-n`` and ``vpo data export``: they wrap the
@@ -34,6 +37,7 @@ import numpy as np
 
 from vpo.commands.options import RewardFuncsOptions
 from vpo.config import TYPED_FLAGS, add_dataclass_args, check_fields, check_out_dir, dataclass_from_args
+from vpo.reward_failures import RewardFailureError, RewardFailurePolicy, RewardFailures
 
 OWN_TASK = "own_rewards"
 """The registry name of the task that wraps reward functions and a prompt dataset."""
@@ -94,8 +98,6 @@ def failure_policy_given(opts: RewardFuncsOptions) -> bool:
 def apply_failure_policy(task: Any, opts: RewardFuncsOptions) -> Any:
     """``task`` with its scorers under ``--max-failure-rate`` and ``--reward-time-limit`` when
     either was given (``--reward-funcs`` carries them in the ``own_rewards`` task's parameters)."""
-    from vpo.reward_failures import RewardFailurePolicy
-
     if failure_policy_given(opts) and not opts.reward_funcs:
         task.failures = task.failures.with_policy(RewardFailurePolicy(max_failure_rate=opts.max_failure_rate,
                                                                       time_limit=opts.reward_time_limit))
@@ -143,10 +145,15 @@ class CheckConfig(RewardFuncsOptions):
                                             "min": 0})
     out: str = field(default="", metadata={"help": "report folder (report.md, metrics.json, the heatmap); "
                                                    "default: print only"})
+    overwrite: bool = field(default=False, metadata={
+        "help": "replace the earlier check (or other results) in --out; without it such a folder is refused"})
 
 
 COMPLETION_COLUMN = "completion"
 """The samples' column holding the model's text."""
+
+TRL_ARGUMENTS = frozenset({"prompts", "completions", "completion_ids", "trainer_state", "log_metric", "log_extra"})
+"""What TRL passes a reward function besides the dataset's columns."""
 
 
 def read_samples(source: str, limit: int = 0) -> list[dict[str, Any]]:
@@ -168,15 +175,57 @@ def read_samples(source: str, limit: int = 0) -> list[dict[str, Any]]:
     return [dict(row) for row in rows]
 
 
+def as_trained(prompt: Any, completion: Any) -> Any:
+    """``completion`` in the form training passes it for ``prompt``: TRL generates assistant turns
+    for a chat prompt and text for a string prompt, so a file's string completion to a chat prompt
+    becomes one assistant turn, and turns to a string prompt become their text."""
+    from vpo.rewards import completion_text, single_answer
+
+    form: Any = "" if isinstance(prompt, str) else [{"role": "assistant", "content": ""}]
+    if isinstance(completion, str) == isinstance(form, str):
+        return completion
+    return single_answer(form, completion_text(completion))
+
+
+def missing_columns(func: Any, error: BaseException, columns: Sequence[str]) -> list[str]:
+    """The dataset columns reward function ``func``'s ``error`` says it needed and the samples lack:
+    a required parameter of ``func`` that TRL did not pass (TypeError), or a key read from its
+    ``**kwargs`` (KeyError, for a function that takes them)."""
+    import inspect
+    import re
+
+    try:
+        params = inspect.signature(func).parameters
+    except (TypeError, ValueError):  # a model, a builtin: no signature to read
+        return []
+    have = set(columns) | TRL_ARGUMENTS
+    if isinstance(error, TypeError):
+        match = re.search(r"missing \d+ required (?:keyword-only |positional )?arguments?: (.+)$", str(error))
+        names = [n for n in re.findall(r"'([^']+)'", match.group(1)) if n in params] if match else []
+    elif (isinstance(error, KeyError) and error.args and isinstance(error.args[0], str)
+          and any(p.kind is p.VAR_KEYWORD for p in params.values())):
+        names = [error.args[0]]
+    else:
+        names = []
+    return [name for name in names if name not in have]
+
+
 def diagnostics_of(vectors: np.ndarray, names: Sequence[str]) -> dict[str, Any]:
-    """``objective_diagnostics`` of (P, D) answer vectors (rows with NaN left out), JSON-ready for reports."""
+    """``objective_diagnostics`` of (P, D) answer vectors (rows with NaN left out), JSON-ready for
+    reports. An objective that did not vary has no correlation: its row and column are None, and
+    it is listed in ``constant``."""
     from vpo.rewards import objective_diagnostics
 
     vectors = np.asarray(vectors, dtype=np.float64)
+    finite = vectors[np.isfinite(vectors).all(axis=1)]
     diag = objective_diagnostics(vectors)
     corr = np.asarray(diag["correlation"], dtype=np.float64)
-    return {"objectives": list(names), "answers": int(np.isfinite(vectors).all(axis=1).sum()),
+    constant = np.ptp(finite, axis=0) <= 1e-12 if len(finite) else np.ones(len(names), dtype=bool)
+    corr[constant, :] = np.nan
+    corr[:, constant] = np.nan
+    return {"objectives": list(names), "answers": int(len(finite)),
             "correlation": [[None if not np.isfinite(v) else float(v) for v in row] for row in corr],
+            "constant": [name for name, flat in zip(names, constant, strict=True) if flat],
             "effective_dim": float(diag["effective_dim"])}
 
 
@@ -192,10 +241,48 @@ def _matrix_text(matrix: np.ndarray, names: Sequence[str], kept: Sequence[int]) 
     return "\n".join(lines)
 
 
+class FirstErrors(RewardFailures):
+    """A failure tally that also keeps each function's first error, for ``vpo rewards check``'s
+    report (the tally itself logs the first traceback of each kind)."""
+
+    def __init__(self, policy: RewardFailurePolicy | None = None, names: Sequence[str] = ()) -> None:
+        super().__init__(policy, names)
+        self.first: dict[str, BaseException] = {}
+
+    def report(self, name: str, error: BaseException) -> None:
+        self.first.setdefault(name, error)
+        super().report(name, error)
+
+
+def _failure_rows(funcs: Sequence[Any], calls: int, by_function: Mapping[str, int],
+                  first: Mapping[str, BaseException], columns: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Per reward function: its calls (one per parsed answer), failed calls, and for a failing one
+    its first error and the dataset columns it lacked."""
+    from vpo.rewards import function_name
+
+    rows = {}
+    for func in funcs:
+        name = function_name(func)
+        error = first.get(name)
+        failed = int(by_function.get(name, 0))
+        rows[name] = {"calls": calls, "failed": failed,
+                      "first_error": None if error is None or not failed else f"{type(error).__name__}: {error}",
+                      "missing_columns": [] if error is None or not failed else missing_columns(func, error, columns)}
+    return rows
+
+
+def _failure_text(name: str, row: Mapping[str, Any]) -> str:
+    """One line on a function that failed: the count, the missing column, the first error."""
+    what = (f"the samples have no column {', '.join(repr(c) for c in row['missing_columns'])}, which it reads"
+            if row["missing_columns"] else f"first error: {row['first_error']}")
+    return f"{name}: {row['failed']} of {row['calls']} reward calls failed (scored 0); {what}"
+
+
 def check_rewards(cfg: CheckConfig, *, echo: bool = True) -> dict[str, Any]:
     """Score ``cfg.source``'s completions; print (``echo``) and return the matrices, the per-objective
-    summary and the diagnostics (and write the report when ``cfg.out`` is set)."""
-    from vpo.reward_failures import RewardFailurePolicy, RewardFailures
+    summary, each function's failed calls and the diagnostics (and write the report when ``cfg.out``
+    is set). Every call runs and every failure is reported; then, when training would stop at
+    its first step under ``--max-failure-rate``, the ``RewardFailureError`` training would raise."""
     from vpo.rewards import RewardScaleWarning, load_reward_funcs, score_chains
 
     check_fields(cfg)
@@ -210,14 +297,28 @@ def check_rewards(cfg: CheckConfig, *, echo: bool = True) -> dict[str, Any]:
     columns = {key: [row.get(key) for row in rows] for key in sorted({k for row in rows for k in row})
                if key not in ("prompt", COMPLETION_COLUMN)}
     scaling = parse_scaling(cfg.scaling)
-    failures = RewardFailures(RewardFailurePolicy(max_failure_rate=cfg.max_failure_rate,
-                                                  time_limit=cfg.reward_time_limit))
+    if cfg.out:
+        from vpo.runs import claim_out_dir
+
+        claim_out_dir(cfg.out, command="rewards check", overwrite=cfg.overwrite, resume_flag="",
+                      stale=("plots", "report.md", "report.html", "metrics.json"))
+    errors = FirstErrors(RewardFailurePolicy(max_failure_rate=cfg.max_failure_rate, time_limit=cfg.reward_time_limit))
+    prompts = [row["prompt"] for row in rows]
+    completions = [as_trained(row["prompt"], row[COMPLETION_COLUMN]) for row in rows]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RewardScaleWarning)
-        result = score_chains(funcs, [row["prompt"] for row in rows], [row[COMPLETION_COLUMN] for row in rows],
-                              answers=cfg.answers, reward_names=cfg.reward_names or None, scaling=scaling,
-                              failures=failures, **columns)
-    failed = failures.end_step()  # RewardFailureError past --max-failure-rate
+        result = score_chains(funcs, prompts, completions, answers=cfg.answers, reward_names=cfg.reward_names or None,
+                              scaling=scaling, failures=errors, **columns)
+    totals = errors.totals()
+    try:  # every call has run: the verdict training would reach on this step, raised after the report
+        errors.end_step()
+        stop = None
+    except RewardFailureError as err:
+        stop = err
+    calls = int(np.asarray(result.owners).size)
+    failures = _failure_rows(funcs, calls, totals["by_function"], errors.first, list(columns))
+    failed = {name: row for name, row in failures.items() if row["failed"]}
+    rate = totals["failed"] / totals["calls"] if totals["calls"] else 0.0
     leaves = [str(w.message).split("'")[1] for w in caught if issubclass(w.category, RewardScaleWarning)]
     names = tuple(result.names)
     dim = len(names)
@@ -234,12 +335,19 @@ def check_rewards(cfg: CheckConfig, *, echo: bool = True) -> dict[str, Any]:
     report = {"objectives": list(names), "matrices": [np.asarray(m).tolist() for m in result.matrices],
               "kept": [np.asarray(k).tolist() for k in result.kept], "summary": summary, "stats": stats,
               "objective_diagnostics": diagnostics, "source": cfg.source, "answers": cfg.answers,
-              "completions": len(rows), "unscaled_outside_unit": leaves, "reward_failures": failed}
+              "completions": len(rows), "unscaled_outside_unit": leaves,
+              "reward_failures": {"calls": totals["calls"], "failed": totals["failed"], "rate": rate,
+                                  "max_failure_rate": cfg.max_failure_rate, "by_function": failures},
+              "failed_functions": sorted(failed)}
     if echo:
         print(f"{len(rows)} completions of {cfg.source}, m = {cfg.answers}, objectives: {', '.join(names)}")
         for i in range(min(cfg.show, len(rows))):
             print(f"\n# completion {i} (prompt {_short(rows[i]['prompt'])})")
             print(_matrix_text(result.matrices[i], names, result.kept[i]))
+        print("\nper reward function, over the parsed answers:")
+        print(f"{'function':>20} {'calls':>8} {'failed':>8}")
+        for name, row in failures.items():
+            print(f"{name:>20.20} {row['calls']:>8} {row['failed']:>8}")
         print("\nper objective, over the parsed answers (before dedup) of the completions that kept it:")
         print(f"{'objective':>20} {'mean':>8} {'min':>8} {'max':>8} {'dropped':>8}")
         for name, s in summary.items():
@@ -251,14 +359,24 @@ def check_rewards(cfg: CheckConfig, *, echo: bool = True) -> dict[str, Any]:
             print(f"warning: objective {name!r} leaves [0, 1] and has no scaling; E_w[max_i w . r_i] assumes "
                   f"rewards in [0, 1]: pass --scaling {name}=sigmoid (logits) or {name}=LOW:HIGH (a known range)")
         if diagnostics:
-            print(f"effective dimension {diagnostics['effective_dim']:.2f} of D = {dim} over {len(vectors)} answers "
-                  "(1: collinear, D: independent); correlation:")
+            print(f"effective dimension {diagnostics['effective_dim']:.2f} of D = {dim} over "
+                  f"{diagnostics['answers']} answers (1: collinear, D: independent); correlation:")
             for name, line in zip(names, diagnostics["correlation"], strict=True):
                 print(f"{name:>20.20} " + " ".join("     n/a" if v is None else f"{v:8.3f}" for v in line))
+            for name in diagnostics["constant"]:
+                print(f"objective {name!r} did not vary over these answers: it has no correlation")
+        for name, row in failed.items():
+            print(f"error: {_failure_text(name, row)}")
+        if failed:
+            print(f"{totals['failed']} of {totals['calls']} reward calls failed ({rate:.0%}); training would "
+                  + ("stop (below)" if stop else "score them 0 and go on")
+                  + f" at --max-failure-rate {cfg.max_failure_rate:g}")
     if cfg.out:
         report["report"] = {k: str(v) for k, v in write_check_report(report, cfg.out).items()}
         if echo:
             print(f"report: {report['report']['md']}")
+    if stop is not None:
+        raise stop
     return report
 
 
@@ -278,6 +396,18 @@ def write_check_report(report: Mapping[str, Any], out: str | Path) -> dict[str, 
     doc.h(1, "Reward check")
     doc.p(f"{report['completions']} completions of {report['source']} with m = {report['answers']} answers each, "
           f"scored as VPOTrainer scores them (vpo.rewards.score_chains).")
+    failures = report.get("reward_failures") or {}
+    by_function = failures.get("by_function") or {}
+    doc.h(2, "Reward functions")
+    failed = [name for name, row in by_function.items() if row["failed"]]
+    doc.p(f"{failures.get('failed', 0)} of {failures.get('calls', 0)} reward calls (one function on one answer) "
+          "failed: raised, returned NaN or an infinity, or ran past --reward-time-limit. A failed call scores 0."
+          + (" **Failed: " + ", ".join(failed) + ".**" if failed else ""))
+    doc.table(["function", "calls", "failed", "first error"],
+              [[name, row["calls"], row["failed"],
+                (f"no column {', '.join(repr(c) for c in row['missing_columns'])} in the samples"
+                 if row["missing_columns"] else row["first_error"] or "")]
+               for name, row in by_function.items()])
     doc.h(2, "Per objective")
     doc.p("Over the parsed answers (before dedup) of the completions that kept the objective.")
     for name in report.get("unscaled_outside_unit") or []:
@@ -310,8 +440,9 @@ def write_check_report(report: Mapping[str, Any], out: str | Path) -> dict[str, 
 
 
 def run_check(args: argparse.Namespace) -> int:
-    check_rewards(dataclass_from_args(CheckConfig, args))
-    return 0
+    """``vpo rewards check``: 1 when any reward call failed (the command exists to find them)."""
+    report = check_rewards(dataclass_from_args(CheckConfig, args))
+    return 1 if report["failed_functions"] else 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -87,14 +87,29 @@ class VerlScore:
                     raise RewardContractError(
                         f"reward key(s) {missing} not in what {self.__name__} returned (keys: {sorted(result)}); "
                         "set reward_kwargs.reward_keys to keys it returns")
-                out.append([None if result[k] is None else float(result[k]) for k in self.keys])
+                out.append([self._number(k, result[k]) for k in self.keys])
             elif self.keys == ("score",):
-                out.append([None if result is None else float(result)])
+                out.append([self._number("score", result)])
             else:
                 raise RewardContractError(
                     f"{self.__name__} returned a {type(result).__name__}, not a dict, so it has no keys "
                     f"{list(self.keys)}; leave reward_keys unset to use its score")
         return out
+
+    def _number(self, key: str, value: Any) -> float | None:
+        """A reward key's value as a float (``None`` stays: "does not apply"). A string is refused,
+        not read as a number: math_dapo's ``pred`` ("8") is the extracted answer, not a reward."""
+        if value is None:
+            return None
+        if isinstance(value, str | bytes):
+            raise RewardContractError(
+                f"reward key {key!r} of {self.__name__} holds the string {value!r:.40}, not a number; a reward key "
+                "must hold a number (math_dapo's 'pred' is the extracted answer): leave it out of reward_keys")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise RewardContractError(f"reward key {key!r} of {self.__name__} holds a {type(value).__name__}, "
+                                      "not a number") from None
 
 
 def load_user_score(path: str, name: str) -> Any:
@@ -141,9 +156,7 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
                   time_limit: float | None = RewardFailurePolicy.time_limit,
                   **engine_kwargs: Any) -> dict[str, Any]:
     """verl's reward function over the user's own ``compute_score`` (see the module docstring)."""
-    from vpo.integrations.verl import score_rollout
-
-    from vpo.integrations.verl import reward_methods
+    from vpo.integrations.verl import reward_methods, row_key, score_rollout
 
     spec = reward_methods().get(method)
     # the method's own reduction options (beyond the weight options) reach its reduction, as in compute_score
@@ -167,10 +180,10 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
     m = int(m.item() if isinstance(m, np.generic) else m)
     if answers is not None and int(answers) != m:
         raise ValueError(f"reward_kwargs.answers={answers} but the prompt asks for extra_info.answers={m}")
-    key = info.get("example_id", info.get("index"))  # the group key every engine reads: example_id, else index
-    if key is None:
+    if info.get("example_id") is None and info.get("index") is None:
         raise ValueError("extra_info.example_id and extra_info.index are missing: the prompt's weights are keyed on "
                          "one of them (MultiAnswerDataset adds the row number as index)")
+    key = row_key(info)  # the group key every engine reads: example_id, else index
     policy = RewardFailurePolicy(max_failure_rate=max_failure_rate, window=failure_window, time_limit=time_limit)
     task = _task(score_path, score_name, keys, _plain(scaling), policy)
     example = {"prompt": str(data_source) or "verl", "data_source": data_source, "ground_truth": ground_truth,
