@@ -69,7 +69,7 @@ SKIP = {
 }
 """Blocks that do not run here, and why."""
 
-HEAVY_COMMANDS = ("train", "eval", "search", "demo", "rewards", "data export")
+HEAVY_COMMANDS = ("train", "eval", "search", "demo", "rewards", "warmup", "data export")
 """Commands whose Usage lines are parsed but not run: they train, sample, need your files, or
 write a thousand mazes (tests/test_data_export.py runs the export)."""
 
@@ -112,7 +112,7 @@ Path("prompts.jsonl").write_text('{"prompt": "Name a red fruit."}\\n{"prompt": "
 
 GIVEN = {
     "vpo.chains": """
-from vpo.chains import RewriteRule, dedup, pad_rows, parse_answers, rewrite_prompt
+from vpo.chains import RewriteRule, dedup, format_chain, pad_rows, parse_answers, rewrite_prompt
 MAZE_TEMPLATE = "Give {m} routes, route i inside <{tag}_i>...</{tag}_i>."
 prompt = "Find a route. Answer with <answer>UP DOWN ...</answer>."
 text = "<route_1>UP</route_1> <route_2>up</route_2>"

@@ -39,7 +39,7 @@ import numpy as np
 
 from vpo.commands.rewards import RewardFuncsOptions, apply_failure_policy, resolve_task
 from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, field_like, parse_params
-from vpo.config import task_help
+from vpo.commands.options import task_help
 from vpo.estimators.options import WeightOptions
 
 __all__ = ["WarmupConfig", "chain_parse_rates", "pick_answers", "run_warmup"]
