@@ -83,15 +83,16 @@ class SamplingOptions(DeviceOptions):
     backend: str = field(default="hf", metadata={
         "help": f"sampler: hf (transformers generate) or vllm (GPU; {VLLM_INSTALL})", "choices": list(BACKENDS)})
     batch_size: int = field(default=0, metadata={
-        "help": f"chains per generate() call (0: auto, {CPU_CHAINS_PER_CALL} on CPU, as many as fit in the GPU's "
-                f"free memory on a GPU, at most {MAX_CHAINS_PER_CALL})", "min": 0})
+        "help": f"chains per generate() call; 0 is auto: {CPU_CHAINS_PER_CALL} on CPU, on a GPU as many as fit in "
+                f"its free memory, up to {MAX_CHAINS_PER_CALL}", "min": 0})
     seeding: str = field(default="auto", metadata={
         "help": "chain: every chain has its own seeded stream, so pools do not depend on --batch-size; "
                 "batch: one seed per generate() call, the older stream of vpo eval (reproduces old "
                 "reports; hf only); auto: batch for --backend hf on CPU, chain on a GPU and with vLLM",
         "choices": ["auto", *SEEDINGS]})
     threads: int = field(default=0, metadata={
-        "help": "torch CPU threads (0: the cores free now, from the load average; shown when sampling starts)",
+        "help": "torch CPU threads (0: the cores free now, from a half-second sample of CPU use; shown when "
+                "sampling starts)",
         "min": 0})
 
     def check(self, models: Sequence[str | Path] = ()) -> SamplingOptions:
