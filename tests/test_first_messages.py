@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from test_checkpoints import _one_line_error as refusal  # (err, seconds) of a one-line refusal, exit 2
 from vpo.cli import main
 
 REFUSED_WITHIN_S = 10.0
@@ -46,16 +47,6 @@ def forbid(monkeypatch):
             pytest.fail(f"{name} ran before the refusal")
         monkeypatch.setattr(target, name, ran)
     return forbid_one
-
-
-def refusal(capsys, argv: list[str]) -> tuple[str, float]:
-    start = time.perf_counter()
-    code = main(argv)
-    seconds = time.perf_counter() - start
-    err = capsys.readouterr().err.strip()
-    assert code == 2, err
-    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
-    return err, seconds
 
 
 # ----- refusals the flags alone decide ----------------------------------------------------------
@@ -213,6 +204,22 @@ def test_every_checkpoint_carries_the_run_format_and_a_resume_says_where_from(co
     metrics = json.loads((tmp_path / "e1" / "metrics.json").read_text())
     assert metrics["eval"]["answers"] == 3 and "maze-compact prompts" in metrics["intro"]
     assert metrics["task"]["params"] == {"size": 5, "reward_mode": "linear"}
+    # the report's configuration holds what this evaluation used (not OpenEvolve's "iterations": 200),
+    # its timings CPU seconds too, and it says what a reward call is (6 answers, some of them empty)
+    assert "iterations" not in metrics["config"] and "search" not in metrics["config"]
+    assert all(v["cpu"] is not None for v in metrics["timings"].values())
+    calls = metrics["reward_failures"]["calls"]
+    assert f"0 of {calls} reward calls failed" in " ".join(metrics["notes"])
+    assert "A reward call scores one non-empty answer" in " ".join(metrics["notes"])
+    assert "the 2 chains x m = 3 hold 6 answers" in " ".join(metrics["notes"])
+    # best-of-n reads the same record, and says how many of its reward calls failed (search.json has them too)
+    assert main(["search", "best-of-n", "--model", str(run / "checkpoint-2"), "--pool", "3", "--examples", "1",
+                 "--max-new-tokens", "4", "--threads", "1", "--no-progress", "--out", str(tmp_path / "bon")]) == 0
+    out = capsys.readouterr().out
+    failures = json.loads((tmp_path / "bon" / "search.json").read_text())["checkpoints"]["checkpoint-2"][
+        "reward_failures"]
+    assert "checkpoint-2: m = 3: recorded in" in out
+    assert f"checkpoint-2: 0 of {failures['calls']} reward calls failed (one call scores one non-empty answer" in out
     # a checkpoint-N written before records landed in each: its run folder's record, and the terminal says so
     (run / "checkpoint-1" / "vpo_format.json").unlink()
     assert main([*eval_argv, "--model", str(run / "checkpoint-1"), "--out", str(tmp_path / "e2")]) == 0

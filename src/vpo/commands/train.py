@@ -601,23 +601,28 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     if cfg.save:
         print(f"saved to {cfg.out}")
     note = unparsed_note(trainer.state.log_history, answers, Path(cfg.out) / "train_log.jsonl",
-                         fallback=bool(getattr(cfg, "untagged_fallback", False)))
+                         fallback=bool(getattr(cfg, "untagged_fallback", False)), own=own_name is not None)
+    if not isinstance(fmt, TaskFormat):  # a checkpoint's own format (the demo's): its warm-up teaches it
+        note = None
     if note:
         print(note, flush=True)
     return 0
 
 
-def unparsed_note(history: list[dict[str, Any]], answers: int, log: Path, *, fallback: bool = False) -> str | None:
+def unparsed_note(history: list[dict[str, Any]], answers: int, log: Path, *, fallback: bool = False,
+                  own: bool = True) -> str | None:
     """The exit line of an m-answer run in which no completion wrote its answers in the chain's
     numbered tags (``vpo/answers_parsed``, or the parse rate, 0 at every logged step): every
     reward was then 0 and nothing was learned, which the step lines alone do not say. None
     otherwise (m = 1 has no chain format; with the untagged fallback an untagged completion
-    still scored). The parse-rate warning during the run names the same remedies."""
+    still scored). The parse-rate warning during the run names the same remedies; the chain
+    warm-up (``vpo warmup``) is offered for your own reward functions (``own``), whose prompts it
+    reads."""
     rates = [float(h[key]) for h in history for key in ("vpo/answers_parsed", "vpo/parse_rate") if key in h]
     if answers < 2 or fallback or not rates or max(rates) > 0:
         return None
+    warmup = "warm the model up on m-answer chains of its own samples (`vpo warmup`), " if own else ""
     return (f"no completion wrote its answers in the numbered tags of an m = {answers} chain (vpo/answers_parsed "
             f"was 0 at every logged step, {log}), so every reward was 0 and the model got no gradient. Remedies: "
-            "`vpo train --untagged-fallback` (an untagged completion counts as one answer), warm the model up on "
-            "m-answer chains of its own samples (`vpo warmup`), or ask for fewer answers (docs/own_rewards.md, "
-            "'A model that does not write m answers')")
+            f"`vpo train --untagged-fallback` (an untagged completion counts as one answer), {warmup}or ask for "
+            "fewer answers (docs/own_rewards.md, 'A model that does not write m answers')")

@@ -213,6 +213,10 @@ def _run_demo(cfg: DemoConfig, out: Path, peak: int, memory: str) -> dict[str, A
     log = _Log(out / "logs" / "demo.log")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    import torch
+
+    if cfg.threads > 0:  # a pool sampled here (one an earlier invocation lost) runs on the workers' threads
+        torch.set_num_threads(cfg.threads)
     from vpo.demo.warmup import quiet_libraries, run_warmup
 
     quiet_libraries(cfg.progress)  # also when a resumed run goes straight to evaluation
