@@ -187,9 +187,7 @@ def build_train_rows(task: Any, answers: int, *, data: str | None = None, n: int
 
     rows = []
     for i, row in enumerate(raw):
-        if isinstance(row, dict) and "reward_model" in row and "data_source" in row and "example" not in row:
-            raise ValueError(f"{data}: row {i} looks like a verl export (data_source, prompt, reward_model, "
-                             "extra_info); `vpo train` reads the TRL layout: `vpo data export TASK --format trl`")
+        _refuse_verl_row(row, i, data)
         if "prompt" in row and "example" in row:
             if row.get("task") not in (None, task.name):
                 raise ValueError(f"row {i}: the data is for task {row['task']!r}, not {task.name!r}")
@@ -217,6 +215,12 @@ def build_train_rows(task: Any, answers: int, *, data: str | None = None, n: int
                                       alpha=goals.alpha, sampler=goals.sampler)
             rows.append(trl_row(task, example, index=i, split="train", answers=answers, chat=chat))
     return rows
+
+
+def _refuse_verl_row(row: Any, i: int, data: str | None) -> None:
+    if isinstance(row, dict) and "reward_model" in row and "data_source" in row and "example" not in row:
+        raise ValueError(f"{data}: row {i} looks like a verl export (data_source, prompt, reward_model, "
+                         "extra_info); `vpo train` reads the TRL layout: `vpo data export TASK --format trl`")
 
 
 def train_configs(args: argparse.Namespace) -> tuple[TrainArgs, RLConfig, TRLOptions]:
@@ -484,7 +488,10 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
         # a checkpoint that records its task (the demo's) is trained on that task, in its own format
         params = resolve_task_params(given, [cfg.model] if Path(cfg.model).is_dir() else [], task=cfg.task)
         task = apply_failure_policy(get_task(cfg.task, **params), cfg)
-    _, (info,) = check_checkpoints([cfg.model], task=task.name, given=given)  # vouched for before any data is read
+    if cfg.source and own_name is None:  # the layout of --source, read as it is: verl's is named at once
+        for i, row in enumerate(_load_rows(cfg.source)[:1]):
+            _refuse_verl_row(row, i, cfg.source)
+    _, (info,) = check_checkpoints([cfg.model], task=task.name, given=given)  # vouched for before the rows are built
     model_dir = info.path if info.kind in ("folder", "lora") and info.format_applies else None
     claim = dict(command="train", record={"method": cfg.method, "task": task.name, "answers": answers},
                  resume=engine.resume_from_checkpoint is not None, overwrite=cfg.overwrite)
