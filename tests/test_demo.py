@@ -333,6 +333,85 @@ def test_train_then_eval_on_a_demo_checkpoint(quick_run, tmp_path, capsys):
     assert entry["best_at_k"]["mean"][-1] > 0 and "maze-compact" in metrics["intro"]
 
 
+class BusyThenIdle:
+    """A simulated 2-core machine: other work holds 1.8 cores for the first ``busy_calls`` CPU samples, then none."""
+
+    def __init__(self, busy_calls: int) -> None:
+        self.calls, self.busy_calls = 0, busy_calls
+
+    def __call__(self, seconds: float = 1.0):
+        from vpo.cores import CpuSample
+
+        self.calls += 1
+        return CpuSample(busy=1.8 if self.calls <= self.busy_calls else 0.0, usable=2, seconds=seconds)
+
+
+def test_quick_demo_numbers_do_not_depend_on_the_workers_the_load_or_the_job_order(quick_run, tmp_path,
+                                                                                     monkeypatch, capfd):
+    """The same numbers, to the last bit, from --workers 2 (the fixture), --workers 1 (every job in
+    this process, in order), and --workers 0 on a machine busy at the start and idle later (one
+    worker, then two: the jobs land on other processes in another order). Before, the warm-up's
+    threads were threads x workers, and the worker count followed the load. Both runs show their
+    bars (the default), and print a few lines per job (before: 2,682 lines for the default demo,
+    376 of them transformers' weight loading and saving bars)."""
+    import shutil
+
+    import vpo.cores
+    import vpo.demo.run
+    from vpo.demo.results import result_numbers
+    from vpo.demo.run import run_demo
+
+    _, result, _ = quick_run
+    reference = result_numbers(result["metrics"])
+    assert len(reference) > 1000
+    capfd.readouterr()
+    alone = run_demo(DemoConfig(quick=True, out=str(tmp_path / "one"), workers=1))
+    assert result_numbers(alone["metrics"]) == reference
+    jobs = 6  # four RL runs (and their pools), the warm start's two pools
+    printed = capfd.readouterr()
+    lines = (printed.out + printed.err).split("\n")  # a bar's frames share a line: they end in "\r"
+    assert len(lines) <= 5 * jobs + 10, "\n".join(lines)
+    assert not any(mark in printed.out + printed.err for mark in ("Loading weights", "Writing model shards"))
+    # busy, then idle: the warm-up of the run above, then the jobs on what the simulated CPU allows
+    busy = tmp_path / "busy-then-idle"
+    busy.mkdir()
+    shutil.copy(tmp_path / "one" / "config.json", busy / "config.json")
+    shutil.copytree(tmp_path / "one" / "checkpoints" / "warmup", busy / "checkpoints" / "warmup")
+    machine = BusyThenIdle(busy_calls=3)  # the start sample, then two at job starts
+    monkeypatch.setattr(vpo.cores, "sample_cpu", machine)
+    monkeypatch.setattr(vpo.cores, "usable_cpus", lambda: [0, 1])
+    monkeypatch.setattr(vpo.demo.run, "RECHECK_S", 0.2)
+    loaded = run_demo(DemoConfig(quick=True, out=str(busy), workers=0))
+    assert result_numbers(loaded["metrics"]) == reference
+    printed = capfd.readouterr()  # the worker processes print to the same terminal: stage lines, no bars
+    lines = (printed.out + printed.err).split("\n")
+    assert len(lines) <= 5 * jobs + 10 and "%|" not in printed.out + printed.err, "\n".join(lines)
+    log = (busy / "logs" / "demo.log").read_text()
+    said = [line.split("RL and evaluation: ")[1].split(" (")[0] for line in log.splitlines()
+            if "RL and evaluation: workers: " in line]
+    assert said == ["workers: 1", "workers: 2"], log
+    assert machine.calls >= 4
+
+
+def test_the_shipped_quick_numbers_come_out_of_head(quick_run):
+    """docs/demo/quick_numbers.json pins the quick run of the commit docs/demo/report.md was made
+    from (scripts/pin_quick_numbers.py): a change that moves the demo's numbers fails here until the
+    report and the pin are made again. Float rounding differs between CPUs, so another machine skips."""
+    from pathlib import Path
+
+    from vpo.demo.results import PINNED_NUMBERS, headline_numbers, numbers_digest, numbers_machine, result_numbers
+
+    pinned = json.loads((Path(__file__).resolve().parents[1] / PINNED_NUMBERS).read_text())
+    if pinned["machine"] != numbers_machine():
+        pytest.skip(f"{PINNED_NUMBERS} was made on {pinned['machine']}, this machine is {numbers_machine()}: "
+                    "its float rounding differs")
+    _, result, _ = quick_run
+    metrics = result["metrics"]
+    assert headline_numbers(metrics) == pinned["headline"]
+    numbers = result_numbers(metrics)
+    assert (len(numbers), numbers_digest(numbers)) == (pinned["count"], pinned["digest"])
+
+
 def test_headroom_script_search_contains_the_oracle_routes(task):
     """scripts/maze_headroom.py's exhaustive search must find every oracle route's reward vector."""
     import importlib.util

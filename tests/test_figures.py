@@ -215,3 +215,94 @@ def test_every_figure_reads_at_the_width_it_is_shown(drawn, tmp_path):
     for figure in figures:
         assert figure["text_px"] >= MIN_TEXT_PX, figure
         assert not figure["outside"], figure
+
+
+@pytest.fixture
+def saved_axes(monkeypatch):
+    """For every figure saved: its axes' k tick labels as drawn, and whether its legend overlaps an axes."""
+    from matplotlib.figure import Figure
+
+    seen: list[dict] = []
+    save = Figure.savefig
+
+    def saving(self, path, *args, **kwargs):
+        save(self, path, *args, **kwargs)
+        self.canvas.draw()
+        renderer = self.canvas.get_renderer()
+        legends = list(self.legends) + [ax.get_legend() for ax in self.axes if ax.get_legend() is not None]
+        boxes = [ax.get_window_extent(renderer) for ax in self.axes if ax.get_visible()]
+        seen.append({"path": Path(path).name,
+                     "ticks": [[t.get_text() for t in ax.get_xticklabels() if t.get_text()] for ax in self.axes],
+                     "legend_over_axes": any(leg.get_window_extent(renderer).overlaps(box)
+                                             for leg in legends for box in boxes)})
+
+    monkeypatch.setattr(Figure, "savefig", saving)
+    return seen
+
+
+def test_k_axes_read_plain_numbers_and_the_best_at_k_legend_covers_no_line(saved_axes, tmp_path):
+    """In the shipped best_at_k.png the legend sat inside the left panel, over the oracle line, and
+    the log k axis read 10^0, 10^1 (2^0 .. 2^5 in the search curves)."""
+    from vpo.demo.plots import headline_plots
+    from vpo.report import write_report
+    from vpo.search import plot_search_curves
+
+    metrics = demo_metrics()
+    write_report(metrics, tmp_path / "demo")
+    headline_plots(metrics, tmp_path / "demo")
+    ks = [1, 2, 4, 8, 16, 32]
+    curve = {"ks": ks, "best_at_k": [0.1 * i for i in range(6)], "pass_at_k": [0.0] * 6, "coverage_at_k": [0.1] * 6}
+    plot_search_curves({"grpo-s0": curve}, tmp_path / "search.png")
+    by_name = {figure["path"]: figure for figure in saved_axes}
+    assert not by_name["best_at_k.png"]["legend_over_axes"]
+    for name in ("best_at_k.png", "story_best_at_k.png", "search.png"):
+        for ticks in by_name[name]["ticks"]:
+            assert ticks and all(t.isdigit() for t in ticks), (name, ticks)
+    assert by_name["search.png"]["ticks"][0] == ["1", "2", "3", "5", "10", "20", "30"]
+
+
+def test_colours_follow_the_recorded_method_then_the_folder_never_a_typed_label(drawn, tmp_path):
+    """`vpo search --labels warm,VPO`: the warm start was brown (the label "warm" names no method);
+    its folder, checkpoints/warmup, says what it is. A recorded method wins over both."""
+    from vpo.report import WARM_START_STYLES, METHOD_STYLES, line_styles
+    from vpo.search import plot_search_curves
+
+    styles = line_styles({"warm": {"label": "warm", "method": None, "folder": "warmup"},
+                          "VPO": {"label": "VPO", "method": None, "folder": "vpo-s0"},
+                          "mine": {"label": "mine", "method": "grpo", "folder": "vpo-s1"}})
+    assert styles["warm"]["color"] == WARM_START_STYLES[0]["color"]
+    assert styles["VPO"]["color"] == METHOD_STYLES["vpo"]["color"]
+    assert styles["mine"]["color"] == METHOD_STYLES["grpo"]["color"]  # the record beats the folder
+    lines, _ = drawn
+    curve = {"ks": [1, 2, 3], "best_at_k": [0.1, 0.2, 0.3], "pass_at_k": [0.0] * 3, "coverage_at_k": [0.1] * 3}
+    plot_search_curves({"warm": curve, "VPO": curve}, tmp_path / "s.png", methods={"warm": None, "VPO": "vpo"},
+                       folders={"warm": "warmup", "VPO": "vpo-s0"})
+    from matplotlib.colors import to_hex
+
+    assert {line["color"] for line in lines if line["label"] == "warm"} == {to_hex(WARM_START_STYLES[0]["color"])}
+
+
+def test_the_zero_answers_mark_sits_apart_from_every_answer(monkeypatch, tmp_path):
+    """The red x of the all-zero answers was drawn at (0, 0), on top of answers that score 0 on the
+    two plotted objectives but not on the third (a yellow marker), and read as theirs."""
+    from matplotlib.axes import Axes
+
+    from vpo.report import ZERO_SPOT, _plot_objective_space
+
+    calls: list[tuple[str, list]] = []
+    scatter = Axes.scatter
+
+    def recording(self, x, y, *args, **kwargs):
+        calls.append((str(kwargs.get("marker", "o")), list(zip(np.ravel(x), np.ravel(y)))))
+        return scatter(self, x, y, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "scatter", recording)
+    # one pool: two all-zero answers, and one that scores 0 on a and b but 1 on c (it sits at (0, 0))
+    space = {"x": "a", "y": "b", "color": "c", "examples": ["ex"],
+             "vectors": {"vpo": [[[0, 0, 0], [0, 0, 0], [0, 0, 1], [1, 0.5, 0]]]}}
+    _plot_objective_space(space, ["a", "b", "c"], {"vpo": {"label": "VPO (m=3)", "method": "vpo"}},
+                          tmp_path / "space.png")
+    zero = [points for marker, points in calls if marker == "x"]
+    answers = [point for marker, points in calls if marker != "x" for point in points]
+    assert zero == [[(ZERO_SPOT, ZERO_SPOT)]] and (0.0, 0.0) in answers
+    assert all(min(x, y) >= 0 for x, y in answers)  # no answer anywhere near the zero spot

@@ -292,7 +292,8 @@ def test_reward_models_as_objectives():
 
 def test_score_chains_at_one_answer_scores_the_whole_completion_as_the_trainer_does():
     completions = ["xx yy", chain("abc")]
-    scored = score_chains([length], ["p", "q"], completions, answers=1)
+    with pytest.warns(RewardScaleWarning, match="'length'"):  # the whole chain is longer than 10 characters
+        scored = score_chains([length], ["p", "q"], completions, answers=1)
     np.testing.assert_allclose(np.vstack(scored.matrices), [[0.5], [len(chain("abc")) / 10]])
     tagged = score_chains([length], ["p", "q"], completions, answers=1, tag=CHAIN_TAG)
     np.testing.assert_allclose(np.vstack(tagged.matrices), [[0.0], [0.3]])

@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vpo.formats import FORMAT_FILE
+from vpo.formats import FORMAT_FILE, format_record
 
 __all__ = ["CheckpointError", "CheckpointInfo", "chain_answers", "check_checkpoint", "check_checkpoints",
-           "checkpoint_answers", "latest_complete_checkpoint", "read_safetensors_header"]
+           "checkpoint_answers", "describe_record", "format_record_callback", "latest_complete_checkpoint",
+           "read_safetensors_header"]
 
 TRAIN_RECORD = "vpo_train.json"
 """What ``vpo train`` writes beside the model it saves (its options and a summary with m)."""
@@ -57,6 +58,10 @@ class CheckpointInfo:
     """False when the recorded prompt format is for another task (the task's own prompts are used)."""
     train_record: dict[str, Any] | None = None
     """``vpo_train.json`` as read, when present."""
+    record_path: Path | None = None
+    """The ``vpo_format.json`` read (the checkpoint's own, or its run folder's: ``inherited``)."""
+    inherited: bool = False
+    """True when the record is the run folder's: a ``checkpoint-N`` without one of its own."""
 
 
 def read_safetensors_header(path: Path) -> dict[str, Any]:
@@ -69,7 +74,8 @@ def read_safetensors_header(path: Path) -> dict[str, Any]:
             raise ValueError(f"{path.name} is {size} bytes, too short for a safetensors header")
         (length,) = struct.unpack("<Q", head)
         if length > size - 8:
-            raise ValueError(f"{path.name}: the header claims {length} bytes but the file has {size - 8}")
+            raise ValueError(f"{path.name} is {size} bytes, but its first 8 bytes announce a {length}-byte header: "
+                             "the file is cut short, or not safetensors")
         try:
             header = json.loads(fh.read(length))
         except (UnicodeDecodeError, json.JSONDecodeError):
@@ -139,17 +145,31 @@ def _check_weights(folder: Path, stem: str) -> None:
             raise CheckpointError(f"{folder}: damaged weights: {err}") from None
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "merges.txt",
+                   "special_tokens_map.json")
+"""Files a saved tokenizer is made of (``tokenizer.json`` for a fast one; ``tokenizer.model``, or
+``vocab.json`` with ``merges.txt``, for the older slow layouts)."""
+
+
 def _check_tokenizer(folder: Path) -> None:
     from vpo.models import load_tokenizer
 
     try:
         load_tokenizer(folder)
     except Exception as err:  # noqa: BLE001  (any loader failure is this one fault)
-        raise CheckpointError(f"{folder}: the tokenizer does not load ({_first_line(err)})") from None
+        present = [name for name in TOKENIZER_FILES if (folder / name).is_file()]
+        weights = ("tokenizer.json", "tokenizer.model", "vocab.json")
+        if not any(name in present for name in weights):  # transformers' own words name no file
+            detail = (f"it has no tokenizer file: none of {', '.join(weights)}"
+                      + (f" (only {', '.join(present)})" if present else "")
+                      + "; save the tokenizer beside the model (tokenizer.save_pretrained)")
+        else:
+            detail = f"{_first_line(err)}; its tokenizer files: {', '.join(present)}"
+        raise CheckpointError(f"{folder}: the tokenizer does not load: {detail}") from None
 
 
 def check_checkpoint(model: str | Path, *, task: str | None = None, params_given: bool = False,
-                     flag: str = "--model", tokenizer: bool = True) -> CheckpointInfo:
+                     flag: str = "--model", tokenizer: bool = True, only: str | None = None) -> CheckpointInfo:
     """Check the checkpoint ``model`` before any work, and read what it records.
 
     * a folder: ``config.json`` (or, for a LoRA adapter, ``adapter_config.json`` and a base model
@@ -160,6 +180,8 @@ def check_checkpoint(model: str | Path, *, task: str | None = None, params_given
     ``task``: the command's task. When ``vpo_format.json`` names another task, that is an error
     naming both, unless ``params_given`` (the user passed the task's parameters explicitly): then
     the recorded parameters and prompt format are not used (``format_applies`` is False).
+    ``only``: the command when its task is fixed (``vpo search openevolve`` works on code): a
+    checkpoint of another task is then refused without advice to change the task.
     Raises ``CheckpointError`` (one line, naming the checkpoint and the fault) or FileNotFoundError.
     """
     from vpo.models import check_model_path, resolve_model
@@ -199,22 +221,60 @@ def check_checkpoint(model: str | Path, *, task: str | None = None, params_given
     if tokenizer:
         _check_tokenizer(path)
     info = CheckpointInfo(path=path, kind=kind, train_record=train_record)
-    if (path / FORMAT_FILE).is_file():
-        record = _read_json(path / FORMAT_FILE, path)
+    record_path, inherited = format_record(path)
+    if record_path is not None:
+        record = _read_json(record_path, path)
         if not isinstance(record, Mapping) or not isinstance(record.get("format"), str):
-            raise CheckpointError(f"{path}: {FORMAT_FILE} names no prompt format")
+            raise CheckpointError(f"{path}: {record_path} names no prompt format")
         params = record.get("task_params") or {}
         if not isinstance(params, Mapping):
-            raise CheckpointError(f"{path}: {FORMAT_FILE} has task_params that are not a mapping")
+            raise CheckpointError(f"{path}: {record_path} has task_params that are not a mapping")
         info.record, info.task = dict(record), record.get("task")
         info.task_params = dict(params)
+        info.record_path, info.inherited = record_path, inherited
         if task is not None and info.task is not None and info.task != task:
-            if not params_given:
+            # the task's own prompts ("task") suit any task; another format (the demo's) does not
+            if only is not None and record["format"] != "task":
                 raise CheckpointError(
-                    f"{path} was trained on task {info.task!r} ({FORMAT_FILE}), not {task!r}: pass --task "
+                    f"{path} was trained on task {info.task!r} in its {record['format']!r} prompt format "
+                    f"({record_path.name}); {only} works on task {task!r} only: give a checkpoint trained on {task} "
+                    f"or one that records no task-specific format")
+            if not params_given and record["format"] != "task":
+                raise CheckpointError(
+                    f"{path} was trained on task {info.task!r} ({record_path.name}), not {task!r}: pass --task "
                     f"{info.task}, or give --task-params to use it on {task} anyway")
             info.task_params, info.format_applies = {}, False
     return info
+
+
+def describe_record(info: CheckpointInfo) -> str:
+    """Where ``info``'s format record comes from, in words: its own ``vpo_format.json``, or its
+    run folder's (a ``checkpoint-N`` without one inherits it)."""
+    if info.record_path is None:
+        return "no vpo_format.json"
+    if info.inherited:
+        return f"{info.record_path} (inherited: {info.path.name} has no {FORMAT_FILE} of its own)"
+    return str(info.record_path)
+
+
+def format_record_callback(record: Mapping[str, Any]) -> Any:
+    """A transformers ``TrainerCallback`` that writes ``record`` as ``vpo_format.json`` into every
+    ``checkpoint-N`` the trainer saves (``on_save`` runs once the checkpoint is written), so each
+    one is evaluated in the run's format and m; a checkpoint killed before its record landed
+    inherits the run folder's (``vpo.formats.format_record``)."""
+    from transformers import TrainerCallback
+
+    from vpo.runs import atomic_write_text
+
+    text = json.dumps(dict(record), indent=1, sort_keys=True)
+
+    class FormatRecord(TrainerCallback):
+        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if state.is_world_process_zero and folder.is_dir():
+                atomic_write_text(folder / FORMAT_FILE, text)
+
+    return FormatRecord()
 
 
 def checkpoint_answers(info: CheckpointInfo) -> tuple[int, str]:
@@ -225,7 +285,7 @@ def checkpoint_answers(info: CheckpointInfo) -> tuple[int, str]:
 
     record = info.record if info.format_applies else None
     if record and isinstance(record.get("answers"), int) and record["answers"] >= 1:
-        return int(record["answers"]), f"recorded in {info.path / FORMAT_FILE}"
+        return int(record["answers"]), f"recorded in {describe_record(info)}"
     summary = (info.train_record or {}).get("summary") or {}
     if isinstance(summary.get("answers"), int) and summary["answers"] >= 1:
         return int(summary["answers"]), f"recorded in {info.path / TRAIN_RECORD}"
@@ -237,18 +297,21 @@ def checkpoint_answers(info: CheckpointInfo) -> tuple[int, str]:
             m = None
         if m is not None:
             m = min(m, int(record.get("max_answers", m)))  # type: ignore[union-attr]
-            return m, f"the default of method {method!r}, recorded in {info.path / FORMAT_FILE}"
+            return m, f"the default of method {method!r}, recorded in {describe_record(info)}"
     return 1, "the checkpoint records no m"
 
 
 def check_checkpoints(models: list[str] | list[Path], *, task: str, given: Mapping[str, Any], flag: str = "--model",
-                      tokenizer: bool = True) -> tuple[dict[str, Any], list[CheckpointInfo]]:
+                      tokenizer: bool = True, only: str | None = None) -> tuple[dict[str, Any], list[CheckpointInfo]]:
     """``check_checkpoint`` for every one of ``models`` (the checks of a command that reads them),
     then the task parameters to use them with: what they record for ``task``, completed by the
     ``given`` ones (``vpo.formats.resolve_task_params``). Returns ``(params, infos)``."""
     from vpo.formats import resolve_task_params
 
-    infos = [check_checkpoint(model, task=task, params_given=bool(given), flag=flag, tokenizer=tokenizer)
+    from vpo.tasks import task_class
+
+    task_class(task)  # an unknown --task is named as such, not as a checkpoint of another task
+    infos = [check_checkpoint(model, task=task, params_given=bool(given), flag=flag, tokenizer=tokenizer, only=only)
              for model in models]
     folders = [info.path for info in infos if info.kind in ("folder", "lora") and info.format_applies]
     return resolve_task_params(given, folders, task=task), infos

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from vpo.runs import FORMAT_FILE
 from vpo.tasks.base import Example, Task
 
-__all__ = ["DEFAULT_TOKENS_PER_ANSWER", "FORMAT_FILE", "PromptFormat", "TaskFormat", "load_format",
+__all__ = ["DEFAULT_TOKENS_PER_ANSWER", "FORMAT_FILE", "PromptFormat", "TaskFormat", "format_record", "load_format",
            "recorded_method", "recorded_task_params", "register_format", "resolve_task_params"]
 
 DEFAULT_TOKENS_PER_ANSWER = 256
@@ -98,28 +98,55 @@ def register_format(name: str) -> Callable[[type], type]:
     return decorator
 
 
+def format_record(model_dir: str | Path | None) -> tuple[Path | None, bool]:
+    """``(path, inherited)``: the ``vpo_format.json`` that describes the checkpoint folder
+    ``model_dir``: its own, else, for a ``checkpoint-N`` folder that has none (written before
+    its run recorded formats in every checkpoint, or killed before the record landed), the one
+    of the run folder that holds it (``inherited`` True); ``(None, False)`` when there is none."""
+    if model_dir is None:
+        return None, False
+    folder = Path(model_dir)
+    own = folder / FORMAT_FILE
+    if own.is_file():
+        return own, False
+    parent = folder.parent / FORMAT_FILE
+    step = folder.name.removeprefix("checkpoint-")
+    if folder.name.startswith("checkpoint-") and step.isdigit() and parent.is_file():
+        return parent, True
+    return None, False
+
+
+def _read_record(model_dir: str | Path | None) -> tuple[Path | None, dict[str, Any] | None]:
+    path, _ = format_record(model_dir)
+    if path is None:
+        return None, None
+    spec = json.loads(path.read_text())
+    return path, spec if isinstance(spec, dict) else None
+
+
 def load_format(model_dir: str | Path | None, task: Task, *, tokenizer: Any = None,
                 chat: bool | None = None) -> PromptFormat:
     """The prompt format a checkpoint was trained on.
 
-    A checkpoint folder with ``vpo_format.json`` (written by ``vpo demo``) names its format,
-    e.g. the demo's compact maze format; otherwise the task's own prompts are used, wrapped in
-    the tokenizer's chat template when ``chat`` is True (None: when the tokenizer has one). A
-    format recorded for another task than ``task`` does not apply: the task's own prompts are used
-    (``vpo.checkpoints.check_checkpoint`` allows that only when the task parameters are given).
+    A checkpoint folder with ``vpo_format.json`` (``vpo demo`` and ``vpo train`` write it; a
+    ``checkpoint-N`` without one inherits its run folder's, ``format_record``) names its format,
+    e.g. the demo's compact maze format; ``"task"`` (and no record) means the task's own
+    prompts, wrapped in the tokenizer's chat template when ``chat`` is True (None: when the
+    tokenizer has one). A format recorded for another task than ``task`` does not apply: the
+    task's own prompts are used (``vpo.checkpoints.check_checkpoint`` allows that only when the
+    task parameters are given).
     """
-    spec_path = Path(model_dir) / FORMAT_FILE if model_dir is not None else None
-    spec = json.loads(spec_path.read_text()) if spec_path is not None and spec_path.is_file() else None
+    spec_path, spec = _read_record(model_dir)
     if spec is not None and task is not None and spec.get("task") not in (None, task.name):
         spec = None
-    if spec is not None:
+    if spec is not None and spec.get("format") != TaskFormat.name:
         name = spec.get("format")
         if name not in _FORMATS and name in _BUILTIN_FORMATS:
             for known, cls in importlib.import_module(_BUILTIN_FORMATS[name]).PROMPT_FORMATS.items():
                 _FORMATS.setdefault(known, cls.from_dict)
         if name not in _FORMATS:
             raise ValueError(f"{spec_path}: unknown prompt format {name!r} (known: "
-                             f"{', '.join(sorted(set(_FORMATS) | set(_BUILTIN_FORMATS)))})")
+                             f"{', '.join(sorted(set(_FORMATS) | set(_BUILTIN_FORMATS) | {TaskFormat.name}))})")
         return _FORMATS[name](spec)
     if chat is None:
         chat = bool(getattr(tokenizer, "chat_template", None))
@@ -128,11 +155,11 @@ def load_format(model_dir: str | Path | None, task: Task, *, tokenizer: Any = No
 
 def recorded_task_params(model_dir: str | Path, task: str | None = None) -> dict[str, Any] | None:
     """The task parameters a checkpoint folder records (``vpo_format.json``, written by ``vpo
-    demo`` and kept by ``vpo train``), or None (also when it records another task than ``task``)."""
-    spec_path = Path(model_dir) / FORMAT_FILE
-    if not spec_path.is_file():
+    demo`` and ``vpo train``; inherited by a ``checkpoint-N`` without one), or None (also when it
+    records another task than ``task``)."""
+    _, spec = _read_record(model_dir)
+    if spec is None:
         return None
-    spec = json.loads(spec_path.read_text())
     if task is not None and spec.get("task") not in (None, task):
         return None
     params = spec.get("task_params")
@@ -142,10 +169,8 @@ def recorded_task_params(model_dir: str | Path, task: str | None = None) -> dict
 def recorded_method(model_dir: str | Path | None) -> str | None:
     """The RL method a checkpoint folder records (``vpo_format.json``: ``vpo demo`` and ``vpo
     train`` write it), or None; the reports colour a checkpoint by it."""
-    spec_path = Path(model_dir) / FORMAT_FILE if model_dir is not None else None
-    if spec_path is None or not spec_path.is_file():
-        return None
-    method = json.loads(spec_path.read_text()).get("method")
+    _, spec = _read_record(model_dir)
+    method = (spec or {}).get("method")
     return str(method) if method else None
 
 

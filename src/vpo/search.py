@@ -286,17 +286,19 @@ def _finite_or_none(x: float) -> float | None:
 
 def plot_search_curves(curves: Mapping[str, Mapping[str, Any]], path: str | Path, *,
                        names: Sequence[str] = CURVE_NAMES, title: str | None = None,
-                       methods: Mapping[str, str | None] | None = None) -> Path:
+                       methods: Mapping[str, str | None] | None = None,
+                       folders: Mapping[str, str | None] | None = None) -> Path:
     """One PNG with a panel per curve (best@k, pass@k, coverage@k against k) and one line per
     checkpoint, with its 95% band over examples when ``ci`` has one. ``curves``: {label: output
     of ``search_curves``}; ``methods``: {label: the method a checkpoint records}, for its colour
-    (``vpo.report.line_styles``; without it the label names the method). Needs matplotlib."""
+    (``vpo.report.line_styles``; without it the checkpoint's folder name in ``folders``, then the
+    label, names the method). Needs matplotlib."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from vpo.report import line_styles
+    from vpo.report import line_styles, plain_log_k
 
     if not curves:
         raise ValueError("plot_search_curves needs the curves of at least one checkpoint")
@@ -305,7 +307,8 @@ def plot_search_curves(curves: Mapping[str, Mapping[str, Any]], path: str | Path
             raise ValueError(f"unknown curve {name!r}; known: {', '.join(CURVE_NAMES)}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    styles = line_styles({label: {"label": str(label), "method": (methods or {}).get(label)} for label in curves})
+    styles = line_styles({label: {"label": str(label), "method": (methods or {}).get(label),
+                                  "folder": (folders or {}).get(label)} for label in curves})
     fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.6), squeeze=False)
     for ax, name in zip(axes[0], names, strict=True):
         for label, entry in curves.items():
@@ -317,8 +320,9 @@ def plot_search_curves(curves: Mapping[str, Mapping[str, Any]], path: str | Path
         ax.set_title(CURVE_TITLES[name])
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
-        if max(max(entry["ks"]) for entry in curves.values()) >= 16:
-            ax.set_xscale("log", base=2)
+        kmax = max(max(entry["ks"]) for entry in curves.values())
+        if kmax >= 16:
+            plain_log_k(ax, kmax)
     axes[0][0].legend(fontsize=9)
     if title:
         fig.suptitle(title)
@@ -348,6 +352,8 @@ def plot_gap_by_level(gap: Mapping[str, Any], path: str | Path, *, title: str = 
         import matplotlib.pyplot as plt
     except ImportError:
         return None
+    from vpo.report import plain_log_k
+
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     for level, entry in gap.items():
         ks = np.asarray(entry["ks"], dtype=float)
@@ -357,7 +363,7 @@ def plot_gap_by_level(gap: Mapping[str, Any], path: str | Path, *, title: str = 
         if np.isfinite(low).any():
             ax.fill_between(ks, low, high, color=line.get_color(), alpha=0.15)
     ax.axhline(0.0, color="grey", linewidth=0.8)
-    ax.set_xscale("log")
+    plain_log_k(ax, int(max(max(entry["ks"]) for entry in gap.values())))
     ax.set_xlabel("k (answers)")
     ax.set_ylabel("best@k gap")
     ax.set_title(title, fontsize=10)
@@ -470,7 +476,8 @@ def run_search_eval(checkpoints: Sequence[tuple[str, Any]], task: Task, examples
 
     methods = {label: recorded_method(source) if isinstance(source, str | Path) and Path(source).is_dir() else None
                for label, source in checkpoints}
-    plot = plot_search_curves(curves, out_dir / "search_curves.png", methods=methods,
+    folders = {label: Path(source).stem if isinstance(source, str | Path) else None for label, source in checkpoints}
+    plot = plot_search_curves(curves, out_dir / "search_curves.png", methods=methods, folders=folders,
                               title=f"{task.name}: best-of-n, n={n}, m={','.join(map(str, sorted(set(per_checkpoint_m))))}")
     report["plot"] = plot.name
     if has_levels and len(checkpoints) >= 2:

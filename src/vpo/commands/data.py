@@ -7,7 +7,7 @@ Usage::
         --source 'musique_ans_v1.0_{split}.jsonl' --train 20000 --test 300
     vpo data export maze --out data/maze7 --size 7 --task-params reward_mode=convex_bonus
     vpo data preview toolcall --answers 3
-    vpo data export --reward-funcs mypkg.rewards:accuracy,mypkg.rewards:brevity --source prompts.jsonl \
+    vpo data export --reward-funcs mypkg.rewards:accuracy,mypkg.rewards:brevity --source prompts.jsonl \\
         --out data/mine --format verl --answers 3
 
 The test split's seed is ``100 * seed + 42`` (``vpo.export.test_seed``). ``--size`` only

@@ -90,10 +90,13 @@ def run_eval(cfg: EvalConfig, args: argparse.Namespace | None = None) -> dict:
     if cfg.answers is not None and cfg.pool % cfg.answers:
         raise ValueError(f"--pool ({cfg.pool}) must be a multiple of --answers ({cfg.answers}) for equal pools")
     check_out_dir(cfg.out)
+    from vpo.runs import check_claim
+
+    check_claim(cfg.out, command="eval", overwrite=cfg.overwrite, resume_flag="")  # a used --out: before any read
     own_name, own_params = resolve_task(cfg, args, source=cfg.source)
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from vpo.checkpoints import chain_answers, check_checkpoints
+    from vpo.checkpoints import chain_answers, check_checkpoints, describe_record
     from vpo.evaluation import example_weights, load_format, pool_metrics, sample_pools, summarize
     from vpo.formats import TaskFormat, recorded_method
     from vpo.report import write_report
@@ -121,6 +124,8 @@ def run_eval(cfg: EvalConfig, args: argparse.Namespace | None = None) -> dict:
     if cfg.pool % m:
         raise ValueError(f"--pool ({cfg.pool}) must be a multiple of m = {m} ({why}) for equal pools")
     print(f"m = {m}: {why}", flush=True)
+    if info.inherited:
+        print(f"prompt format and task parameters: {describe_record(info)}", flush=True)
     if not cfg.progress:
         from vpo.sampling import hide_library_progress
 
@@ -140,7 +145,7 @@ def run_eval(cfg: EvalConfig, args: argparse.Namespace | None = None) -> dict:
     print(f"loading {model_dir}, then sampling {work.chains:,} chains of up to {budget} tokens "
           f"({len(examples)} examples x {cfg.pool} answers, about {human_bytes(work.bytes)} held"
           + (f"; memory: {memory}" if memory else "") + ")", flush=True)
-    start = time.time()
+    start, cpu_start = time.time(), time.process_time()
     sampler, tokenizer = open_sampler(model_dir, options)
     fmt = load_format(format_dir, task, tokenizer=tokenizer, chat=cfg.chat)
     if own_name is not None and not isinstance(fmt, TaskFormat):
@@ -168,7 +173,8 @@ def run_eval(cfg: EvalConfig, args: argparse.Namespace | None = None) -> dict:
     objectives = list(task.objective_names(examples[0]))
     entry = summarize([per_example], label=f"{label} (m={m})", m=m, objectives=objectives,
                       extra={"tokens_per_chain": pools.completion_tokens, "truncated": pools.truncated,
-                             "method": None if gguf else recorded_method(model_dir)})   # its colour in the plots
+                             "method": None if gguf else recorded_method(model_dir),   # its colour in the plots,
+                             "folder": model_dir.stem if gguf else model_dir.name})    # else its folder's name
     shown = list(range(min(3, len(examples))))
     metrics = {
         "title": f"Evaluation of {label} on {task.name}",
@@ -181,15 +187,19 @@ def run_eval(cfg: EvalConfig, args: argparse.Namespace | None = None) -> dict:
         "methods": {label: entry},
         "by_level": ({label: levels_of_pools(task, list(pools.vectors), levels)}
                      if any(level is not None for level in levels) else None),
-        "timings": {"sampling and scoring": time.time() - start},
+        "timings": {"loading, sampling and scoring": {"wall": time.time() - start,
+                                                      "cpu": time.process_time() - cpu_start}},
         "sampling": {"backend": options.backend, "device": options.device, "dtype": options.dtype,
                      "seeding": options.seeding, "batch_size": options.batch_size or "auto"},
-        "config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
+        # the options this evaluation used (not --search's: --iterations belongs to openevolve)
+        "config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__ if k not in ("search", "iterations")},
         "reward_failures": failures,
         "notes": [f"{pools.truncated:.0%} of the chains hit the generation budget ({max_new} tokens) without EOS.",
-                  f"{failures['failed']} of {failures['calls']} reward calls failed (raised, NaN, or no verdict in "
-                  "time) and scored 0" + (": see the log for the first traceback of each kind."
-                                          if failures["failed"] else ".")],
+                  f"{failures['failed']:,} of {failures['calls']:,} reward calls failed (raised, NaN, or no verdict in "
+                  "time) and scored 0" + ("; the log has the first traceback of each kind" if failures["failed"] else "")
+                  + f". A reward call scores one non-empty answer (with --reward-funcs, one function on one answer): "
+                  f"the {len(examples) * cfg.pool // m:,} chains x m = {m} hold {len(examples) * cfg.pool:,} answers, "
+                  "and a missing or unparsed one is the zero vector without a call."],
     }
     if len(objectives) >= 2:
         from vpo.commands.rewards import diagnostics_of

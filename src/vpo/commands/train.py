@@ -33,6 +33,7 @@ import copy
 import dataclasses
 import json
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -174,9 +175,7 @@ def build_train_rows(task: Any, answers: int, *, data: str | None = None, n: int
 
     rows = []
     for i, row in enumerate(raw):
-        if isinstance(row, dict) and "reward_model" in row and "data_source" in row and "example" not in row:
-            raise ValueError(f"{data}: row {i} looks like a verl export (data_source, prompt, reward_model, "
-                             "extra_info); `vpo train` reads the TRL layout: `vpo data export TASK --format trl`")
+        _refuse_verl_row(row, i, data)
         if "prompt" in row and "example" in row:
             if row.get("task") not in (None, task.name):
                 raise ValueError(f"row {i}: the data is for task {row['task']!r}, not {task.name!r}")
@@ -204,6 +203,12 @@ def build_train_rows(task: Any, answers: int, *, data: str | None = None, n: int
                                       alpha=goals.alpha, sampler=goals.sampler)
             rows.append(trl_row(task, example, index=i, split="train", answers=answers, chat=chat))
     return rows
+
+
+def _refuse_verl_row(row: Any, i: int, data: str | None) -> None:
+    if isinstance(row, dict) and "reward_model" in row and "data_source" in row and "example" not in row:
+        raise ValueError(f"{data}: row {i} looks like a verl export (data_source, prompt, reward_model, "
+                         "extra_info); `vpo train` reads the TRL layout: `vpo data export TASK --format trl`")
 
 
 def train_configs(args: argparse.Namespace) -> tuple[TrainArgs, RLConfig, TRLOptions]:
@@ -357,14 +362,83 @@ def _check_memory(model: str, args: Any, rows: list[dict[str, Any]], fmt: Any, a
     return estimate.describe(available)
 
 
+def _format_record(info: Any, task: Any, params: dict[str, Any], method: str, answers: int, *,
+                   own: bool) -> dict[str, Any]:
+    """The run's ``vpo_format.json``: the starting checkpoint's prompt format when it records one
+    (the demo's compact maze format), else the task's own prompts (``"task"``); with the task, its
+    parameters, the method and m, so ``vpo eval`` on the model or any of its ``checkpoint-N``
+    prompts and samples it as trained. Your own reward functions record no task (their prompts
+    are ``--source``'s)."""
+    if own:
+        return {"format": "task", "method": method, "answers": answers}
+    kept = info.record if info.record is not None and info.format_applies else None
+    record = dict(kept) if kept is not None and kept.get("format") != "task" else {"format": "task"}
+    record.update(task=task.name, task_params=params, method=method, answers=answers)
+    return record
+
+
+def _own_line(lines: Any) -> None:
+    """Start each of ``lines``' step lines on a line of its own when the bar goes to a log file
+    or a pipe: there a bar frame ends in a carriage return, not a newline, so a step line written
+    after it shared the frame's line (``train vpo: 33%|###  | 1/3 [...]step 1/3 objective ...``). On
+    a terminal the bar is cleared and redrawn around the line, and nothing is added."""
+    write = lines._write
+
+    def on_a_line_of_its_own(line: str) -> None:
+        write("\n" + line)
+        sys.stdout.flush()  # in a pipe, stdout is block-buffered: the line goes out beside the bar's frames
+
+    lines._write = on_a_line_of_its_own
+
+
+@contextlib.contextmanager
+def _quiet_tied_keys(model: Any) -> Iterator[None]:
+    """Drop transformers' "There were missing keys in the checkpoint model loaded" warning when
+    every key it names is a tied weight (``lm_head.weight`` tied to the embeddings): a checkpoint
+    saves a tied weight once, the resume ties it again, nothing is missing. Any other missing key
+    is still reported."""
+    import ast
+    import logging
+
+    prefix = "There were missing keys in the checkpoint model loaded: "
+    names = {name for name, _ in model.named_parameters(remove_duplicate=False)}
+    tied = names - {name for name, _ in model.named_parameters()}
+
+    class TiedKeys(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            message = record.getMessage()
+            if not message.startswith(prefix):
+                return True
+            try:
+                keys = ast.literal_eval(message[len(prefix):].rstrip("."))
+            except (ValueError, SyntaxError):
+                return True
+            return not (keys and set(keys) <= tied)
+
+    logger, quiet = logging.getLogger("transformers.trainer"), TiedKeys()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
+
+
+def _checkpoint_step(folder: str) -> str:
+    """``step N``, from a checkpoint's ``trainer_state.json`` (TRL continues from there)."""
+    try:
+        return f"step {int(json.loads(Path(folder, 'trainer_state.json').read_text())['global_step'])}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "its trainer state"
+
+
 def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     """Run ``vpo train`` from its configs (``engine``: TRL's run settings, default TRL's own);
     returns 0. Prints where the model went."""
-    from vpo.checkpoints import check_checkpoints
+    from vpo.checkpoints import check_checkpoints, format_record_callback
     from vpo.estimators import get_spec
     from vpo.formats import FORMAT_FILE, TaskFormat, load_format, resolve_task_params
     from vpo.models import check_model_path, load_pretrained
-    from vpo.runs import atomic_write_text, claim_out_dir
+    from vpo.runs import atomic_write_text, check_claim, claim_out_dir
     from vpo.tasks import get_task
 
     # every option and path is checked before TRL is imported or any data or model is read (seconds)
@@ -388,6 +462,12 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
         raise ValueError(f"--scale-rewards {scale}: --method {cfg.method} has no group scale to set "
                          f"(its options: {', '.join(spec.options)})")
     answers = resolve_answers(cfg.method, cfg.answers)
+    if not spec.multi_answer and answers != 1:  # VPOTrainer says the same, but only once the model has loaded
+        from vpo.estimators import list_estimators
+
+        multi = [name for name in list_estimators() if get_spec(name).multi_answer]
+        raise ValueError(f"--answers {answers}: --method {cfg.method} scores one answer per rollout; drop --answers "
+                         f"(or give 1), or pick a multi-answer method ({', '.join(multi)})")
     check_model_path(cfg.model)
     # the first stage line, within seconds: TRL's import and the training rows come next
     print(f"train {cfg.method} (m = {answers}) from {cfg.model}: checking the settings, building the training rows",
@@ -411,6 +491,14 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
         # a checkpoint that records its task (the demo's) is trained on that task, in its own format
         params = resolve_task_params(given, [cfg.model] if Path(cfg.model).is_dir() else [], task=cfg.task)
         task = apply_failure_policy(get_task(cfg.task, **params), cfg)
+    if cfg.source and own_name is None:  # the layout of --source, read as it is: verl's is named at once
+        for i, row in enumerate(_load_rows(cfg.source)[:1]):
+            _refuse_verl_row(row, i, cfg.source)
+    _, (info,) = check_checkpoints([cfg.model], task=task.name, given=given)  # vouched for before the rows are built
+    model_dir = info.path if info.kind in ("folder", "lora") and info.format_applies else None
+    claim = dict(command="train", record={"method": cfg.method, "task": task.name, "answers": answers},
+                 resume=engine.resume_from_checkpoint is not None, overwrite=cfg.overwrite)
+    check_claim(cfg.out, **claim)  # a used --out, before the rows are built and the model is read
     args = grpo_args(cfg, rl, engine, task=task.name, answers=answers)  # TRL checks its values before the model loads
     if own_name is not None:  # the rows as they are: VPOTrainer(reward_funcs=) asks for m answers and passes columns
         from vpo.tasks.io import select
@@ -424,20 +512,23 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
                                 goals=weight_options if spec.conditions_prompt else None, chat=True)
     check_estimator_options(cfg.method, options, answers=answers, objectives=_objectives(task, rows, own_name),
                             group_size=rl.num_generations)
-    _, (info,) = check_checkpoints([cfg.model], task=task.name, given=given)  # vouched for before it loads
-    model_dir = info.path if info.kind in ("folder", "lora") and info.format_applies else None
     memory = _check_memory(cfg.model, args, rows, load_format(model_dir, task, chat=False), answers,
                            lora=cfg.lora, completion_given=rl.max_completion_length is not None)
-    claim_out_dir(cfg.out, command="train", record={"method": cfg.method, "task": task.name, "answers": answers},
-                  resume=engine.resume_from_checkpoint is not None, overwrite=cfg.overwrite, stale=("checkpoint-*",))
+    claim_out_dir(cfg.out, stale=("checkpoint-*",), **claim)
+    record = _format_record(info, task, params, cfg.method, answers, own=own_name is not None)
+    # the run's prompt format, task and m: in the run folder from the start (a checkpoint-N killed
+    # before its own record landed inherits it), in every checkpoint-N, and beside the final model
+    atomic_write_text(Path(cfg.out, FORMAT_FILE), json.dumps(record, indent=1, sort_keys=True, default=str))
+    if engine.resume_from_checkpoint is not None:
+        print(f"resuming from {engine.resume_from_checkpoint} ({_checkpoint_step(engine.resume_from_checkpoint)})",
+              flush=True)
     from datasets import Dataset
 
     from vpo.integrations.trl import StepLines, VPOTrainer, label_progress
 
-    if not cfg.progress:
-        from vpo.sampling import hide_library_progress
+    from vpo.sampling import hide_library_progress
 
-        hide_library_progress()
+    hide_library_progress()  # transformers' weight loading and saving bars: noise between the step lines
     print(f"loading {cfg.model}" + (f" (memory: {memory})" if memory else ""), flush=True)
     model, tokenizer = load_pretrained(cfg.model)
     fmt = load_format(model_dir, task, tokenizer=tokenizer, chat=False)
@@ -490,15 +581,20 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
                              args=args, train_dataset=dataset, processing_class=tokenizer,
                              peft_config=peft_config, **objectives)
     # transformers hides the bar below its WARNING log level; its 40-key dicts per step go to the log file
-    label_progress(trainer, f"train {cfg.method}", show=cfg.progress and not trainer.args.disable_tqdm, logs=False)
+    bar = cfg.progress and not trainer.args.disable_tqdm
+    label_progress(trainer, f"train {cfg.method}", show=bar, logs=False)
     Path(cfg.out).mkdir(parents=True, exist_ok=True)
-    trainer.add_callback(StepLines(str(Path(cfg.out) / "train_log.jsonl"),
-                                   heartbeat=None if cfg.progress else HEARTBEAT_S))
+    lines = StepLines(str(Path(cfg.out) / "train_log.jsonl"), heartbeat=None if bar else HEARTBEAT_S)
+    if bar and not sys.stderr.isatty():
+        _own_line(lines)
+    trainer.add_callback(lines)
+    trainer.add_callback(format_record_callback(record))
     length = (f"{args.max_steps} steps" if args.max_steps > 0 else
               f"{args.num_train_epochs:g} epoch(s) of {len(rows)} rows")
     print(f"training: {length}, a line every {args.logging_steps} step(s) (the full log: "
           f"{Path(cfg.out) / 'train_log.jsonl'})", flush=True)
-    trainer.train(resume_from_checkpoint=engine.resume_from_checkpoint)
+    with _quiet_tied_keys(trainer.model):  # a resume's harmless lm_head "missing keys" warning
+        trainer.train(resume_from_checkpoint=engine.resume_from_checkpoint)
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
     summary = {"task": task.name, "method": cfg.method, "answers": answers, "steps": trainer.state.global_step,
                "first_reward": rewards[0] if rewards else None, "last_reward": rewards[-1] if rewards else None}
@@ -509,11 +605,33 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
             {"train": {k: v for k, v in vars(cfg).items()}, "rl": rl.as_dict(), "trl": dataclasses.asdict(engine),
              "summary": summary},
             indent=2, default=str))
-        if model_dir is not None and (model_dir / FORMAT_FILE).is_file():  # keep the prompt format and task
-            record = json.loads((model_dir / FORMAT_FILE).read_text())
-            record.update(task=task.name, task_params=params, method=cfg.method, answers=answers)
-            atomic_write_text(Path(cfg.out, FORMAT_FILE), json.dumps(record, indent=1, sort_keys=True))
+        atomic_write_text(Path(cfg.out, FORMAT_FILE), json.dumps(record, indent=1, sort_keys=True, default=str))
     print(json.dumps(summary))
     if cfg.save:
         print(f"saved to {cfg.out}")
+    note = unparsed_note(trainer.state.log_history, answers, Path(cfg.out) / "train_log.jsonl",
+                         fallback=bool(getattr(cfg, "untagged_fallback", False)), own=own_name is not None)
+    if not isinstance(fmt, TaskFormat):  # a checkpoint's own format (the demo's): its warm-up teaches it
+        note = None
+    if note:
+        print(note, flush=True)
     return 0
+
+
+def unparsed_note(history: list[dict[str, Any]], answers: int, log: Path, *, fallback: bool = False,
+                  own: bool = True) -> str | None:
+    """The exit line of an m-answer run in which no completion wrote its answers in the chain's
+    numbered tags (``vpo/answers_parsed``, or the parse rate, 0 at every logged step): every
+    reward was then 0 and nothing was learned, which the step lines alone do not say. None
+    otherwise (m = 1 has no chain format; with the untagged fallback an untagged completion
+    still scored). The parse-rate warning during the run names the same remedies; the chain
+    warm-up (``vpo warmup``) is offered for your own reward functions (``own``), whose prompts it
+    reads."""
+    rates = [float(h[key]) for h in history for key in ("vpo/answers_parsed", "vpo/parse_rate") if key in h]
+    if answers < 2 or fallback or not rates or max(rates) > 0:
+        return None
+    warmup = "warm the model up on m-answer chains of its own samples (`vpo warmup`), " if own else ""
+    return (f"no completion wrote its answers in the numbered tags of an m = {answers} chain (vpo/answers_parsed "
+            f"was 0 at every logged step, {log}), so every reward was 0 and the model got no gradient. Remedies: "
+            f"`vpo train --untagged-fallback` (an untagged completion counts as one answer), {warmup}or ask for "
+            "fewer answers (docs/own_rewards.md, 'A model that does not write m answers')")

@@ -29,7 +29,8 @@ multi-answer ones) and the ``vpo.estimators`` name VPOTrainer runs."""
 
 MEASURED_RUNS: dict[str, dict[str, Any]] = {
     # seconds: wall time of a run from scratch (the report's run_wall); load: 1-minute load average
-    # at its start (None: not recorded, the machine was idle); update with scripts/record_demo_time.py
+    # at its start (None: not recorded, the machine was idle); busy: cores busy in a 1 s sample at
+    # its start (what says idle, when recorded); update with scripts/record_demo_time.py
     "default": {"seconds": 735, "cpus": 2, "load": 0.1, "workers": 2},
     "quick": {"seconds": 39, "cpus": 2, "load": 0.8, "workers": 1},
 }
@@ -45,8 +46,11 @@ def measured_time(kind: str) -> str:
     took = f"{minutes} min {seconds} s" if minutes else f"{seconds} s"
     from vpo.cores import IDLE_LOAD
 
-    load = run.get("load")
-    if load is None or load < IDLE_LOAD:
+    load, busy = run.get("load"), run.get("busy")
+    if busy is not None:  # a 1 s sample of CPU use at the start, what the machine did then
+        where = (f"{run['cpus']} idle cores" if busy < IDLE_LOAD else
+                 f"{run['cpus']} cores with {busy:.1f} busy with other work at the start")
+    elif load is None or load < IDLE_LOAD:
         where = f"{run['cpus']} idle cores"
     else:
         where = f"{run['cpus']} cores at load average {load:.1f}"
@@ -130,12 +134,17 @@ class DemoConfig:
         "help": "fixed Dirichlet(1) weights per maze (preference metrics)", "min": 1})
     eval_batch: int = field(default=600, metadata={"help": "chains per generate() call in evaluation", "min": 1})
     workers: int = field(default=0, metadata={
-        "help": "parallel worker processes for RL runs and evaluation pools (one torch thread each unless --threads "
-                "says otherwise; the warm-up, which runs alone, uses workers x threads); 0: as many as the cores "
-                "free at the start hold (from the load average; the log says how many)", "min": 0})
+        "help": "most parallel worker processes for RL runs and evaluation pools; 0: as many as the cores free now "
+                "hold, from a 1 s sample of CPU use taken again whenever a job could start (the log says how many "
+                "and why). The numbers do not depend on it", "min": 0})
     threads: int = field(default=1, metadata={
-        "help": "torch CPU threads (0: torch default); 1 is fastest for this tiny model, and far faster on a shared "
-                "machine", "min": 0})
+        "help": "torch CPU threads of each RL run and evaluation pool, whatever the load (0: torch's default, which "
+                "follows the machine's cores); 1 is fastest for this tiny model, and far faster on a shared machine",
+        "min": 0})
+    warmup_threads: int = field(default=1, metadata={
+        "help": "torch CPU threads of the warm-up, which runs alone before any worker starts, whatever the load or "
+                "--workers (0: torch's default); 2 are faster on 2 idle cores, but on a busy machine they spin against "
+                "the other work (--quick's warm-up: 25 s on 1 thread, 23 s per step on 2 at load 12)", "min": 0})
     force: bool = field(default=False, metadata={
         "help": "start over when --out holds a run with a different configuration"})
     progress: bool = field(default=True, metadata={"help": "progress bars"})
@@ -206,7 +215,7 @@ class DemoConfig:
 
     def fingerprint(self) -> dict[str, Any]:
         """Fields that change results (a resumed run must match them)."""
-        skip = {"out", "quick", "force", "progress", "threads", "workers", "eval_batch", "methods", "seeds",
+        skip = {"out", "quick", "force", "progress", "threads", "warmup_threads", "workers", "eval_batch", "methods", "seeds",
                 "preset", "device"}
         return {k: v for k, v in dataclasses.asdict(self).items() if k not in skip}
 

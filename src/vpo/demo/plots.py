@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from vpo.report import line_styles
+from vpo.report import line_styles, plain_log_k
 
 PLOT_DIR = "plots"
 
@@ -55,7 +55,7 @@ def _best_at_k(metrics: Mapping[str, Any], path: Path) -> None:
                         color=styles[name]["color"], markeredgecolor="k",
                         label=f"paper: {metrics['methods'][name].get('label', name).split(' (')[0]} "
                               f"{paper[name]:.3f}")
-        ax.set_xscale("log")
+        plain_log_k(ax, pool * PAPER_STAR_SPREAD ** max(0, len(paper) - 1))
         ax.set_xlabel("k (answers)")
         ax.set_title(title, fontsize=11)
         ax.grid(alpha=0.3)

@@ -374,3 +374,80 @@ def _notes(cfg: DemoConfig) -> list[str]:
         notes.insert(0, "--quick: a smoke-test configuration (tiny model, few steps, one seed). Its numbers "
                         "check the pipeline, not the method.")
     return notes
+
+
+# ----- reproducibility ------------------------------------------------------------------------
+
+RESULT_PARTS = ("methods", "paired", "training", "warmup", "runs", "references", "comparison")
+"""The parts of a demo's ``metrics.json`` that hold results (the rest: timings, paths, prose)."""
+NOT_RESULTS = frozenset({"seconds", "cpu_seconds", "wall", "cpu", "resumed_from", "reward_failures", "label"})
+"""Keys inside those parts that are not results: timings, the resume point, call counts."""
+PINNED_NUMBERS = "docs/demo/quick_numbers.json"
+"""The ``vpo demo --quick`` numbers of the commit the shipped ``docs/demo/report.md`` was made from
+(``scripts/pin_quick_numbers.py``); a test compares HEAD's quick run with them."""
+
+
+def result_numbers(metrics: dict[str, Any]) -> dict[str, float]:
+    """Every number of a demo's results, by path (``methods/vpo/best_at_k/mean/29``), timings
+    and counts of calls left out: what must come out the same whatever the load, the worker
+    count or the order of the jobs."""
+    out: dict[str, float] = {}
+
+    def walk(value: Any, path: str) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if key not in NOT_RESULTS:
+                    walk(item, f"{path}/{key}")
+        elif isinstance(value, list | tuple):
+            for i, item in enumerate(value):
+                walk(item, f"{path}/{i}")
+        elif isinstance(value, int | float | np.number) and not isinstance(value, bool):
+            out[path] = float(value)
+
+    for part in RESULT_PARTS:
+        walk(metrics.get(part), part)
+    return out
+
+
+def numbers_digest(numbers: dict[str, float]) -> str:
+    """sha256 of every number to the last bit (``float.hex``), in path order."""
+    import hashlib
+
+    text = "\n".join(f"{path} {float(value).hex()}" for path, value in sorted(numbers.items()))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def headline_numbers(metrics: dict[str, Any]) -> dict[str, float]:
+    """The few numbers a reader compares, rounded as the report prints them: best@k and
+    preference-weighted best@k at k = 1, 3, 10 and the pool per method, and the warm-up's final
+    loss."""
+    pool = int(metrics["eval"]["pool"])
+    out = {"warmup/final_loss": round(float(metrics["warmup"]["final_loss"]), 3)}
+    for key, entry in metrics["methods"].items():
+        for metric in ("best_at_k", "pref_best_at_k"):
+            for k in (1, 3, 10, pool):
+                out[f"{key}/{metric}@{k}"] = round(float(entry[metric]["mean"][k - 1]), 3)
+    return out
+
+
+def numbers_machine() -> dict[str, str]:
+    """What the numbers' float rounding depends on besides the code: the CPU's kernels (torch's
+    CPU capability and the processor) and torch's build."""
+    import platform
+
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            cpu = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(), "cpu": cpu}
+
+
+def pin_record(metrics: dict[str, Any]) -> dict[str, Any]:
+    """What ``PINNED_NUMBERS`` holds for a quick run's ``metrics``."""
+    numbers = result_numbers(metrics)
+    return {"command": "vpo demo --quick", "machine": numbers_machine(), "digest": numbers_digest(numbers),
+            "count": len(numbers), "headline": headline_numbers(metrics)}

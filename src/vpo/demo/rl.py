@@ -165,15 +165,21 @@ def run_rl(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, method: str, seed
                                args=args, train_dataset=dataset, processing_class=tokenizer, fmt=fmt,
                                truncated=cfg.rl_truncated)
     quiet_trainer(trainer, cfg.progress, f"RL {METHODS[method][0]} seed {seed}")
+    # every checkpoint-N carries the run's format and m (vpo eval on one prompts it as trained)
+    from vpo.checkpoints import format_record_callback
+
+    record = {**fmt.to_dict(), "task": "maze", "task_params": {"size": cfg.size, "reward_mode": cfg.reward_mode},
+              "method": method, "seed": seed, "answers": m}
+    trainer.add_callback(format_record_callback(record))
     last = latest_complete_checkpoint(trainer_dir)  # one half-written when the run was killed is skipped
     last = str(last) if last is not None else None
     if last:
         log(f"{method} seed {seed}: resuming from {last}")
+    before = task.failures.totals()
     trainer.train(resume_from_checkpoint=last)
     trainer.model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
-    fmt.save(out_dir, task="maze", task_params={"size": cfg.size, "reward_mode": cfg.reward_mode},
-             method=method, seed=seed, answers=m)
+    fmt.save(out_dir, **{k: v for k, v in record.items() if k not in fmt.to_dict()})
     history = [h for h in trainer.state.log_history if "step" in h and "demo/diversity" in h]
     record = {
         "method": method, "seed": seed, "m": m, "estimator": estimator,
@@ -183,6 +189,8 @@ def run_rl(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, method: str, seed
         "completion_tokens": float(np.mean([h.get("completions/mean_length", np.nan) for h in history]))
         if history else None,
         "reward": [float(h.get("reward", np.nan)) for h in history],
+        # this invocation's calls (a resumed run counts from its checkpoint on)
+        "reward_failures": task.failures.totals_since(before),
     }
     shutil.rmtree(trainer_dir, ignore_errors=True)  # optimizer states: only needed to resume
     return record

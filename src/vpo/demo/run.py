@@ -1,7 +1,10 @@
 """The demo pipeline: warm-up -> RL per method and seed -> evaluation -> report, resumable.
 
-The warm-up runs alone on every thread; then the RL runs and the evaluation pools run in
-``--workers`` processes, each run sampling its own pool as soon as it is trained.
+The warm-up runs alone on ``--warmup-threads`` threads; then the RL runs and the evaluation
+pools run in worker processes, each run sampling its own pool as soon as it is trained: as many
+at once as the cores free when a job could start hold (a 1 s CPU sample, ``vpo.cores.WorkerBudget``),
+or ``--workers``. Thread counts are settings and every job seeds itself, so the load changes how
+long the demo takes, never its numbers.
 
 Layout of the report folder (``--out``, default ``runs/demo``)::
 
@@ -19,11 +22,14 @@ finished stages and resumes an interrupted training run from its newest TRL chec
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import json
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +40,9 @@ from vpo.demo.device import CudaPlan, describe_setting, device_record, enter_sha
 from vpo.demo.device import worker_memory  # noqa: F401  (re-exported: the memory estimate of a worker)
 from vpo.tasks.maze.format import CompactMazeFormat, GoalPerChainFormat
 from vpo.demo.plots import headline_plots
-from vpo.demo.results import build_metrics, oracle_reference, pipeline_checks
+from vpo.demo.results import build_metrics, numbers_machine, oracle_reference, pipeline_checks
 from vpo.checkpoints import check_checkpoint
+from vpo.cores import WorkerBudget, run_parallel, sample_cpu
 from vpo.runs import lock_folder  # noqa: F401  (re-exported: the demo's lock is every command's)
 from vpo.runs import atomic_write_text, claim_out_dir, release_out_dir
 
@@ -122,6 +129,61 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
         release_out_dir(out)
 
 
+RECHECK_S = 20.0
+"""While jobs wait and fewer workers run than may, how often the CPU is sampled again."""
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """torch's CPU threads set to ``threads`` (0: left as they are) inside the block."""
+    import torch
+
+    before = torch.get_num_threads()
+    if threads > 0:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def worker_budget(cfg: DemoConfig, peak: int, plan: CudaPlan | None = None) -> WorkerBudget:
+    """How many worker processes the demo may run at once (``vpo.cores.WorkerBudget``): on a GPU
+    the ``plan``'s count (``plan_cuda``: from its memory, docs/gpu.md); else ``--workers``, else
+    the cores free at each job's start, capped by the memory that holds ``peak`` bytes per worker
+    (a worker's RL run or evaluation batch, ``worker_memory``)."""
+    from vpo.workload import device_memory, human_bytes
+
+    def memory_cap() -> tuple[int, str]:
+        available = device_memory(cfg.torch_device())
+        if available is None:
+            return 1 << 30, "memory not known"
+        most = max(1, available // max(peak, 1))
+        return most, f"{human_bytes(available)} of memory holds {most}"
+
+    jobs = len(cfg.method_list()) * cfg.seeds + 2
+    if plan is not None:
+        return WorkerBudget(jobs=jobs, threads=max(1, cfg.threads), fixed=plan.workers, fixed_why=plan.why)
+    return WorkerBudget(jobs=jobs, threads=max(1, cfg.threads), fixed=cfg.workers,
+                        caps=[] if cfg.workers else [memory_cap])
+
+
+def run_jobs(cfg: DemoConfig, jobs: list[tuple[str, Any, Any]], budget: WorkerBudget, log: Any, *,
+             task: Any = None) -> tuple[dict[tuple[str, Any, Any], Any], int]:
+    """Run the RL and pool ``jobs`` (``_job``) with ``vpo.cores.run_parallel``: as many at once as
+    ``budget`` allows when each could start. Returns each job's result and the most that ran at
+    once. Every job seeds itself, so neither the worker count nor the order changes a number."""
+    def in_process(job: tuple[str, Any, Any], worker: bool) -> Any:
+        return _job(cfg, job, log, task=task)
+
+    def say(line: str) -> None:
+        log(f"RL and evaluation: {line}")
+
+    parallel = budget.most()[0] > 1 and len(jobs) > 1  # a worker process gets a picklable function
+    return run_parallel(jobs, functools.partial(_job, cfg, log=log) if parallel else in_process, budget, log=say,
+                        recheck=RECHECK_S)
+
+
 def _run_demo(cfg: DemoConfig, out: Path, peak: int, memory: str, plan: CudaPlan | None = None) -> dict[str, Any]:
     """The demo in ``out`` (claimed); ``peak``: bytes one worker process holds at most, and
     ``memory`` that estimate in words (``worker_memory``); ``plan``: how its processes share a GPU."""
@@ -131,7 +193,7 @@ def _run_demo(cfg: DemoConfig, out: Path, peak: int, memory: str, plan: CudaPlan
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import torch
 
-    if cfg.threads > 0:
+    if cfg.threads > 0:  # a pool sampled here (one an earlier invocation lost) runs on the workers' threads
         torch.set_num_threads(cfg.threads)
     from vpo.demo.warmup import quiet_libraries, run_warmup
 
@@ -140,26 +202,17 @@ def _run_demo(cfg: DemoConfig, out: Path, peak: int, memory: str, plan: CudaPlan
 
     load_start = os.getloadavg()[0]
     t0 = time.time()
-    if plan is not None:  # a GPU: plan_cuda chose them from its memory (docs/gpu.md)
-        workers, why = plan.workers, plan.why
-    elif cfg.workers:
-        workers, why = cfg.workers, "--workers"
-    else:  # oversubscribed cores are the enemy: a worker per free core
-        from vpo.cores import pick_workers
-
-        workers, why = pick_workers(len(cfg.method_list()) * cfg.seeds + 2, max(1, cfg.threads))
-        from vpo.workload import device_memory, human_bytes
-
-        available = device_memory(cfg.torch_device())
-        if available is not None and workers * peak > available:  # as many as the memory holds, too
-            workers = max(1, available // max(peak, 1))
-            why += f"; {human_bytes(available)} of memory holds {workers}"
+    start_sample = sample_cpu()  # what the machine was doing at the start: the report's note on its timings
+    budget = worker_budget(cfg, peak, plan)
+    most, why = budget.most()
     task = get_task("maze", size=cfg.size, reward_mode=cfg.reward_mode)
     fmt = CompactMazeFormat(max_answers=max(3, cfg.answers))
     methods, seeds = cfg.method_list(), cfg.seed_list()
     log(f"demo: methods {methods}, seeds {seeds}, maze {cfg.size}x{cfg.size} ({cfg.reward_mode}, protocol "
         f"{task.protocol}), device {device_record(cfg.torch_device())['name']}, out {out}")
-    log(f"demo: {workers} worker process(es) of {cfg.threads or 'torch default'} torch thread(s) ({why})")
+    log(f"demo: up to {most} worker process(es) of {cfg.threads or 'default'} torch thread(s) ({why}), as many as "
+        f"the free cores hold when each job starts; the warm-up on {cfg.warmup_threads or 'default'} thread(s). "
+        "Thread counts are settings, not the load's: the numbers do not depend on the load")
     log(f"demo: memory: {memory}")
 
     # 1. warm-up ------------------------------------------------------------------------
@@ -169,13 +222,10 @@ def _run_demo(cfg: DemoConfig, out: Path, peak: int, memory: str, plan: CudaPlan
         data = "random walks that reach the exit" if cfg.warmup_data == "random_walk" else "oracle routes"
         log(f"warm-up: SFT on {cfg.warmup_examples} examples of {data} "
             f"({cfg.warmup_single_fraction:.0%} single-route)")
-        if cfg.threads > 0:  # the warm-up runs alone: it gets every worker's threads
-            torch.set_num_threads(cfg.threads * workers)
-        enter_share(plan.usable if plan else None)  # a GPU: alone, it may take all the workers' shares
-        warm = run_warmup(cfg, task, fmt, warm_dir, log=log)
-        job_memory(out, "warm-up", "warmup")        # and gives them back before the workers start
-        if cfg.threads > 0:
-            torch.set_num_threads(cfg.threads)
+        with torch_threads(cfg.warmup_threads):  # the warm-up runs alone, on threads the configuration fixes
+            enter_share(plan.usable if plan else None)  # a GPU: alone, it may take all the workers' shares
+            warm = run_warmup(cfg, task, fmt, warm_dir, log=log)
+            job_memory(out, "warm-up", "warmup")        # and gives them back before the workers start
         _write_json(warm_dir / "done.json", warm)
         shutil.rmtree(warm_dir / "trainer", ignore_errors=True)
     log(f"warm-up: done ({warm['seconds']:.0f} s, {warm['params']} parameters, final loss {warm['final_loss']:.3f})")
@@ -204,30 +254,17 @@ def _run_demo(cfg: DemoConfig, out: Path, peak: int, memory: str, plan: CudaPlan
         check_checkpoint(folder, task="maze")
     t_rl = time.time()
     n_rl = sum(job[0] == "rl" for job in pending)
-    if pending and workers > 1 and len(pending) > 1:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        log(f"RL and evaluation: {len(pending)} jobs on {min(workers, len(pending))} worker processes")
-        with ProcessPoolExecutor(max_workers=min(workers, len(pending)),
-                                 mp_context=multiprocessing.get_context("spawn")) as pool:
-            futures = {job: pool.submit(_job, cfg, job, log) for job in pending}
-            for job, future in futures.items():
-                result = future.result()
-                if job[0] == "rl":
-                    runs[(job[1], job[2])] = result
-    else:
-        if pending:
-            log(f"RL and evaluation: {len(pending)} jobs in this process")
-        for job in pending:
-            result = _job(cfg, job, log, task=task)
+    used = 0  # the most worker processes that ran at once (0: every job was done before)
+    if pending:
+        budget.jobs = len(pending)
+        results, used = run_jobs(cfg, pending, budget, log, task=task)
+        for job, result in results.items():
             if job[0] == "rl":
                 runs[(job[1], job[2])] = result
     rl_wall_path = out / "logs" / "rl_wall.json"
     if n_rl:
         log(f"RL: {n_rl} runs (and their pools) took {time.time() - t_rl:.0f} s wall")
-        _write_json(rl_wall_path, {"wall": time.time() - t_rl, "runs": n_rl,
-                                   "workers": min(workers, len(pending))})
+        _write_json(rl_wall_path, {"wall": time.time() - t_rl, "runs": n_rl, "workers": used})
     for seed in seeds:
         for method in methods:
             log(f"RL: {method} seed {seed} done ({runs[(method, seed)]['seconds']:.0f} s)")
@@ -240,6 +277,9 @@ def _run_demo(cfg: DemoConfig, out: Path, peak: int, memory: str, plan: CudaPlan
     from vpo.report import write_report
 
     metrics = build_metrics(cfg, task, methods, seeds, warm, runs, evaluated)
+    metrics["reward_failures"] = failure_counts(runs.values(), evaluated["seconds"].values())
+    metrics["notes"].append(failure_note(metrics["reward_failures"]))
+    metrics["notes"].append(reproducibility_note(numbers_machine()))
     describe_setting(metrics, cfg, device_record(cfg.torch_device()))
     metrics["headline_plots"] = headline_plots(metrics, out)
     def both(records: list[dict[str, Any]]) -> dict[str, float | None]:
@@ -271,36 +311,83 @@ def _run_demo(cfg: DemoConfig, out: Path, peak: int, memory: str, plan: CudaPlan
     invocations_path = out / "logs" / "invocations.json"
     invocations = json.loads(invocations_path.read_text()) if invocations_path.is_file() else []
     invocations.append({"wall": time.time() - t0, "load_start": load_start, "load_end": load_end,
-                        "cpus": os.cpu_count(), "workers": workers, "threads": cfg.threads})
+                        "busy_start": start_sample.busy, "cpus": os.cpu_count(), "workers": used,
+                        "threads": cfg.threads, "warmup_threads": cfg.warmup_threads})
     _write_json(invocations_path, invocations)
     metrics["run_wall"] = {"seconds": sum(i["wall"] for i in invocations), "invocations": invocations}
-    metrics["notes"].append(load_note(os.cpu_count() or 1, workers, cfg.threads, load_start, load_end))
+    metrics["notes"].append(load_note(os.cpu_count() or 1, used, cfg.threads, load_start, load_end,
+                                      busy_start=start_sample.busy))
     paths = write_report(metrics, out)
     log(f"report: {paths['md']} ({time.time() - t0:.0f} s this invocation)")
     return {"report": paths, "metrics": metrics}
 
 
-def load_note(cpus: int, workers: int, threads: int, load_start: float, load_end: float) -> str:
-    """The report's sentence on the machine the timings were measured on, read off the load
-    average at the start (the one at the end counts this run's own work)."""
+def failure_counts(runs: Any, pools: Any) -> dict[str, dict[str, int] | None]:
+    """Reward calls and failed ones (``vpo.reward_failures``) of the RL runs (their rollouts, as
+    the trainer scored them) and of the evaluation pools; None for a part run before the demo
+    counted them."""
+    def total(records: list[Any]) -> dict[str, int] | None:
+        counts = [r.get("reward_failures") for r in records]
+        if not counts or any(c is None for c in counts):
+            return None
+        return {"calls": sum(int(c["calls"]) for c in counts), "failed": sum(int(c["failed"]) for c in counts)}
+
+    return {"training": total(list(runs)), "evaluation": total(list(pools))}
+
+
+def failure_note(counts: dict[str, dict[str, int] | None]) -> str:
+    """The report's line on failed reward calls: a maze answer the scorer could not score (raised,
+    NaN) scores 0 and is counted, in training and in the pools."""
+    parts = [f"{what}: {c['failed']:,} of {c['calls']:,} failed" if c is not None else f"{what}: not counted (run "
+             "before the demo counted them)" for what, c in (("training", counts["training"]),
+                                                             ("evaluation pools", counts["evaluation"]))]
+    return ("Reward calls (the maze scorer on one non-empty answer; a failed call, one that raised or gave NaN, "
+            "scores 0 and is counted): " + "; ".join(parts) + ".")
+
+
+def reproducibility_note(machine: dict[str, str]) -> str:
+    """The report's line on which machines give its numbers to the digit (``numbers_machine``)."""
+    return (f"These numbers come out to the digit again on the same kind of machine ({machine['cpu']}, torch's "
+            f"{machine['cpu_capability']} CPU kernels, torch {machine['torch']}), whatever its load, the number of "
+            "worker processes and the order of the jobs: thread counts are settings and every run seeds itself. A "
+            "CPU with other vector instructions rounds floats differently, and RL carries the difference into the "
+            "second digit (README, Reproducibility).")
+
+
+def load_note(cpus: int, workers: int, threads: int, load_start: float, load_end: float, *,
+              busy_start: float | None = None) -> str:
+    """The report's sentence on the machine the timings were measured on, read off the CPU use
+    sampled at the start (``busy_start`` cores busy; else the 1-minute load average there, which
+    still counts work that just ended; the one at the end counts this run's own work)."""
     from vpo.cores import IDLE_LOAD
 
     load = (f"1-minute load average {load_start:.1f} at the start, {load_end:.1f} at the end with this run's "
             "own work")
-    machine = (f"the CPUs were otherwise idle ({load})" if load_start < IDLE_LOAD else
+    if busy_start is not None:
+        load = f"{busy_start:.1f} cores busy in a 1 s sample at the start; {load}"
+    busy = busy_start if busy_start is not None else load_start
+    machine = (f"the CPUs were otherwise idle ({load})" if busy < IDLE_LOAD else
                f"other work shared the CPUs ({load}), so the stages ran slower than they would on an idle machine")
-    return (f"Timings measured on this machine ({cpus} CPUs, {workers} worker process(es), torch threads "
-            f"{threads or 'default'}): {machine}. Stages finished by an earlier invocation keep their original time.")
+    return (f"Timings measured on this machine ({cpus} CPUs, up to {workers} worker process(es) at once, torch "
+            f"threads {threads or 'default'}): {machine}. Stages finished by an earlier invocation keep their original "
+            "time.")
 
 
-def _job(cfg: DemoConfig, job: tuple[str, Any, Any], log: Any, task: Any = None) -> dict[str, Any]:
+def _job(cfg: DemoConfig, job: tuple[str, Any, Any], log: Any, task: Any = None, *,
+         worker: bool = False) -> dict[str, Any]:
     """One unit of parallel work, also the body of a worker process: ("rl", method, seed) trains a
     run, writes its ``done.json`` and samples its evaluation pool; ("pool", name, None) samples
-    the pool ``name``. Returns the training record (or the pool's timing)."""
+    the pool ``name``. Returns the training record (or the pool's timing). ``worker``: in a
+    worker process, whose bars would overwrite each other's lines: stage lines only."""
     import torch
 
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
+    if worker:
+        from vpo.demo.warmup import quiet_libraries
+
+        cfg = dataclasses.replace(cfg, progress=False)
+        quiet_libraries(False)
     from vpo.demo.rl import rl_examples, run_rl
     from vpo.tasks import get_task
 
@@ -352,6 +439,7 @@ def _sample_pool(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, name: str, 
     examples = task.examples("test", cfg.eval_examples)
     max_budget = max(int(e["budget"]) for e in examples)
     t, c = time.time(), time.process_time()
+    before = task.failures.totals()
     model = AutoModelForCausalLM.from_pretrained(ckpt).to(cfg.torch_device())
     tokenizer = AutoTokenizer.from_pretrained(ckpt)
     goal_run = name.startswith("goal_conditioned-")
@@ -362,7 +450,9 @@ def _sample_pool(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, name: str, 
                          desc=f"eval {name}")
     (out / "eval").mkdir(parents=True, exist_ok=True)
     pools.save(out / "eval" / f"{name}.npz")
-    seconds = {"wall": time.time() - t, "cpu": time.process_time() - c}
+    task.failures.end_step()  # the last window of reward calls: RewardFailureError past its rate
+    seconds = {"wall": time.time() - t, "cpu": time.process_time() - c,
+               "reward_failures": task.failures.totals_since(before)}
     _write_json(out / "eval" / f"{name}.seconds.json", seconds)
     log(f"eval: {name} ({len(examples)} mazes x {cfg.pool} answers, {seconds['wall']:.0f} s)")
     return seconds

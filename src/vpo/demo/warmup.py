@@ -67,16 +67,15 @@ def quiet_trainer(trainer: Any, progress: bool, desc: str) -> None:
 
 
 def quiet_libraries(progress: bool) -> None:
-    """Silence datasets' map bars and transformers' warnings during the demo."""
-    import datasets
+    """Silence the libraries' own bars (datasets' maps, transformers' weight loading and saving:
+    hundreds of lines over a demo) and transformers' warnings during the demo; the demo's stage
+    bars stay unless ``progress`` is off."""
     import transformers
 
     from vpo.sampling import hide_library_progress
 
-    datasets.disable_progress_bars()
     transformers.logging.set_verbosity_error()
-    if not progress:
-        hide_library_progress()
+    hide_library_progress()
 
 
 def run_warmup(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, out_dir: Path, *,
@@ -130,6 +129,10 @@ def run_warmup(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, out_dir: Path
     quiet_libraries(cfg.progress)
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
     quiet_trainer(trainer, cfg.progress, "warm-up")
+    from vpo.checkpoints import format_record_callback
+
+    task_record = {"task": "maze", "task_params": {"size": cfg.size, "reward_mode": cfg.reward_mode}}
+    trainer.add_callback(format_record_callback({**fmt.to_dict(), **task_record}))  # in every checkpoint-N
     last = get_last_checkpoint(str(trainer_dir)) if trainer_dir.is_dir() else None
     if last:
         log(f"warm-up: resuming from {last}")
@@ -138,7 +141,7 @@ def run_warmup(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, out_dir: Path
     model.generation_config.max_new_tokens = None
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
-    fmt.save(out_dir, task="maze", task_params={"size": cfg.size, "reward_mode": cfg.reward_mode})
+    fmt.save(out_dir, **task_record)
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     return {"seconds": time.time() - start, "cpu_seconds": time.process_time() - cpu_start, "examples": len(records), "params": count_parameters(model),
             "final_loss": losses[-1] if losses else float(result.training_loss),

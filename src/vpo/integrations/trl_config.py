@@ -309,6 +309,37 @@ def _netrc_has(host: str) -> bool:
         return False
 
 
+def _grpo_types() -> dict[str, Any]:
+    from trl import GRPOConfig
+
+    return _field_types(GRPOConfig)
+
+
+def _grpo_option_names() -> set[str] | None:
+    """GRPOConfig's option names, read from the sources of TRL's ``GRPOConfig`` and the classes
+    it derives from (transformers' ``TrainingArguments``) without importing them, so a YAML key
+    is judged in milliseconds rather than after TRL's import; None when a source does not read
+    as expected (then TRL is imported)."""
+    import ast
+
+    classes = {"GRPOConfig": ("trl", "trainer/grpo_config.py"), "_BaseConfig": ("trl", "trainer/base_config.py"),
+               "TrainingArguments": ("transformers", "training_args.py")}
+    names: set[str] = set()
+    for cls, (package, file) in classes.items():
+        try:  # a top-level package is found without being imported; its submodules would import it
+            spec = importlib.util.find_spec(package)
+            tree = ast.parse(Path(spec.submodule_search_locations[0], file).read_text()) if spec else None
+        except (ImportError, OSError, SyntaxError, ValueError, TypeError, IndexError):
+            return None
+        body = next((node.body for node in getattr(tree, "body", []) if isinstance(node, ast.ClassDef)
+                     and node.name == cls), None)
+        if body is None:
+            return None
+        names |= {node.target.id for node in body if isinstance(node, ast.AnnAssign)
+                  and isinstance(node.target, ast.Name) and not node.target.id.startswith("_")}
+    return names
+
+
 def _field_types(cls: type) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init}
@@ -348,7 +379,6 @@ def read_grpo_yaml(path: str, train_cls: type) -> dict[str, dict[str, Any]]:
     option, a VPO_OWNED one (with what VPO does instead) or one vpo train does not take.
     """
     import yaml
-    from trl import GRPOConfig
 
     where = f"--config {path}"
     file = Path(path)
@@ -362,10 +392,11 @@ def read_grpo_yaml(path: str, train_cls: type) -> dict[str, dict[str, Any]]:
         loaded = {}
     if not isinstance(loaded, dict):
         raise ValueError(f"{where}: expected a mapping of GRPOConfig options, got {type(loaded).__name__}")
-    types = {"train": _field_types(train_cls), "rl": _field_types(RLConfig), "trl": _field_types(TRLOptions),
-             "extra": _field_types(GRPOConfig)}
+    types = {"train": _field_types(train_cls), "rl": _field_types(RLConfig), "trl": _field_types(TRLOptions)}
+    grpo_names = _grpo_option_names()  # every key is judged before TRL's import (seconds) when the sources read
     rl_field = {GRPO_NAMES.get(name, name): name for name in types["rl"]}
-    out: dict[str, dict[str, Any]] = {owner: {} for owner in types}
+    out: dict[str, dict[str, Any]] = {owner: {} for owner in ("train", "rl", "trl", "extra")}
+    placed = []
     for key, value in loaded.items():
         if key in VPO_OWNED:
             raise ValueError(f"{where}: {key} is not a vpo train option: {VPO_OWNED[key]}")
@@ -379,11 +410,14 @@ def read_grpo_yaml(path: str, train_cls: type) -> dict[str, dict[str, Any]]:
             owner, name = "rl", rl_field[key]
         elif key in types["trl"]:
             owner, name = "trl", key
-        elif key in types["extra"]:
+        elif key in (grpo_names if grpo_names is not None else _grpo_types()):
             owner, name = "extra", key
         else:
             raise ValueError(f"{where}: unknown key {key!r}: not a GRPOConfig option")
+        placed.append((key, value, owner, name))
+    for key, value, owner, name in placed:
         if key == "report_to" and isinstance(value, list):  # TRL's list form
             value = ",".join(map(str, value))
-        out[owner][name] = _coerce(value, types[owner][name], f"{where}: {key}")
+        kind = _grpo_types()[name] if owner == "extra" else types[owner][name]
+        out[owner][name] = _coerce(value, kind, f"{where}: {key}")
     return out

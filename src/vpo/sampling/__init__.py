@@ -103,7 +103,8 @@ class SamplingOptions(DeviceOptions):
                 "reports; hf only); auto: batch for --backend hf on CPU, chain on a GPU and with vLLM",
         "choices": ["auto", *SEEDINGS]})
     threads: int = field(default=0, metadata={
-        "help": "torch CPU threads (0: the cores free now, from the load average; shown when sampling starts)",
+        "help": "torch CPU threads (0: the cores free now, from a half-second sample of CPU use; shown when "
+                "sampling starts)",
         "min": 0})
     kv_cache: str = field(default="auto", metadata={
         "help": "hf backend's KV cache: static (preallocated for the whole chain, one block per call: the GPU's "
