@@ -42,7 +42,8 @@ from vpo.commands.rewards import RewardFuncsOptions, apply_failure_policy, resol
 from vpo.config import (add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, field_like,
                         parse_params, task_help)
 from vpo.estimators.options import WeightOptions
-from vpo.integrations.trl_config import TASK_EPOCHS, VPO_OWNED, RLConfig, TRLOptions, check_engine, read_grpo_yaml
+from vpo.integrations.trl.config import (TASK_EPOCHS, VPO_OWNED, RLConfig, TRLOptions, check_engine, estimator_scale,
+                                        read_grpo_yaml)
 
 __all__ = ["RLConfig", "TASK_EPOCHS", "TRLOptions", "TrainArgs", "build_train_rows", "grpo_args", "parse_params",
            "resolve_answers", "train", "train_configs"]
@@ -90,6 +91,9 @@ class TrainArgs(RewardFuncsOptions):
     sampler: str = field_like(WeightOptions, "sampler", help="simplex sampler (estimators with keyed weights)")
     chat_template: bool = field(
         default=True, metadata={"help": "wrap prompts in the tokenizer's chat template when it has one"})
+    untagged_fallback: bool = field(default=False, metadata={
+        "help": "m > 1: a completion with no parseable answer in its numbered tags counts as one answer, its "
+                "whole text (a model that ignores the format still learns from its content; docs/own_rewards.md)"})
     save: bool = field(default=True, metadata={"help": "save the final model (or adapter) to output_dir"})
     progress: bool = field(default=True, metadata={
         "help": "a progress bar (--no-progress: no bar from any library); either way a line per stage (settings, "
@@ -380,10 +384,7 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
                          "groups")
     weight_options = WeightOptions(num_weights=cfg.num_weights, alpha=cfg.alpha, sampler=cfg.sampler, seed=rl.seed)
     spec = get_spec(cfg.method)
-    scale = getattr(engine, "scale_rewards", None)
-    if scale not in (None, "group") and "scale" not in spec.options:  # VPOTrainer maps it onto the estimator's
-        raise ValueError(f"--scale-rewards {scale}: --method {cfg.method} has no group scale to set "
-                         f"(its options: {', '.join(spec.options)})")
+    estimator_scale(getattr(engine, "scale_rewards", None), spec, flag=True)  # VPOTrainer maps it the same way
     answers = resolve_answers(cfg.method, cfg.answers)
     check_model_path(cfg.model)
     # the first stage line, within seconds: TRL's import and the training rows come next
@@ -486,7 +487,7 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
              "reward_failures": task.failures.policy})
         trainer = VPOTrainer(model, answers=answers, estimator=cfg.method, estimator_options=options,
                              args=args, train_dataset=dataset, processing_class=tokenizer,
-                             peft_config=peft_config, **objectives)
+                             peft_config=peft_config, untagged_fallback=cfg.untagged_fallback, **objectives)
     # transformers hides the bar below its WARNING log level; its 40-key dicts per step go to the log file
     label_progress(trainer, f"train {cfg.method}", show=cfg.progress and not trainer.args.disable_tqdm, logs=False)
     Path(cfg.out).mkdir(parents=True, exist_ok=True)
