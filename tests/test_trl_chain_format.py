@@ -127,3 +127,49 @@ def test_a_missing_dataset_column_is_named(tmp_path, tok):
     with pytest.raises(RewardContractError, match=r"'accuracy' needs the dataset column 'solution', which the data "
                                                   r"does not have \(its columns: index, target\)"):
         trainer.train()
+
+
+_TORCHRUN_SCRIPT = """
+import json, sys
+import torch
+sys.path.insert(0, {test_dir!r})
+from test_trl_own_rewards import a_rate, b_rate, config, dataset, PROMPTS, TAGS
+from test_trl_integration import capture_advantages
+from vpo.integrations.trl import VPOTrainer
+from vpo.models import build_char_tokenizer, build_tiny_qwen2
+from vpo.rewards import rewrite_chain_prompt
+tok = build_char_tokenizer(sorted({{c for p in PROMPTS for c in rewrite_chain_prompt(p, 3)}} | set("abxyz")),
+                           extra_tokens=TAGS)
+args = config({out!r}, per_device_train_batch_size=4, num_generations=8, max_steps=2, max_completion_length=16)
+trainer = VPOTrainer(build_tiny_qwen2(tok, seed=0), reward_funcs=[a_rate, b_rate], answers=3, args=args,
+                     train_dataset=dataset(), processing_class=tok, untagged_fallback=True)
+seen = capture_advantages(trainer)
+trainer.train()
+rank = trainer.accelerator.process_index
+json.dump({{"rank": rank, "adv": torch.cat(seen).tolist(), "logged": list(trainer._logs["advantages"]),
+           "completions": list(trainer._logs["completion"])}}, open({out!r} + f"/rank{{rank}}.json", "w"))
+"""
+
+
+@pytest.mark.slow
+def test_two_rank_torchrun_with_reward_functions_and_a_group_across_ranks(tmp_path):
+    """Two gloo ranks, one group of 8 split 4 + 4: the answers are gathered and finished together,
+    and both ranks log the same global advantages."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "run.py"
+    script.write_text(_TORCHRUN_SCRIPT.format(test_dir=str(Path(__file__).parent), out=str(tmp_path)))
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(script)],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["logged"] == ranks[1]["logged"] and len(ranks[0]["logged"]) == 8
+    assert ranks[0]["completions"] == ranks[1]["completions"]
+    assert abs(sum(ranks[0]["logged"])) < 1e-4 and max(map(abs, ranks[0]["logged"])) > 0.1  # one centred group
+    for r in ranks:
+        assert len(r["adv"]) == 2 * 4  # 2 steps x 4 local completions

@@ -211,8 +211,8 @@ class RewardFailures:
             return failed.get(name, 0) / own[name] if own.get(name) else 0.0
 
         worst = max(failed, key=lambda name: (share(name), failed[name]))
-        summary = f"{total} of {calls} reward calls failed in one step ({total / calls:.0%}), most in {worst!r} " \
-                  f"({failed[worst]})"
+        summary = (f"{total} of {calls} reward calls failed in one step ({total / calls:.0%}), most in {worst!r} "
+                   f"({failed[worst]})")
         broken = [name for name in first if own.get(name) and failed.get(name, 0) == own[name]]
         if broken:
             name = broken[0]

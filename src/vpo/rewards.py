@@ -559,10 +559,11 @@ class ScoredAnswers:
         if any(part.names != first.names for part in parts):
             raise ValueError(f"the processes scored different objectives: {sorted({p.names for p in parts})}")
         offsets = np.cumsum([0] + [part.num_chains for part in parts[:-1]])
+        dim = len(first.names)
         return cls(np.concatenate([part.owners + offset for part, offset in zip(parts, offsets, strict=True)]),
-                   np.concatenate([part.values for part in parts]).reshape(-1, len(first.names)), first.names,
+                   np.concatenate([part.values for part in parts]).reshape(-1, dim), first.names,
                    int(sum(part.num_chains for part in parts)), np.concatenate([part.tagged for part in parts]),
-                   first.chain_level, np.concatenate([part.chain_values for part in parts]).reshape(-1, len(first.names)))
+                   first.chain_level, np.concatenate([part.chain_values for part in parts]).reshape(-1, dim))
 
 
 @dataclass

@@ -212,6 +212,10 @@ class VPOTrainer(GRPOTrainer):
         if unknown:
             raise ValueError(f"estimator {estimator!r} does not accept option(s) {unknown}; "
                              f"it accepts {sorted(spec.options)}")
+        idle = sorted(set(self.vpo_options) - set(spec.reduction_options) - set(spec.advantage_options) - {"scalar"})
+        if self._by_rule(spec) and idle:  # the rule path runs the two halves only: say so rather than ignore
+            raise ValueError(f"estimator {estimator!r}: option(s) {idle} act in neither its per-rollout reduction nor "
+                             "its advantage rule, which are what VPOTrainer runs; remove them")
         if spec.weights is not None:  # explicit zero K or alpha raise here, not at the first step
             WeightOptions(**{k: v for k, v in self.vpo_options.items() if k in ("num_weights", "alpha", "sampler")})
         self._vpo_chains: ScoredChains | None = None
@@ -263,6 +267,12 @@ class VPOTrainer(GRPOTrainer):
         self._prepare_reward_models()
         if self.vpo_options.get("seed") is None and "seed" in spec.options:
             self.vpo_options["seed"] = int(self.args.seed)
+
+    @staticmethod
+    def _by_rule(spec: Any) -> bool:
+        """Whether the trainer runs ``spec`` as its two halves (a reduction TRL gets, a rule on what
+        TRL gathered); otherwise the whole estimator on the gathered matrices (GDPO)."""
+        return spec.reduce is not None and spec.advantage is not None
 
     def _prepare_reward_models(self) -> None:
         """Reward models on the training device in evaluation mode, as GRPOTrainer places its own."""
@@ -361,7 +371,7 @@ class VPOTrainer(GRPOTrainer):
         num_generations = self.num_generations if self.model.training else self.num_generations_eval
         if values.size % num_generations:
             raise RuntimeError(f"VPOTrainer: {values.size} rollouts are not whole groups of {num_generations}")
-        if self.vpo_spec.reduce is None:
+        if not self._by_rule(self.vpo_spec):
             local = self._vpo_chains
             parts = gather_object([(local.matrices, local.keys, local.goals)])
             goals = [g for _, _, gs in parts for g in gs]
