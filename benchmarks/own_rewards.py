@@ -23,8 +23,9 @@ the same forward and backward work; only the scoring differs):
 
 "ratio" is the median step time over the stock row's (each row runs ``--repeats`` times, in
 ABBA order, and its timed steps are pooled); "scoring ms" is the time per step spent from
-the reward call to the advantages (stock: TRL's ``_calculate_rewards``; VPOTrainer: that plus the
-gather, ``finish_chains`` and the estimator), the part the two rows do differently, and "scoring
+the reward call to the advantages (TRL's ``_calculate_rewards``; in VPOTrainer it also holds the
+gather of the answers, ``finish_chains``, the estimator's reduction and its advantage rule), the
+part the two rows do differently, and "scoring
 share" is that over the stock row's median step. The first step is a warm-up and is not timed.
 On a shared, loaded machine the step times are noisy; the scoring columns measure the adapter
 directly.
@@ -117,8 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             trainer = VPOTrainer(model, reward_funcs=list(funcs), answers=m, estimator="grpo" if m == 1 else "vpo",
                                  estimator_options={"std": "sample", "eps": 1e-4, "degenerate": "none"} if m == 1
                                  else None, args=cfg, train_dataset=data, processing_class=tok, callbacks=[timer])
-            spent = [time_calls(trainer, name) for name in ("_calculate_rewards", "_chain_matrices",
-                                                             "compute_advantages")]
+            spent = [time_calls(trainer, "_calculate_rewards")]  # scoring, finishing, reduction and rule
         trainer.train()
         lengths = [h["completions/mean_length"] for h in trainer.state.log_history if "completions/mean_length" in h]
         return {"row": label, "m": m, "params": count_parameters(model), "completion_budget": completion,

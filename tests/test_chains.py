@@ -313,3 +313,19 @@ def test_score_answers_errors():
         score_answers(["UP", "UP DOWN"], _moves_score, 1, 2)
     with pytest.raises(ValueError, match="dim must"):
         score_answers(["UP"], _moves_score, 1, 0)
+
+
+def test_finish_chain_dedups_then_pads_with_the_fill_row():
+    from vpo.chains import finish_chain
+
+    rows = np.array([[1.0, -0.0], [1.0, 0.0], [0.5, 0.5]])
+    matrix, dropped = finish_chain(rows, 4)
+    np.testing.assert_array_equal(matrix, [[1, 0], [0.5, 0.5], [0, 0], [0, 0]])
+    assert dropped == 1                                              # -0.0 and 0.0: the same vector
+    matrix, dropped = finish_chain(rows, 3, keys=["x", "y", "x"], fill=[0.0, 0.25])
+    np.testing.assert_array_equal(matrix, [[1, 0], [1, 0], [0, 0.25]])
+    assert dropped == 1
+    assert finish_chain(rows, 3, pad=False)[0].shape == (2, 2)
+    assert finish_chain(np.zeros((0, 2)), 2, fill=[0.0, 1.0])[0].tolist() == [[0.0, 1.0], [0.0, 1.0]]
+    with pytest.raises(ValueError, match="exceed m=1"):
+        finish_chain(rows, 1)

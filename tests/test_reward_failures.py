@@ -174,3 +174,35 @@ def test_a_task_under_the_policy_pickles_for_workers():
     assert copy.failures.policy == task.failures.policy
     np.testing.assert_array_equal(copy.score_chain("<response_1>x</response_1>", {"prompt": "q"}, 1), [[0.0]])
     assert copy.failures.end_step()["vpo/reward_failures/picky"] == 1
+
+
+def test_the_rate_is_per_function_and_a_function_failing_every_first_call_is_a_setup_fault():
+    def ok(completions, **kwargs):
+        return [1.0] * len(completions)
+
+    def bad(completions, **kwargs):
+        raise KeyError("solution")
+
+    def guarded(policy):
+        failures = RewardFailures(policy)
+        return failures, [failures.guard(f, f.__name__) for f in (ok, picky)] + [failures.guard(bad, "bad")]
+
+    # 3 of 15 calls fail (20%), but they are 3 of picky's 5 (60%): past 0.5 for that function
+    failures, (f_ok, f_picky, _) = guarded(RewardFailurePolicy(max_failure_rate=0.5))
+    answers = ["a", "x", "n", "i", "b"]
+    for f in (f_ok, f_picky, f_ok):
+        f(prompts=["p"] * 5, completions=answers)
+    with pytest.raises(RewardFailureError, match=r"3 of 15 reward calls failed in one step \(20%\), most in 'picky' "
+                                                 r"\(3\), 60% of its 5 calls: more than max_failure_rate=0.5"):
+        failures.end_step()
+    # one function of three fails every call of its first step: a setup fault, named with its first error
+    failures, (f_ok, f_picky, f_bad) = guarded(RewardFailurePolicy(max_failure_rate=0.9))
+    for f in (f_ok, f_ok, f_bad):
+        f(prompts=["p"] * 2, completions=["a", "b"])
+    with pytest.raises(RewardFailureError, match=r"'bad' failed on every one of its 2 calls in its first step: a "
+                                                 r"setup fault.*KeyError: 'solution'.*a dataset column"):
+        failures.end_step()
+    # later steps are judged by the rate alone; 1.0 never stops
+    failures, (f_ok, f_picky, f_bad) = guarded(RewardFailurePolicy(max_failure_rate=1.0))
+    f_bad(prompts=["p"], completions=["a"])
+    assert failures.end_step()["vpo/reward_failures/bad"] == 1.0

@@ -297,3 +297,76 @@ def test_score_chains_at_one_answer_scores_the_whole_completion_as_the_trainer_d
     np.testing.assert_allclose(np.vstack(scored.matrices), [[0.5], [len(chain("abc")) / 10]])
     tagged = score_chains([length], ["p", "q"], completions, answers=1, tag=CHAIN_TAG)
     np.testing.assert_allclose(np.vstack(tagged.matrices), [[0.0], [0.3]])
+
+
+# ------------------------------------------------------------------------------------------------
+# functions that judge the whole completion; the untagged fallback; a missing column
+# ------------------------------------------------------------------------------------------------
+def test_a_chain_level_function_is_called_once_per_completion_and_shared_by_every_row():
+    from vpo.rewards import chain_level
+
+    calls = []
+
+    @chain_level
+    def short_chain(prompts, completions, completion_ids, **kwargs):
+        calls.append((list(prompts), list(completions), completion_ids))
+        return [1.0 - len(c) / 100 for c in completions]
+
+    completions = [chain("ab", "ab", "xyz"), "no tags"]
+    scored = score_chains([length, short_chain], ["p1", "p2"], completions, answers=3, completion_ids=[[1, 2], [3]])
+    assert calls == [(["p1", "p2"], completions, [[1, 2], [3]])]   # once, on the whole completions
+    c0, c1 = 1 - len(completions[0]) / 100, 1 - len(completions[1]) / 100
+    # the shared objective: on every row, padding included (an absent answer still has the chain's value)
+    np.testing.assert_allclose(scored.matrices[0], [[0.2, c0], [0.3, c0], [0.0, c0]])
+    np.testing.assert_allclose(scored.matrices[1], [[0.0, c1]] * 3)
+    assert scored.names == ("length", "short_chain")
+    assert scored.stats["objective/short_chain"] == pytest.approx((c0 + c1) / 2)
+    assert scored.stats["duplicate_rate"] == pytest.approx(1 / 3)   # dedup reads the answers, as before
+
+
+def test_trls_shipped_chain_level_functions_are_recognised():
+    pytest.importorskip("trl")
+    from trl.rewards import (accuracy_reward, get_repetition_penalty_reward, get_soft_overlong_punishment,
+                             think_format_reward)
+
+    from vpo.rewards import is_chain_level
+
+    assert is_chain_level(think_format_reward) and is_chain_level(get_soft_overlong_punishment(100, 20))
+    assert is_chain_level(get_repetition_penalty_reward())
+    assert not is_chain_level(accuracy_reward) and not is_chain_level(length)
+    overlong = get_soft_overlong_punishment(10, 4)
+    overlong.chain_level = False  # a declaration wins
+    assert not is_chain_level(overlong)
+    # a 9-token completion (past 10 - 4) is punished as a whole, never through one short answer
+    scored = score_chains([length, get_soft_overlong_punishment(10, 4)], ["p"], [chain("a", "b")], answers=2,
+                          completion_ids=[list(range(9))], scaling={"soft_overlong_punishment_reward": (-1.0, 0.0)})
+    np.testing.assert_allclose(scored.matrices[0][:, 1], [0.25, 0.25])   # (10 - 4 - 9) / 4 = -0.75, scaled
+
+
+def test_the_untagged_fallback_scores_the_whole_completion_as_one_answer():
+    plain = score_chains([length], ["p", "p"], ["abcd", chain("ab")], answers=3)
+    fallback = score_chains([length], ["p", "p"], ["  abcd ", chain("ab")], answers=3, untagged_fallback=True)
+    np.testing.assert_allclose(plain.matrices[0], np.zeros((3, 1)))
+    np.testing.assert_allclose(fallback.matrices[0], [[0.4], [0.0], [0.0]])
+    np.testing.assert_allclose(fallback.matrices[1], [[0.2], [0.0], [0.0]])
+    assert fallback.stats["parse_rate"] == 0.5 and fallback.stats["unparseable"] == 0.0
+    assert fallback.stats["answers_parsed"] == pytest.approx(0.5)   # the fallback's answer is not a tagged one
+
+
+def test_a_missing_dataset_column_is_named_before_any_call():
+    from vpo.reward_failures import RewardContractError, RewardFailurePolicy, RewardFailures
+
+    def accuracy(completions, solution, **kwargs):
+        return [1.0] * len(completions)
+
+    def staged(completions, trainer_state, **kwargs):
+        return [1.0] * len(completions)
+
+    failures = RewardFailures(RewardFailurePolicy(), names=["accuracy"])
+    with pytest.raises(RewardContractError, match=r"'accuracy' needs the dataset column 'solution', which the data "
+                                                  r"does not have \(its columns: label\)"):
+        score_chains([accuracy], ["p"], [chain("a")], answers=2, failures=failures, label=["x"])
+    assert failures.totals()["calls"] == 0
+    with pytest.raises(RewardContractError, match="'staged' needs 'trainer_state', which only a trainer passes"):
+        score_chains([staged], ["p"], [chain("a")], answers=2)
+    assert score_chains([accuracy], ["p"], [chain("a")], answers=2, solution=["a"]).matrices[0][0, 0] == 1.0

@@ -115,6 +115,20 @@ def test_canary_trl_private_hooks_have_expected_signatures():
         check_trl_hooks(Changed)
 
 
+def test_a_missing_private_trl_member_fails_at_construction_in_one_line(tmp_path, tok, task, monkeypatch):
+    from vpo.integrations.trl import PRIVATE_MEMBERS, TRL_VERSIONS
+
+    assert set(EXPECTED_TRL_HOOKS) < set(PRIVATE_MEMBERS) and TRL_VERSIONS == "1.16.*"
+    for member in EXPECTED_TRL_HOOKS:
+        with monkeypatch.context() as patch:
+            patch.delattr(GRPOTrainer, member)
+            with pytest.raises(RuntimeError) as caught:
+                VPOTrainer(build_tiny_qwen2(tok, seed=0), task=task, args=make_config(tmp_path),
+                           train_dataset=make_dataset(task, 1, 2), processing_class=tok)
+        message = str(caught.value)
+        assert f"GRPOTrainer.{member}" in message and "trl 1.16.*" in message and "\n" not in message, message
+
+
 def test_helpers():
     assert prompt_key("x") == "x"
     chat = [{"role": "user", "content": "hi"}]
@@ -285,6 +299,22 @@ def test_task_reward_is_the_best_answers_fixed_scalar(task):
         TaskReward(task)(["q1:"], ["a"], example=[{"id": 1}], answers=[3])
     with pytest.raises(ValueError, match="built for answers=1"):
         VPOReward(task, answers=3)(["q1:"], ["a"], example=[{"id": 1}], answers=[1])
+
+
+def test_stock_rewards_log_the_parse_rate_and_take_the_untagged_fallback():
+    from toy_tasks import LetterTask
+
+    letters = LetterTask()  # answers in <ans_i> tags; scores which of a, b, c an answer holds
+    logged = {}
+    untagged = ["abc, with no tags", "<ans_1>a</ans_1><ans_2>b</ans_2>"]
+    plain = TaskReward(letters, answers=2)(["0 ANSWER"] * 2, untagged, example=[{"id": 0}] * 2,
+                                           log_metric=lambda k, v: logged.__setitem__(k, v))
+    assert plain == [0.0, pytest.approx(1 / 3)] and logged["vpo/parse_rate"] == 0.5
+    fallback = TaskReward(letters, answers=2, untagged_fallback=True)(["0 ANSWER"] * 2, untagged,
+                                                                       example=[{"id": 0}] * 2)
+    assert fallback == [1.0, pytest.approx(1 / 3)]  # the whole untagged completion is its one answer
+    scores = VPOReward(letters, answers=2, untagged_fallback=True)(["0 ANSWER"], untagged[:1], example=[{"id": 0}])
+    assert scores == [pytest.approx(1.0)]  # one answer holding every letter: the best under any weights
 
 
 def test_task_reward_trains_two_steps_in_the_stock_grpo_trainer(tmp_path, tok, task):

@@ -130,9 +130,12 @@ def test_vpo_train_flags_stop_a_run_whose_reward_function_always_fails(tmp_path,
             "--source", str(source), "--model", str(model), "--method", "grpo", "--max-steps", "1",
             "--num-generations", "2", "--per-device-train-batch-size", "4", "--max-completion-length", "8",
             "--force-cpu", "--no-save"]
-    # half of the step's calls fail (every call of one of two functions): not more than 0.5
-    assert main([*base, "--output-dir", str(tmp_path / "ok")]) == 0
-    capsys.readouterr()
+    # half of the step's calls fail (every call of one of two functions): the rate is per function, and a
+    # function that fails on every call of its first step is a setup fault, stopped at the default rate too
+    assert main([*base, "--output-dir", str(tmp_path / "ok")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "'broken' failed on every one of its 4 calls in its first step" in err, err
+    assert "ConnectionError: reward server unreachable" in err.splitlines()[-1]  # one line names both
     assert main([*base, "--output-dir", str(tmp_path / "stopped"), "--max-failure-rate", "0.4"]) == 1
     err = capsys.readouterr().err.strip()
     assert "4 of 8 reward calls failed" in err and "'broken' (4)" in err and "max_failure_rate=0.4" in err

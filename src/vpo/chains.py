@@ -8,6 +8,7 @@ Usage::
     text = format_chain(["UP", "LEFT"], tag="route")      # "<route_1>UP</route_1>\n<route_2>LEFT</route_2>"
     kept = dedup(answers, key=normalise)                  # first occurrences, in order
     matrix = pad_rows(vectors, 3, dim=4)                  # (3, 4), zero rows appended
+    matrix, dropped = finish_chain(vectors, 3)            # dedup (equal vectors) + padding: one chain
 
 Shapes: M answers per chain (the ``m`` argument), D objectives. A chain's reward matrix is
 (M, D): one row per distinct answer, zero rows appended up to M.
@@ -278,6 +279,38 @@ def pad_rows(rows: Sequence[Sequence[float]] | np.ndarray, m: int, *, dim: int |
     return out
 
 
+def finish_chain(rows: Sequence[Sequence[float]] | np.ndarray, m: int, *, keys: Sequence[Hashable] | None = None,
+                 pad: bool = True, fill: Sequence[float] | np.ndarray | None = None) -> tuple[np.ndarray, int]:
+    """Finish one chain: its answers' (n, D) reward ``rows`` deduplicated, then padded to ``m``.
+
+    The one place a chain is finished, for tasks (``Task.score_chain``), a user's reward functions
+    (``vpo.rewards.finish_chains``) and verl (through the task): rows with equal ``keys`` (default:
+    identical vectors; ``-0.0`` is folded into ``0.0`` first) count once, the first kept; then, with
+    ``pad``, rows equal to ``fill`` (default zeros: an absent answer) are appended up to m.
+    Returns ``(matrix, duplicates)``: (m, D) (or (n' <= m, D) without ``pad``) float64 and how many
+    rows the dedup dropped. ValueError when more than m distinct rows remain, or for bad shapes.
+    """
+    m = _check_m(m)
+    arr = np.asarray(rows, dtype=np.float64)
+    if arr.ndim != 2:
+        raise ValueError(f"finish_chain: rows must be 2-D (n, D), got shape {arr.shape}")
+    arr = arr + 0.0  # -0.0 -> 0.0 before any key sees it
+    if keys is None:
+        keys = [row.tobytes() for row in arr]
+    elif len(keys) != arr.shape[0]:
+        raise ValueError(f"finish_chain: {len(keys)} keys for {arr.shape[0]} rows")
+    kept = dedup(range(arr.shape[0]), key=lambda i: keys[i])
+    if len(kept) > m:
+        raise ValueError(f"finish_chain: {len(kept)} distinct answers exceed m={m}")
+    matrix = arr[kept].reshape(len(kept), arr.shape[1])
+    if pad and len(kept) < m:
+        filler = np.zeros(arr.shape[1]) if fill is None else np.asarray(fill, dtype=np.float64).reshape(-1)
+        if filler.shape != (arr.shape[1],):
+            raise ValueError(f"finish_chain: fill has {filler.size} values for D={arr.shape[1]}")
+        matrix = np.vstack([matrix, np.broadcast_to(filler, (m - len(kept), arr.shape[1]))])
+    return matrix, arr.shape[0] - len(kept)
+
+
 def score_answers(answers: Sequence[str], score: Callable[[str], Any], m: int, dim: int, *,
                   key: Callable[[str, np.ndarray], Hashable] | None = None, pad: bool = True) -> np.ndarray:
     """Score answer strings, drop blank answers and duplicates, and pad: the chain's matrix.
@@ -286,25 +319,25 @@ def score_answers(answers: Sequence[str], score: Callable[[str], Any], m: int, d
     D = ``dim``; ``key(answer, vector)`` says which answers count as the same (default:
     identical reward vectors; ``-0.0`` is normalised to ``0.0`` before any key sees it). The
     first of equal answers is kept. Returns (m, D) zero-padded, or with ``pad=False`` one row
-    per kept answer, (n <= m, D). Raises ValueError when a score has the wrong shape or more
-    than m answers survive.
+    per kept answer, (n <= m, D) (``finish_chain``). Raises ValueError when a score has the wrong
+    shape or more than m answers survive.
     """
     m = _check_m(m)
     if isinstance(dim, bool) or not isinstance(dim, int | np.integer) or dim < 1:
         raise ValueError(f"score_answers: dim must be a positive integer, got {dim!r}")
-    scored: list[tuple[str, np.ndarray]] = []
+    texts: list[str] = []
+    vectors: list[np.ndarray] = []
     for answer in answers:
         if not isinstance(answer, str) or not answer.strip():
             continue
         vector = np.asarray(score(answer), dtype=np.float64).reshape(-1) + 0.0
         if vector.shape != (dim,):
             raise ValueError(f"score_answers: score returned {vector.size} values, expected dim={dim}")
-        scored.append((answer, vector))
-    if key is None:
-        def key(_answer: str, vector: np.ndarray) -> Hashable:
-            return vector.tobytes()
-    kept = dedup(scored, key=lambda pair: key(pair[0], pair[1]))
-    if len(kept) > m:
-        raise ValueError(f"score_answers: {len(kept)} distinct answers exceed m={m}")
-    rows = np.array([vector for _, vector in kept], dtype=np.float64).reshape(len(kept), dim)
-    return pad_rows(rows, m, dim=dim) if pad else rows
+        texts.append(answer)
+        vectors.append(vector)
+    rows = np.array(vectors, dtype=np.float64).reshape(len(vectors), dim)
+    keys = None if key is None else [key(text, vector) for text, vector in zip(texts, rows, strict=True)]
+    try:
+        return finish_chain(rows, m, keys=keys, pad=pad)[0]
+    except ValueError as err:
+        raise ValueError(str(err).replace("finish_chain:", "score_answers:")) from None

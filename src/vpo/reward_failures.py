@@ -7,12 +7,15 @@ Usage::
     safe = failures.guard(my_reward, "my_reward")     # same contract as my_reward, never raises
     rewards = safe(prompts=prompts, completions=completions)
     metrics = failures.end_step()   # {"vpo/reward_failures": ..., "vpo/reward_failures/my_reward": ...}
-                                    # RewardFailureError when the step's failure rate passes the threshold
+                                    # RewardFailureError when a function's failure rate passes the threshold
 
 A *reward call* is one function on one answer. It fails when the function raises, returns NaN or
 an infinity (a ``None`` is not a failure: it means "does not apply", docs/own_rewards.md), or runs
 past ``time_limit``. A failed call scores 0 on that function's objectives and is counted; the first
 traceback of each kind (function and exception type) is logged once on the ``vpo.rewards`` logger.
+The rate is measured per function: one broken function among three is a third of the calls, but
+all of its own. A function that fails on every call of its first step is a setup fault (an import,
+an API key, a missing dataset column) and stops the run naming it and its first error.
 
 A guarded function is first called once on all answers, as without the guard. When that call
 raises or times out, it is called again answer by answer to find the answers that fail (the
@@ -57,10 +60,10 @@ class RewardFailurePolicy:
     """How failing reward calls are scored, counted and stopped (docs/own_rewards.md)."""
 
     max_failure_rate: float = 0.5
-    """Stop the run when more than this fraction of one step's reward calls (functions x answers)
-    fail. 0.5: a step that loses most of its rewards trains on zeros, and a broken function (an
-    import, an API down) fails every call and stops at the first step, while one that fails on a
-    few odd answers keeps running; 1.0 never stops."""
+    """Stop the run when more than this fraction of one function's reward calls (its answers) in
+    one step fail. 0.5: an objective that loses most of its values trains on zeros, and a broken
+    function (an import, an API down) fails every call and stops at the first step, naming its
+    first error, while one that fails on a few odd answers keeps running; 1.0 never stops."""
     window: int = 256
     """Where an engine passes no step (verl's reward loop scores one rollout at a time and gives
     none), the rate is checked over each ``window`` reward calls instead of a step."""
@@ -99,6 +102,9 @@ class RewardFailures:
         self._lock = threading.Lock()
         self._calls = 0
         self._failed: dict[str, int] = {name: 0 for name in names}  # logged as 0 from the first step
+        self._calls_of: dict[str, int] = {name: 0 for name in names}
+        self._first_error: dict[str, str] = {}
+        self._checked: set[str] = set()  # functions that have had a step closed with calls
         self._seen: set[tuple[str, str]] = set()
         self._total_calls = 0
         self._total_failed: dict[str, int] = {name: 0 for name in names}
@@ -124,6 +130,7 @@ class RewardFailures:
         """Count ``calls`` reward calls of function ``name``, ``failed`` of them failed."""
         with self._lock:
             self._calls += calls
+            self._calls_of[name] = self._calls_of.get(name, 0) + calls
             self._failed[name] = self._failed.get(name, 0) + failed
             self._total_calls += calls
             self._total_failed[name] = self._total_failed.get(name, 0) + failed
@@ -166,6 +173,7 @@ class RewardFailures:
         """Log ``error`` of function ``name`` with its traceback, once per (name, exception type)."""
         kind = (name, type(error).__name__)
         with self._lock:
+            self._first_error.setdefault(name, f"{type(error).__name__}: {error}")
             if kind in self._seen:
                 return
             self._seen.add(kind)
@@ -175,25 +183,49 @@ class RewardFailures:
 
     def end_step(self) -> dict[str, float]:
         """The step's metrics (``FAILURE_METRIC`` and one per function), and a fresh count. Raises
-        ``RewardFailureError`` when the failed share of the step's calls passes the threshold."""
+        ``RewardFailureError`` when one function's failed share of its calls passes the threshold,
+        or when a function failed on every call of its first step (a setup fault)."""
         with self._lock:
-            calls, failed = self._calls, dict(self._failed)
+            calls, failed, calls_of = self._calls, dict(self._failed), dict(self._calls_of)
             self._calls, self._failed = 0, {name: 0 for name in failed}
-        self.check(calls, failed)
+            self._calls_of = {name: 0 for name in calls_of}
+            first = [name for name, count in calls_of.items() if count and name not in self._checked]
+            self._checked.update(first)
+        self.check(calls, failed, calls_of, first=first)
         metrics = {FAILURE_METRIC: float(sum(failed.values()))}
         metrics.update({f"{FAILURE_METRIC}/{name}": float(count) for name, count in failed.items()})
         return metrics
 
-    def check(self, calls: int, failed: Mapping[str, int]) -> None:
-        """Raise ``RewardFailureError`` when ``failed`` (per function) of ``calls`` passes the rate."""
+    def check(self, calls: int, failed: Mapping[str, int], calls_of: Mapping[str, int] | None = None, *,
+              first: Sequence[str] = ()) -> None:
+        """Raise ``RewardFailureError`` when a function's ``failed`` share of its ``calls_of`` passes
+        the rate (without ``calls_of``: the share of all ``calls``), or when a function in ``first``
+        (its first step) failed on every call (unless ``max_failure_rate`` is 1, never stop)."""
         total = sum(failed.values())
         rate = self.policy.max_failure_rate
-        if calls and total / calls > rate:
-            worst = max(failed, key=lambda name: failed[name])
+        if not calls or not total or rate >= 1.0:
+            return
+        own = dict(calls_of) if calls_of else {name: calls for name in failed}
+
+        def share(name: str) -> float:
+            return failed.get(name, 0) / own[name] if own.get(name) else 0.0
+
+        worst = max(failed, key=lambda name: (share(name), failed[name]))
+        summary = (f"{total} of {calls} reward calls failed in one step ({total / calls:.0%}), most in {worst!r} "
+                   f"({failed[worst]})")
+        broken = [name for name in first if own.get(name) and failed.get(name, 0) == own[name]]
+        if broken:
+            name = broken[0]
+            error = self._first_error.get(name, "no error recorded")
+            hint = (" (a KeyError on every call is usually a dataset column the function reads and the data "
+                    "lacks)" if error.startswith("KeyError") else "")
             raise RewardFailureError(
-                f"{total} of {calls} reward calls failed in one step ({total / calls:.0%}), most in {worst!r} "
-                f"({failed[worst]}): more than max_failure_rate={rate} (see the logged traceback; raise "
-                "max_failure_rate, or fix the function)")
+                f"reward function {name!r} failed on every one of its {own[name]} calls in its first step: a setup "
+                f"fault, not a bad answer; its first error: {error}{hint}. {summary}; max_failure_rate={rate}")
+        if share(worst) > rate:
+            raise RewardFailureError(
+                f"{summary}, {share(worst):.0%} of its {own[worst]} calls: more than max_failure_rate={rate} (see the "
+                "logged traceback; raise max_failure_rate, or fix the function)")
 
     def clean_model_scores(self, name: str, values: Any) -> Any:
         """A reward model's (P,) or (P, H) scores of P answers with NaN and infinities (a model in

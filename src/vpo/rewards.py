@@ -18,11 +18,16 @@ attribute returning one vector per completion, gives one objective per head. The
 answer at a time (``completions`` holds single answers, strings or one assistant message as the
 chain was), with every dataset column repeated per answer, and are called once for all answers.
 
+A function that judges the whole completion (length, format, thinking tags: ``is_chain_level``,
+declared with ``chain_level(f)`` or ``f.chain_level = True``; TRL's ``think_format_reward``, soft
+overlong punishment and repetition penalty are by nature) is called once per completion instead,
+and its value is a shared objective: the same on every row of the chain's matrix, padding included.
+
 ``None`` means "this function does not apply to this sample" (TRL's meaning): a function that
 returns ``None`` for every answer of a group (the rollouts of one prompt) is dropped from that
 group's matrices; any other ``None`` counts as 0 and is counted in ``stats``. Matrices follow the
 authors' generic chain (``<response_i>`` tags, duplicates = identical score vectors, first kept,
-zero rows up to m); docs/own_rewards.md is the contract.
+zero rows up to m: ``vpo.chains.finish_chain``); docs/own_rewards.md is the contract.
 
 Shapes: B completions, P answers (all chains' parsed answers together), M answers per chain, D
 objectives. Only numpy is imported here; torch and transformers are imported when a reward
@@ -47,19 +52,22 @@ from typing import Any
 
 import numpy as np
 
-from vpo.chains import RewriteRule, parse_answers, rewrite_prompt
-from vpo.reward_failures import RewardFailures
+from vpo.chains import RewriteRule, finish_chain, parse_answers, rewrite_prompt
+from vpo.reward_failures import RewardContractError, RewardFailures
 
 __all__ = [
     "CHAIN_RULE",
     "CHAIN_TAG",
     "COLLINEAR_EFFECTIVE_DIM",
     "SCALINGS",
+    "TRL_CHAIN_LEVEL",
+    "TRL_HOOKS",
     "ChainRewards",
     "CollinearObjectivesWarning",
     "RewardScaleWarning",
     "ScoredAnswers",
     "call_reward_funcs",
+    "chain_level",
     "check_scaling",
     "is_reward_model",
     "load_reward_model",
@@ -68,6 +76,7 @@ __all__ = [
     "finish_chains",
     "function_name",
     "group_keys",
+    "is_chain_level",
     "load_reward_funcs",
     "objective_diagnostics",
     "objective_names",
@@ -99,6 +108,16 @@ SCALINGS = ("none", "sigmoid", "minmax")
 * ``minmax``: (x - min) / (max - min) over the batch's answers (0 when they are all equal);
 * ``(low, high)``: (x - low) / (high - low), clipped to [0, 1]: a fixed, known range.
 """
+
+TRL_HOOKS = ("trainer_state", "log_extra", "log_metric")
+"""What ``GRPOTrainer`` passes a reward function besides the dataset columns: passed on as they
+are (never repeated per answer); values given to ``log_extra`` per answer are grouped per completion."""
+
+TRL_CHAIN_LEVEL = ("think_format_reward", "soft_overlong_punishment_reward", "repetition_penalty_reward")
+"""TRL 1.16's shipped reward functions (``trl.rewards``, by ``__name__``) that judge the whole
+completion by nature: its format (``think_format_reward``), its token length
+(``get_soft_overlong_punishment``) and its repeated n-grams (``get_repetition_penalty_reward``).
+``is_chain_level`` treats them as chain-level unless they say otherwise."""
 
 COLLINEAR_EFFECTIVE_DIM = 1.2
 """An effective dimension below this (with D >= 2 objectives) counts as "near 1": the objectives
@@ -194,6 +213,36 @@ def prompt_key(prompt: str | Sequence[Mapping[str, Any]]) -> str:
 def is_reward_model(func: Any) -> bool:
     """Whether ``func`` is a model (scored on its logits) rather than a callable."""
     return hasattr(func, "config") and callable(getattr(func, "forward", None))
+
+
+def is_chain_level(func: Any) -> bool:
+    """Whether ``func`` judges the whole completion (called once per completion, its value shared by
+    every row of the chain) rather than one answer: its ``chain_level`` attribute when set, else
+    True for the functions of ``TRL_CHAIN_LEVEL`` (``trl.rewards``)."""
+    declared = getattr(func, "chain_level", None)
+    if declared is not None:
+        return bool(declared)
+    if isinstance(func, str) or is_reward_model(func):
+        return False
+    module = getattr(func, "__module__", "") if inspect.isfunction(func) else type(func).__module__
+    return str(module or "").startswith("trl.rewards") and function_name(func) in TRL_CHAIN_LEVEL
+
+
+def chain_level(func: Any) -> Any:
+    """Declare that reward function ``func`` judges the whole completion (length, format, thinking
+    tags): ``VPOTrainer``, ``score_chains`` and ``vpo rewards check`` call it once per completion and
+    give its value to every row of the chain (a shared objective; docs/own_rewards.md). Returns
+    ``func`` (usable as a decorator); a callable that takes no attributes is wrapped."""
+    try:
+        func.chain_level = True
+        return func
+    except (AttributeError, TypeError):
+        def judged(*args: Any, **kwargs: Any) -> Any:
+            return func(*args, **kwargs)
+
+        judged.__name__ = function_name(func)
+        judged.chain_level = True  # type: ignore[attr-defined]
+        return judged
 
 
 def function_name(func: Any) -> str:
@@ -371,7 +420,10 @@ def call_reward_funcs(reward_funcs: Sequence[Any], prompts: Sequence[Any], compl
                       failures: RewardFailures | None = None) -> list[np.ndarray]:
     """Each function once on all P answers: one (P,) or (P, H) array per function, ``None`` as NaN.
 
-    Callables get ``prompts=, completions=, completion_ids=, **columns`` (async ones run together);
+    Callables get ``prompts=, completions=, completion_ids=, **columns`` (async ones run together;
+    ``columns`` may hold ``TRL_HOOKS`` and ``completion_ids``, passed as they are). A callable with a
+    required argument that is none of these raises ``RewardContractError`` naming the missing
+    dataset column (``check_arguments``), before any call;
     a model id is loaded once (``load_reward_model``) and a model scores prompt + answer with its
     processing class, all heads. The default ``call`` of ``score_chains``. With ``failures``
     (``vpo.reward_failures``), callables run under its policy: a call that raises, returns NaN or
@@ -379,6 +431,9 @@ def call_reward_funcs(reward_funcs: Sequence[Any], prompts: Sequence[Any], compl
     infinite scores count the same way (``RewardFailures.clean_model_scores``).
     """
     columns = dict(columns or {})
+    if "completion_ids" in columns:  # TRL passes the ids apart from the columns
+        given_ids = columns.pop("completion_ids")
+        completion_ids = given_ids if completion_ids is None else completion_ids
     funcs = list(reward_funcs)
     classes = reward_processing_classes
     if classes is None or not isinstance(classes, list | tuple):
@@ -390,6 +445,8 @@ def call_reward_funcs(reward_funcs: Sequence[Any], prompts: Sequence[Any], compl
     pending = []
     for i, func in enumerate(funcs):
         name = function_name(func)
+        if not isinstance(func, str) and not is_reward_model(func):
+            check_arguments(func, name, columns)
         if failures is not None and callable(func) and not isinstance(func, str) and not is_reward_model(func):
             func = failures.guard(func, name, len(_declared_heads(func) or (None,)))
         if isinstance(func, str) or is_reward_model(func):
@@ -412,6 +469,28 @@ def call_reward_funcs(reward_funcs: Sequence[Any], prompts: Sequence[Any], compl
         for (i, name, _), output in zip(pending, _run_async(together), strict=True):
             outputs[i] = _as_values(output, n, name)
     return outputs  # type: ignore[return-value]
+
+
+def check_arguments(func: Any, name: str, columns: Mapping[str, Any]) -> None:
+    """``RewardContractError`` when ``func`` has a required argument that a call with ``columns``
+    (dataset columns and ``TRL_HOOKS``) does not pass: a dataset column the data lacks, or a
+    trainer hook outside a trainer."""
+    try:
+        parameters = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: nothing to check
+        return
+    given = {"prompts", "completions", "completion_ids", *columns}
+    required = [p.name for p in parameters if p.default is inspect.Parameter.empty and p.name not in given
+                and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+    if not required:
+        return
+    missing = required[0]
+    data = sorted(k for k in columns if k not in TRL_HOOKS)
+    if missing in TRL_HOOKS:
+        raise RewardContractError(f"reward function {name!r} needs {missing!r}, which only a trainer passes "
+                                  f"(GRPOTrainer, VPOTrainer); give it a default (e.g. {missing}=None)")
+    raise RewardContractError(f"reward function {name!r} needs the dataset column {missing!r}, which the data does "
+                              f"not have (its columns: {', '.join(data) or 'none besides the prompt'})")
 
 
 def _model_output(logits: np.ndarray) -> np.ndarray:
@@ -445,16 +524,46 @@ def _run_async(make: Callable[[], Any]) -> Any:
 @dataclass
 class ScoredAnswers:
     """Every parsed answer of a batch of chains with its raw objective values (before the ``None``
-    rule and scaling): what one process scores; the trainer gathers these across processes."""
+    rule and scaling), and the chain-level functions' values per completion: what one process
+    scores; a trainer joins the processes' parts with ``concat``."""
 
     owners: np.ndarray
     """(P,) index of the completion each answer came from."""
     values: np.ndarray
-    """(P, D) raw values, NaN where a function returned ``None``."""
+    """(P, D) raw values, NaN where a function returned ``None`` (and in chain-level columns)."""
     names: tuple[str, ...]
     """The D objective names."""
     num_chains: int
     """B, the number of completions (chains with no parseable answer own no row)."""
+    tagged: np.ndarray | None = None
+    """(B,) answers found in each completion's numbered tags (the untagged fallback's answer is not
+    one; m = 1: 1 for non-blank text). None: every answer was tagged."""
+    chain_level: np.ndarray | None = None
+    """(D,) bool, the objectives of chain-level functions (``is_chain_level``). None: none."""
+    chain_values: np.ndarray | None = None
+    """(B, D) raw values of the chain-level objectives per completion (NaN elsewhere and for ``None``)."""
+
+    def __post_init__(self) -> None:
+        dim = len(self.names)
+        if self.tagged is None:
+            self.tagged = np.bincount(self.owners, minlength=self.num_chains).astype(np.int64)
+        if self.chain_level is None:
+            self.chain_level = np.zeros(dim, dtype=bool)
+        if self.chain_values is None:
+            self.chain_values = np.full((self.num_chains, dim), np.nan)
+
+    @classmethod
+    def concat(cls, parts: Sequence[ScoredAnswers]) -> ScoredAnswers:
+        """The parts of several processes as one batch, in order (chain indices offset)."""
+        first = parts[0]
+        if any(part.names != first.names for part in parts):
+            raise ValueError(f"the processes scored different objectives: {sorted({p.names for p in parts})}")
+        offsets = np.cumsum([0] + [part.num_chains for part in parts[:-1]])
+        dim = len(first.names)
+        return cls(np.concatenate([part.owners + offset for part, offset in zip(parts, offsets, strict=True)]),
+                   np.concatenate([part.values for part in parts]).reshape(-1, dim), first.names,
+                   int(sum(part.num_chains for part in parts)), np.concatenate([part.tagged for part in parts]),
+                   first.chain_level, np.concatenate([part.chain_values for part in parts]).reshape(-1, dim))
 
 
 @dataclass
@@ -462,15 +571,17 @@ class ChainRewards:
     """The reward matrices of B chains scored by a user's reward functions."""
 
     matrices: list[np.ndarray]
-    """One (M, D_i) float64 per completion: its distinct answers' vectors, zero rows appended up to
-    M; D_i < D where the ``None`` rule dropped objectives for the completion's group."""
+    """One (M, D_i) float64 per completion: its distinct answers' vectors, rows of an absent answer
+    appended up to M (zeros, with the chain's value in chain-level objectives); D_i < D where the
+    ``None`` rule dropped objectives for the completion's group."""
     names: tuple[str, ...]
     """The D objective names."""
     kept: list[np.ndarray]
     """Per completion, int indices into ``names`` of the columns of its matrix."""
     stats: dict[str, float]
-    """Metric-ready numbers: ``answers_parsed`` (per chain), ``duplicate_rate``, ``unparseable``
-    (share of chains without an answer), ``none/<name>`` (``None`` counted as 0), ``dropped/<name>``
+    """Metric-ready numbers: ``answers_parsed`` (tagged answers per chain), ``parse_rate`` (share of
+    chains with a tagged answer), ``duplicate_rate``, ``unparseable`` (share of chains without an
+    answer, fallback included), ``none/<name>`` (``None`` counted as 0), ``dropped/<name>``
     (groups that lost the objective), ``objective/<name>`` (mean over the chains that kept the
     objective of their best answer's value),
     ``effective_dim`` and ``mean_abs_correlation`` (``objective_diagnostics`` of the answers whose
@@ -539,18 +650,45 @@ def _scale(values: np.ndarray, spec: Any) -> np.ndarray:
     return np.clip((values - low) / (high - low), 0.0, 1.0)
 
 
+class _ExtraLog:
+    """``log_extra`` for the answer-level call: values logged per answer reach the trainer's
+    ``log_extra`` grouped per completion (one list each), so its table keeps one row per completion."""
+
+    def __init__(self, log_extra: Callable[[str, list], None], owners: np.ndarray, num: int) -> None:
+        self.log_extra, self.owners, self.num = log_extra, owners, num
+        self.pending: dict[str, list[Any]] = {}
+
+    def __call__(self, column: str, values: list) -> None:
+        self.pending.setdefault(column, []).extend(values)
+
+    def flush(self) -> None:
+        for column, values in self.pending.items():
+            if len(values) != self.owners.size:  # not one per answer: passed on as it is
+                self.log_extra(column, values)
+                continue
+            grouped: list[list[Any]] = [[] for _ in range(self.num)]
+            for owner, value in zip(self.owners, values, strict=True):
+                grouped[int(owner)].append(value)
+            self.log_extra(column, grouped)
+
+
 def score_answers(reward_funcs: Sequence[Any], prompts: Sequence[Any], completions: Sequence[Any],
                   answers: int = 3, *, reward_names: Sequence[Any] | None = None,
                   reward_processing_classes: Any = None, call: Callable[..., Any] | None = None,
-                  tag: str = CHAIN_TAG, failures: RewardFailures | None = None,
-                  **columns: Sequence[Any]) -> ScoredAnswers:
+                  tag: str | None = CHAIN_TAG, failures: RewardFailures | None = None,
+                  untagged_fallback: bool = False, completion_ids: Sequence[Any] | None = None,
+                  hooks: Mapping[str, Any] | None = None, **columns: Sequence[Any]) -> ScoredAnswers:
     """Split the B chains into their non-blank answers and score them all: the first half of
     ``score_chains`` (``finish_chains`` is the second). ``prompts`` are the single-answer prompts
-    the functions see. ``call(prompts, completions, columns)`` evaluates the functions on the flat
-    answers (default ``call_reward_funcs``) and returns one (P,) or (P, H) array per function.
-    ``tag=None`` (with ``answers=1``) skips the chain format: each completion, as it is, is its
-    one answer (what ``GRPOTrainer`` scores). ``failures``: the default call's failure tally
-    (``call_reward_funcs``)."""
+    the functions see. ``call(prompts, completions, columns)`` evaluates the answer-level functions
+    on the flat answers (default ``call_reward_funcs``) and returns one (P,) or (P, H) array per
+    function; chain-level functions (``is_chain_level``) are evaluated once on the B completions
+    (with ``completion_ids``), and with any of them ``call`` also gets ``funcs=`` (the functions of
+    that call). ``columns`` (B,) are repeated per answer; ``hooks`` (``TRL_HOOKS``) passed as they
+    are. ``tag=None`` (with ``answers=1``) skips the chain format: each completion, as it is, is its
+    one answer (what ``GRPOTrainer`` scores). ``untagged_fallback``: a completion with no answer in
+    its tags counts as one answer, its whole (stripped) text. ``failures``: the default call's
+    failure tally (``call_reward_funcs``)."""
     funcs = list(reward_funcs) if isinstance(reward_funcs, list | tuple) else [reward_funcs]
     if not funcs:
         raise ValueError("reward_funcs is empty: give at least one reward function")
@@ -560,117 +698,160 @@ def score_answers(reward_funcs: Sequence[Any], prompts: Sequence[Any], completio
     for key, values in columns.items():
         if values is None or len(values) != num:
             raise ValueError(f"column {key!r} has {0 if values is None else len(values)} values for {num} completions")
-    owners: list[int] = []
-    flat_prompts: list[Any] = []
-    flat_completions: list[Any] = []
+    if completion_ids is not None and len(completion_ids) != num:
+        raise ValueError(f"{len(completion_ids)} completion_ids for {num} completions")
     if tag is None and answers != 1:
         raise ValueError(f"tag=None scores each whole completion as its one answer; it needs answers=1, got {answers}")
+    owners: list[int] = []
+    flat_completions: list[Any] = []
+    tagged = np.zeros(num, dtype=np.int64)
     for b, completion in enumerate(completions):
+        text = completion_text(completion)
         if tag is None:  # the completion is the answer, as GRPOTrainer scores it
             owners.append(b)
-            flat_prompts.append(prompts[b])
             flat_completions.append(completion)
+            tagged[b] = int(bool(text.strip()))
             continue
-        for answer in parse_answers(completion_text(completion), answers, tag=tag):
-            if answer:
-                owners.append(b)
-                flat_prompts.append(prompts[b])
-                flat_completions.append(single_answer(completion, answer))
-    flat_columns = {key: [values[b] for b in owners] for key, values in columns.items()}
+        found = [answer for answer in parse_answers(text, answers, tag=tag) if answer]
+        tagged[b] = len(found)
+        if not found and untagged_fallback and text.strip():
+            found = [text.strip()]  # no answer in tags: the whole completion is one answer
+        owners.extend([b] * len(found))
+        flat_completions.extend(single_answer(completion, answer) for answer in found)
+    owner_array = np.asarray(owners, dtype=np.int64)
+    chain_funcs = [i for i, f in enumerate(funcs) if is_chain_level(f)]
+    answer_funcs = [i for i in range(len(funcs)) if i not in chain_funcs]
+    passed = dict(hooks or {})
+    extra = _ExtraLog(passed["log_extra"], owner_array, num) if tag is not None and passed.get("log_extra") else None
     if call is None:
-        def call(p: Sequence[Any], c: Sequence[Any], cols: Mapping[str, Sequence[Any]]) -> list[np.ndarray]:
-            return call_reward_funcs(funcs, p, c, cols, reward_processing_classes=reward_processing_classes,
-                                     failures=failures)
-    if flat_completions:
-        outputs = [np.asarray(out, dtype=np.float64) for out in call(flat_prompts, flat_completions, flat_columns)]
-        if len(outputs) != len(funcs):
-            raise ValueError(f"call returned {len(outputs)} outputs for {len(funcs)} reward functions")
-        widths = [1 if out.ndim == 1 else out.shape[1] for out in outputs]
-        values = np.concatenate([out.reshape(len(flat_completions), -1) for out in outputs], axis=1)
-    else:
-        widths = [len(_declared_heads(f) or (None,)) for f in funcs]
-        values = np.zeros((0, sum(widths)))
+        every = funcs
+        classes = reward_processing_classes
+        if isinstance(classes, list | tuple) and len(classes) != len(every):
+            raise ValueError(f"reward_processing_classes has {len(classes)} entries for {len(every)} reward functions")
+
+        def call(p: Sequence[Any], c: Sequence[Any], cols: Mapping[str, Sequence[Any]],
+                 funcs: Sequence[Any] = every) -> list[np.ndarray]:
+            mine = [classes[every.index(f)] for f in funcs] if isinstance(classes, list | tuple) else classes
+            return call_reward_funcs(funcs, p, c, cols, reward_processing_classes=mine, failures=failures)
+
+    def evaluate(indices: list[int], p: Sequence[Any], c: Sequence[Any], cols: dict[str, Any]) -> list[np.ndarray]:
+        subset = {"funcs": [funcs[i] for i in indices]} if chain_funcs else {}
+        outputs = [np.asarray(out, dtype=np.float64) for out in call(p, c, cols, **subset)]
+        if len(outputs) != len(indices):
+            raise ValueError(f"call returned {len(outputs)} outputs for {len(indices)} reward functions")
+        return outputs
+
+    outputs: list[np.ndarray | None] = [None] * len(funcs)
+    if answer_funcs and flat_completions:
+        cols = {key: [values[b] for b in owners] for key, values in columns.items()}
+        if tag is None and completion_ids is not None:
+            cols["completion_ids"] = list(completion_ids)
+        cols.update(passed, **({"log_extra": extra} if extra is not None else {}))
+        for i, out in zip(answer_funcs, evaluate(answer_funcs, [prompts[b] for b in owners], flat_completions,
+                                                 cols), strict=True):
+            outputs[i] = out.reshape(len(flat_completions), -1) if out.ndim > 1 else out
+        if extra is not None:
+            extra.flush()
+    if chain_funcs and num:
+        cols = {key: list(values) for key, values in columns.items()}
+        if completion_ids is not None:
+            cols["completion_ids"] = list(completion_ids)
+        cols.update(passed)
+        for i, out in zip(chain_funcs, evaluate(chain_funcs, list(prompts), list(completions), cols), strict=True):
+            outputs[i] = out
+    widths = [len(_declared_heads(f) or (None,)) if out is None else 1 if out.ndim == 1 else out.shape[1]
+              for f, out in zip(funcs, outputs, strict=True)]
     names = objective_names(funcs, reward_names, widths)
-    return ScoredAnswers(np.asarray(owners, dtype=np.int64), values, names, num)
+    values = np.full((len(owners), len(names)), np.nan)
+    chain_values = np.full((num, len(names)), np.nan)
+    level = np.zeros(len(names), dtype=bool)
+    start = 0
+    for i, (out, width) in enumerate(zip(outputs, widths, strict=True)):
+        target = chain_values if i in chain_funcs else values
+        level[start:start + width] = i in chain_funcs
+        if out is not None:
+            target[:, start:start + width] = out.reshape(target.shape[0], width)
+        start += width
+    return ScoredAnswers(owner_array, values, names, num, tagged, level, chain_values)
 
 
 def finish_chains(scored: ScoredAnswers, answers: int, group_ids: Sequence[Hashable], *,
                   scaling: Any = None) -> ChainRewards:
-    """The ``None`` rule, scaling, dedup and zero padding of ``scored``: the chains' matrices.
+    """The ``None`` rule, scaling, dedup and padding of ``scored``: the chains' matrices.
 
-    ``group_ids`` (B,) says which chains share a prompt: an objective that is NaN for every answer
-    of a group (with at least one answer) is dropped from the group's matrices; other NaN become 0
-    after scaling. Each objective is scaled by its ``scaling`` spec over the batch's answers; one
-    still outside [0, 1] without a scaling warns once (``RewardScaleWarning``). Rows with equal
-    vectors are kept once (first); rows are padded with zeros to ``answers``.
+    ``group_ids`` (B,) says which chains share a prompt: an objective that is NaN for every value
+    a group has (its answers; a chain-level objective: its completions) is dropped from the
+    group's matrices; other NaN become 0 after scaling. Each objective is scaled by its ``scaling``
+    spec over the batch's values (answers, or completions for a chain-level one); one still
+    outside [0, 1] without a scaling warns once (``RewardScaleWarning``). Each chain is then
+    finished by ``vpo.chains.finish_chain`` (rows with equal vectors kept once, the first; rows of
+    an absent answer up to ``answers``: zeros, with the chain's value in its chain-level
+    objectives) and its metrics are ``vpo.step_metrics.chain_metrics``' (in ``stats``, without
+    the ``vpo/`` prefix).
     """
+    from vpo.step_metrics import chain_metrics
+
     names, values, owners = scored.names, scored.values, scored.owners
     num, dim = scored.num_chains, len(names)
+    level, chain_values = scored.chain_level, scored.chain_values
     check_scaling(scaling, names)
     if len(group_ids) != num:
         raise ValueError(f"{len(group_ids)} group ids for {num} completions")
     labels: dict[Hashable, int] = {}
     chain_group = np.array([labels.setdefault(g, len(labels)) for g in group_ids], dtype=np.int64)
     answer_group = chain_group[owners] if owners.size else np.zeros(0, dtype=np.int64)
-    # None rule: group g drops objective j when every answer it has is NaN there
-    missing = np.isnan(values)
-    has_rows = np.bincount(answer_group, minlength=len(labels)) > 0
-    nan_count = np.stack([np.bincount(answer_group, weights=missing[:, j], minlength=len(labels))
-                          for j in range(dim)], axis=1) if dim else np.zeros((len(labels), 0))
-    rows_count = np.bincount(answer_group, minlength=len(labels))[:, None]
-    dropped = has_rows[:, None] & (nan_count == rows_count)          # (G, D)
-    row_dropped = dropped[answer_group] if owners.size else np.zeros((0, dim), dtype=bool)
+    groups = len(labels)
+    # None rule: group g drops objective j when every value it has there is NaN (a group with no value keeps it)
+    missing, chain_missing = np.isnan(values), np.isnan(chain_values)
+    dropped = np.zeros((groups, dim), dtype=bool)
+    for j in range(dim):
+        group_of, absent = (chain_group, chain_missing[:, j]) if level[j] else (answer_group, missing[:, j])
+        counts = np.bincount(group_of, minlength=groups)
+        dropped[:, j] = (counts > 0) & (np.bincount(group_of, weights=absent, minlength=groups) == counts)
 
     vectors = np.full(values.shape, np.nan)
+    chain_scaled = np.zeros((num, dim))
     stats: dict[str, float] = {}
     for j, name in enumerate(names):
-        usable = ~row_dropped[:, j]
-        finite = usable & ~missing[:, j]
+        group_of, raw_values, absent = ((chain_group, chain_values[:, j], chain_missing[:, j]) if level[j]
+                                        else (answer_group, values[:, j], missing[:, j]))
+        usable = ~dropped[group_of, j] if group_of.size else np.zeros(0, dtype=bool)
+        finite = usable & ~absent
         spec = _spec_of(scaling, name)
-        raw = values[finite, j]
+        raw = raw_values[finite]
         if spec == "none" and raw.size and (raw.min() < 0.0 or raw.max() > 1.0):
             warnings.warn(
                 f"objective {name!r} has values outside [0, 1] and no scaling: E_w[max_i w . r_i] assumes rewards in "
                 f"[0, 1] (zero padding, the weights' balance); set scaling={{{name!r}: 'sigmoid' | 'minmax' | "
                 "(low, high)} (docs/own_rewards.md)", RewardScaleWarning, stacklevel=3)
-        column = np.zeros(values.shape[0])
+        column = np.zeros(raw_values.shape[0])
         column[finite] = _scale(raw, spec)
         column[~usable] = np.nan
-        vectors[:, j] = column
-        stats[f"none/{name}"] = float((usable & missing[:, j]).sum())
+        if level[j]:
+            chain_scaled[:, j] = np.nan_to_num(column)
+            vectors[:, j] = column[owners] if owners.size else column[:0]
+        else:
+            vectors[:, j] = column
+        stats[f"none/{name}"] = float((usable & absent).sum())
         stats[f"dropped/{name}"] = float(dropped[:, j].sum())
 
     matrices, kept = [], []
     order = np.argsort(owners, kind="stable")
     starts = np.searchsorted(owners[order], np.arange(num + 1))
-    duplicates = 0
-    best = np.zeros((num, dim))
+    duplicates = np.zeros(num)
+    best = np.full((num, dim), np.nan)
     for b in range(num):
         keep = np.flatnonzero(~dropped[chain_group[b]]) if dim else np.zeros(0, dtype=np.int64)
-        rows = vectors[order[starts[b]:starts[b + 1]]][:, keep] + 0.0   # -0.0 -> 0.0 before keying
-        seen: set[bytes] = set()
-        distinct = []
-        for row in rows:
-            key = row.tobytes()
-            if key in seen:
-                duplicates += 1
-                continue
-            seen.add(key)
-            distinct.append(row)
-        matrix = np.zeros((answers, keep.size))
-        if distinct:
-            matrix[: len(distinct)] = np.stack(distinct)
-            best[b, keep] = matrix.max(axis=0)
+        rows = vectors[order[starts[b]:starts[b + 1]]][:, keep]
+        matrix, duplicates[b] = finish_chain(rows, answers, fill=chain_scaled[b, keep])
+        best[b, keep] = matrix.max(axis=0) if matrix.shape[0] else 0.0
         matrices.append(matrix)
         kept.append(keep)
-    parsed = int(owners.size)
-    stats["answers_parsed"] = parsed / num if num else 0.0
-    stats["duplicate_rate"] = duplicates / parsed if parsed else 0.0
-    stats["unparseable"] = float(np.mean(np.bincount(owners, minlength=num) == 0)) if num else 0.0
-    kept_by_chain = ~dropped[chain_group] if num else np.zeros((0, dim), dtype=bool)   # (B, D)
-    for j, name in enumerate(names):
-        column = best[kept_by_chain[:, j], j]
-        stats[f"objective/{name}"] = float(column.mean()) if column.size else 0.0
+    counts = np.bincount(owners, minlength=num)
+    metrics = chain_metrics(answers=scored.tagged, parsed=counts, duplicates=duplicates, best=best, names=names,
+                            parse_rate=True)
+    stats.update({key[len("vpo/"):]: value for key, value in metrics.items()})
+    stats["unparseable"] = float(np.mean(counts == 0)) if num else 0.0
     complete = vectors[~np.isnan(vectors).any(axis=1)] if dim else vectors
     diagnostics = objective_diagnostics(complete)
     stats["effective_dim"] = diagnostics["effective_dim"]
@@ -686,16 +867,18 @@ def score_chains(reward_funcs: Any, prompts: Sequence[Any], completions: Sequenc
                  reward_names: Sequence[Any] | None = None, scaling: Any = None,
                  group_ids: Sequence[Hashable] | None = None, reward_processing_classes: Any = None,
                  call: Callable[..., Any] | None = None, tag: Any = _DEFAULT_TAG,
-                 failures: RewardFailures | None = None, **columns: Sequence[Any]) -> ChainRewards:
+                 failures: RewardFailures | None = None, untagged_fallback: bool = False,
+                 completion_ids: Sequence[Any] | None = None, **columns: Sequence[Any]) -> ChainRewards:
     """The (M, D) reward matrix of each of B m-answer ``completions``, scored by ``reward_funcs``.
 
     ``prompts`` (B,) are the single-answer prompts the functions see; ``columns`` are dataset
     columns (B,) each, repeated per answer. ``group_ids`` (B,) defaults to ``group_keys`` (the
     ``example_id`` column, else the prompt). ``scaling``: see ``SCALINGS`` (None: no scaling).
-    ``call`` and ``failures``: see ``score_answers``. ``tag``: the chains' numbered tag; by default ``CHAIN_TAG``
-    for m > 1, and at m = 1 the whole completion is the one answer, as ``GRPOTrainer`` and
-    ``VPOTrainer`` score it (pass ``tag=CHAIN_TAG`` to read a tagged single answer). Raises
-    ValueError for misaligned inputs or bad options.
+    ``call``, ``failures``, ``untagged_fallback`` and ``completion_ids`` (the completions' tokens,
+    for chain-level functions that read them): see ``score_answers``. ``tag``: the chains'
+    numbered tag; by default ``CHAIN_TAG`` for m > 1, and at m = 1 the whole completion is the one
+    answer, as ``GRPOTrainer`` and ``VPOTrainer`` score it (pass ``tag=CHAIN_TAG`` to read a tagged
+    single answer). Raises ValueError for misaligned inputs or bad options.
     """
     check_scaling(scaling)
     if isinstance(answers, bool) or not isinstance(answers, int) or answers < 1:
@@ -704,7 +887,8 @@ def score_chains(reward_funcs: Any, prompts: Sequence[Any], completions: Sequenc
         tag = CHAIN_TAG if answers > 1 else None
     scored = score_answers(reward_funcs, prompts, completions, answers, reward_names=reward_names,
                            reward_processing_classes=reward_processing_classes, call=call, tag=tag,
-                           failures=failures, **columns)
+                           failures=failures, untagged_fallback=untagged_fallback, completion_ids=completion_ids,
+                           **columns)
     groups = group_keys(prompts, columns) if group_ids is None else list(group_ids)
     return finish_chains(scored, answers, groups, scaling=scaling)
 

@@ -44,7 +44,8 @@ from vpo.commands.options import (EstimatorOptions, RewardFuncsOptions, check_es
 from vpo.commands.rewards import apply_failure_policy, resolve_task
 from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, parse_params
 from vpo.estimators.options import WeightOptions
-from vpo.integrations.trl_config import TASK_EPOCHS, VPO_OWNED, RLConfig, TRLOptions, check_engine, read_grpo_yaml
+from vpo.integrations.trl.config import (TASK_EPOCHS, VPO_OWNED, RLConfig, TRLOptions, check_engine, estimator_scale,
+                                        read_grpo_yaml)
 
 __all__ = ["RLConfig", "TASK_EPOCHS", "TRLOptions", "TrainArgs", "build_train_rows", "grpo_args", "parse_params",
            "resolve_answers", "train", "train_configs"]
@@ -79,6 +80,9 @@ class TrainArgs(RewardFuncsOptions, EstimatorOptions):
     lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha", "min": 1})
     chat_template: bool = field(
         default=True, metadata={"help": "wrap prompts in the tokenizer's chat template when it has one"})
+    untagged_fallback: bool = field(default=False, metadata={
+        "help": "m > 1: a completion with no parseable answer in its numbered tags counts as one answer, its "
+                "whole text (a model that ignores the format still learns from its content; docs/own_rewards.md)"})
     save: bool = field(default=True, metadata={"help": "save the final model (or adapter) to output_dir"})
     progress: bool = field(default=True, metadata={
         "help": "a progress bar (--no-progress: no bar from any library); either way a line per stage (settings, "
@@ -457,10 +461,7 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     options = estimator_options(cfg)
     weight_options = WeightOptions(**{k: options[k] for k in ("num_weights", "alpha", "sampler") if k in options},
                                    seed=rl.seed)
-    scale = getattr(engine, "scale_rewards", None)
-    if scale not in (None, "group") and "scale" not in spec.options:  # VPOTrainer maps it onto the estimator's
-        raise ValueError(f"--scale-rewards {scale}: --method {cfg.method} has no group scale to set "
-                         f"(its options: {', '.join(spec.options)})")
+    estimator_scale(getattr(engine, "scale_rewards", None), spec, options.get("scale"), flag=True)  # as VPOTrainer
     answers = resolve_answers(cfg.method, cfg.answers)
     if not spec.multi_answer and answers != 1:  # VPOTrainer says the same, but only once the model has loaded
         from vpo.estimators import list_estimators
@@ -579,7 +580,7 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
              "reward_failures": task.failures.policy})
         trainer = VPOTrainer(model, answers=answers, estimator=cfg.method, estimator_options=options,
                              args=args, train_dataset=dataset, processing_class=tokenizer,
-                             peft_config=peft_config, **objectives)
+                             peft_config=peft_config, untagged_fallback=cfg.untagged_fallback, **objectives)
     # transformers hides the bar below its WARNING log level; its 40-key dicts per step go to the log file
     bar = cfg.progress and not trainer.args.disable_tqdm
     label_progress(trainer, f"train {cfg.method}", show=bar, logs=False)

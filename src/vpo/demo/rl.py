@@ -69,12 +69,11 @@ def _trainer_class() -> type:
                 groups[prompt_key(prompt)].append(score_generation(
                     self.vpo_task, self.demo_format, completion_text(completion), example, self.vpo_answers))
             pools = [np.concatenate(rows) for rows in groups.values()]
-            mode = "train" if self.model.training else "eval"
-            self._metrics[mode]["demo/diversity"].append(float(np.mean([M.diversity(p) for p in pools])))
+            self.log_metric("demo/diversity", float(np.mean([M.diversity(p) for p in pools])))
             answers = np.concatenate(pools)
-            self._metrics[mode]["demo/answer_scalar"].append(float(np.mean(self.vpo_task.scalar(answers))))
-            self._metrics[mode]["demo/completion"].append(float(np.mean(np.any(answers > 0, axis=1))))
-            self._metrics[mode]["demo/truncated"].append(float(np.mean(cut)))
+            self.log_metric("demo/answer_scalar", float(np.mean(self.vpo_task.scalar(answers))))
+            self.log_metric("demo/completion", float(np.mean(np.any(answers > 0, axis=1))))
+            self.log_metric("demo/truncated", float(np.mean(cut)))
             matrices = super().score_rollouts(prompts, completions, completion_ids, examples)
             return zero_truncated(matrices, cut) if self.demo_truncated == "zero" else matrices
 

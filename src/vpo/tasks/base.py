@@ -41,7 +41,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from vpo.chains import RewriteRule, dedup, pad_rows, parse_answers, rewrite_prompt
+from vpo.chains import RewriteRule, finish_chain, parse_answers, rewrite_prompt
 from vpo.reward_failures import NonFiniteReward, RewardContractError, RewardFailures, run_limited
 
 Example = dict[str, Any]
@@ -239,14 +239,14 @@ class Task(ABC):
                 stats["parsed"] = stats.get("parsed", 0) + int(bool(text.strip()))
             return self.score_answers([text], example).reshape(1, dim)
         answers = [a for a in self.parse_chain(text, m) if isinstance(a, str) and a.strip()]
-        vectors = self.score_answers(answers, example) + 0.0  # + 0.0 folds -0.0 into 0.0 for the keys
-        kept = dedup(range(len(answers)), key=lambda i: self.dedup_key(answers[i], vectors[i], example))
+        vectors = self.score_answers(answers, example).reshape(len(answers), dim) + 0.0  # -0.0 -> 0.0 for the keys
+        matrix, duplicates = finish_chain(vectors, m, pad=self.pad_chains,
+                                          keys=[self.dedup_key(a, v, example) for a, v in zip(answers, vectors)])
         if stats is not None:
             stats["answers"] = stats.get("answers", 0) + min(self.tagged_answers(text, m), len(answers))
             stats["parsed"] = stats.get("parsed", 0) + len(answers)
-            stats["duplicates"] = stats.get("duplicates", 0) + len(answers) - len(kept)
-        rows = vectors[kept].reshape(len(kept), dim)
-        return pad_rows(rows, m, dim=dim) if self.pad_chains else rows
+            stats["duplicates"] = stats.get("duplicates", 0) + duplicates
+        return matrix
 
     def scalar(self, vectors: np.ndarray | Sequence[float]) -> np.ndarray | float:
         """The task's fixed scalarisation (GRPO and evaluation): (..., D) -> (...). Default mean."""

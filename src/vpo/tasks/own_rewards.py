@@ -40,7 +40,7 @@ import numpy as np
 
 from vpo.reward_failures import RewardFailurePolicy, RewardFailures
 from vpo.rewards import (CHAIN_RULE, ScoredAnswers, call_reward_funcs, check_scaling, finish_chains,
-                         function_name, load_reward_funcs, objective_names, single_answer)
+                         function_name, is_chain_level, load_reward_funcs, objective_names, single_answer)
 from vpo.tasks import register_task
 from vpo.tasks.base import Example, FileTask
 
@@ -159,6 +159,18 @@ class OwnRewardsTask(FileTask):
         scored = ScoredAnswers(np.arange(n, dtype=np.int64), values, names, n)
         chains = finish_chains(scored, 1, list(range(n)), scaling=self.scaling)  # one chain per answer
         return np.stack([chains.dense(i)[0] for i in range(n)]) if n else np.zeros((0, len(names)))
+
+    def parse_chain(self, text: str, m: int) -> list[str]:
+        """The chain's answers; ValueError for m > 1 when a function judges the whole completion
+        (``vpo.rewards.is_chain_level``): a task scores a chain's answers one by one, so its value
+        would become a per-answer one. ``VPOTrainer``, ``vpo train`` and ``vpo rewards check`` score
+        such functions once per completion."""
+        chain_level = [function_name(f) for f in self.reward_funcs if is_chain_level(f)]
+        if m > 1 and chain_level:
+            raise ValueError(f"{self.name}: {', '.join(chain_level)} judge(s) the whole completion, but this path "
+                             f"scores the {m} answers of a chain one by one; train with `vpo train` / VPOTrainer "
+                             "(once per completion), or evaluate single answers (m = 1)")
+        return super().parse_chain(text, m)
 
     def score(self, text: str, example: Example) -> np.ndarray:
         if not isinstance(text, str) or not text.strip():

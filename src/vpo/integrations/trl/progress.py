@@ -1,0 +1,128 @@
+"""Terminal progress for TRL runs: a labelled progress bar, one short line per logged step (and every
+log dict in full in a JSON-lines file), and a heartbeat for runs without a bar.
+
+Usage::
+
+    from vpo.integrations.trl import StepLines, label_progress
+    label_progress(trainer, "train vpo", logs=False)       # the bar reads "train vpo: 40%|..."
+    trainer.add_callback(StepLines("runs/out/train_log.jsonl", heartbeat=30.0))
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerCallback
+
+__all__ = ["StageProgress", "StepLines", "label_progress", "step_line"]
+
+
+class StageProgress(ProgressCallback):
+    """transformers' training progress bar, labelled with its stage (tqdm ``desc``: ``warm-up: 40%|...``);
+    ``logs=False`` keeps the per-step log dicts off the terminal (they stay in ``state.log_history``)."""
+
+    def __init__(self, desc: str, *, logs: bool = True) -> None:
+        super().__init__()
+        self.desc, self.logs = desc, logs
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        from tqdm.auto import tqdm
+
+        if state.is_world_process_zero:  # as ProgressCallback's, with the label from the first frame
+            self.training_bar = tqdm(total=state.max_steps, dynamic_ncols=True, desc=self.desc)
+        self.current_step = 0
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+        if self.logs:
+            super().on_log(args, state, control, logs=logs, **kwargs)
+
+
+def _no_gradient(number: Callable[[str], float | None]) -> str | None:
+    """Why a logged step had no gradient, when every group's rollouts scored alike
+    (``vpo/frac_zero_std`` 1): no chain parsed, or the rollouts of each prompt tied."""
+    if number("vpo/frac_zero_std") != 1.0:
+        return None
+    return "no gradient: nothing parsed" if number("vpo/parse_rate") == 0.0 else "no gradient: rollouts tied"
+
+
+def step_line(logs: Mapping[str, Any], step: int, max_steps: int) -> str | None:
+    """One short line for a training log (None for a log without a reward, e.g. the run's
+    summary): step, objective (TRL's ``reward``: the set score the estimator optimises), the
+    mean reward per objective, KL and seconds per step, each only when logged as a number. A
+    step where every group scored alike says so, and why: "no gradient: nothing parsed" (no
+    chain parsed) or "no gradient: rollouts tied" (each prompt's rollouts scored the same)."""
+    def number(key: str) -> float | None:
+        value = logs.get(key)
+        return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+    if "reward" not in logs:
+        return None
+    parts = [f"step {step}/{max_steps}"]
+    objective = number("reward")
+    parts.append(f"objective {objective:.3f}" if objective is not None else "objective n/a")
+    why = _no_gradient(number)
+    prefix = "vpo/objective/"
+    per_objective = [f"{key[len(prefix):]} {number(key):.3f}" for key in logs
+                     if key.startswith(prefix) and number(key) is not None]
+    if per_objective:
+        parts.append("(" + ", ".join(per_objective) + ")")
+    if why is not None:
+        parts.append(why)
+    if number("kl") is not None:
+        parts.append(f"KL {number('kl'):.4f}")
+    if number("step_time") is not None:
+        parts.append(f"{number('step_time'):.2f} s/step")
+    return "  ".join(parts)
+
+
+class StepLines(TrainerCallback):
+    """A compact line per logged training step on the terminal (``step_line``), and every log
+    dict in full, one JSON object per line, in ``log_file`` (the trackers of ``report_to`` get
+    them in full as well). With ``heartbeat`` (seconds; for a terminal without a progress bar),
+    a step that ends that long after the last line prints ``step N/M`` too, so a run whose
+    logged steps are far apart still shows it is alive."""
+
+    def __init__(self, log_file: str | None = None, *, print_lines: bool = True,
+                 heartbeat: float | None = None) -> None:
+        self.log_file, self.print_lines, self.heartbeat = log_file, print_lines, heartbeat
+        self.clock: Callable[[], float] = time.monotonic
+        self._last_line = self.clock()
+
+    def _write(self, line: str) -> None:
+        from tqdm.auto import tqdm
+
+        tqdm.write(line)   # above the progress bar, which then redraws
+        self._last_line = self.clock()
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._last_line = self.clock()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if (self.heartbeat is not None and self.print_lines and state.is_world_process_zero
+                and self.clock() - self._last_line >= self.heartbeat):
+            total = f"/{state.max_steps}" if state.max_steps and state.max_steps > 0 else ""
+            self._write(f"step {state.global_step}{total} (next logged step line: "
+                        f"every {args.logging_steps} steps)")
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+        if not state.is_world_process_zero or not logs:
+            return
+        if self.log_file:
+            with open(self.log_file, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps({"step": state.global_step, **logs}, default=str) + "\n")
+        line = step_line(logs, state.global_step, state.max_steps)
+        if line and self.print_lines:
+            self._write(line)
+
+
+def label_progress(trainer: Any, desc: str, *, show: bool = True, logs: bool = True) -> None:
+    """Give a transformers ``Trainer`` (TRL's included) a progress bar labelled ``desc``, or none
+    (``show=False``; the terminal then gets no per-step lines either, only what the caller logs)."""
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    if show:
+        trainer.add_callback(StageProgress(desc, logs=logs))
