@@ -57,6 +57,11 @@ SKIP = {
     "vpo.evaluation": "samples pools from a policy (tests/test_evaluation.py runs sample_pools on a tiny model)",
     "vpo.search": "samples from a policy (tests/test_search.py runs best_of_n and the curves on tiny models)",
     "vpo.integrations.trl": "trains with TRL on a model (tests/test_trl_integration.py runs each path)",
+    "vpo.integrations.trl.rewards": "trains with TRL on a model (tests/test_trl_integration.py runs each path)",
+    "vpo.integrations.trl.trainer": "trains with TRL on a model (tests/test_trl_integration.py runs each path)",
+    "vpo.integrations.trl.progress": "labels a TRL trainer's progress (tests/test_trl_integration.py, tests/test_terminal.py)",
+    "vpo.integrations.trl.scorers": "scores what TRL passes inside a training step (tests/test_trl_integration.py, "
+                                    "tests/test_trl_chain_format.py)",
     "vpo.integrations.openevolve.evolve": "evolves with OpenEvolve and a policy (tests/test_openevolve.py)",
     "vpo.integrations.openevolve.llm": "an OpenEvolve LLM client on a policy (tests/test_openevolve.py)",
     "vpo.integrations.openevolve.problems": "searches with OpenEvolve and a policy (tests/test_openevolve.py)",
@@ -264,7 +269,7 @@ shutil.copy(BFCL_FIXTURE.parent / "possible_answer" / BFCL_FIXTURE.name,
 """Setup code per module: what its block takes as given."""
 
 NEEDS = {"vpo.tasks.math": "math_verify", "vpo.tasks.math.verify": "math_verify", "vpo.tasks.math.task": "math_verify",
-         "vpo.tasks": "math_verify", "vpo.integrations.trl_config": "trl", "vpo.models": "transformers",
+         "vpo.tasks": "math_verify", "vpo.integrations.trl_config": "trl", "vpo.integrations.trl.config": "trl", "vpo.models": "transformers",
          "vpo.checkpoints": "transformers", "vpo.formats": "transformers", "vpo.workload": "transformers",
          "vpo.sampling": "transformers", "vpo.commands.advantages": "math_verify"}
 """Optional dependencies a block imports (skipped where they are not installed)."""
