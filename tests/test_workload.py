@@ -445,3 +445,55 @@ def test_eval_on_a_gpu_takes_its_stated_share_and_is_capped_at_it(checkpoint, mo
     sampler, _ = open_sampler(checkpoint, SamplingOptions(device="cuda", dtype="float32", batch_size=64, seeding="chain",
                                                            threads=1))
     assert len(fractions) == 2                      # a given --batch-size is not capped at the share
+
+
+def test_each_demo_job_is_estimated_with_its_own_m_and_the_plan_holds_the_largest(monkeypatch):
+    """An m=1 job (GRPO, Max@K, the warm-up's m=1 pool) has a smaller completion budget than an m=3 one:
+    its estimate is below, job_memory's lookup picks it by the job's name, and the plan's rl and pool (what a
+    worker's share must hold) are the m=3 ones. On a GPU the training estimates carry TRL's fused-head tile."""
+    from vpo.demo.device import demo_estimates, plan_cuda
+    from vpo.workload import FUSED_HEAD_TILE, fused_head_bytes
+
+    monkeypatch.delenv("VPO_DEMO_CARD_SHARE", raising=False)
+    cfg, fmt, examples = _paper_maze()
+    assert cfg.answers == 3
+    _, one, sizes_one = demo_estimates(cfg, fmt, examples, device="cuda", m=1)
+    _, three, sizes_three = demo_estimates(cfg, fmt, examples, device="cuda", m=3)
+    assert sizes_one["tokens"] < sizes_three["tokens"]
+    assert one["rl"].total < three["rl"].total and one["pool"].total < three["pool"].total
+    plan = plan_cuda(cfg, fmt, examples, device="cuda:0", workers=2, jobs=10, free=CARD, total=CARD)
+    assert plan.rl == three["rl"].total and plan.pool > plan.estimate("pool", "pool grpo-s0")
+    assert plan.estimate("rl", "rl grpo-s1") == one["rl"].total == plan.estimate("rl", "rl max_at_k-s0")
+    assert plan.estimate("rl", "rl vpo-s0") == plan.rl == plan.estimate("rl", "rl multi_rlvr-s1")
+    assert plan.estimate("pool", "pool warmup-m1") == plan.estimate("pool", "pool grpo-s0") < plan.pool
+    assert plan.estimate("warmup", "warm-up") == plan.warmup
+    rows, columns = FUSED_HEAD_TILE
+    assert fused_head_bytes(10**6, 4) == rows * columns * 4 == 512 * 2**20 and fused_head_bytes(100, 2) == 100 * columns * 2
+    _, cpu, _ = demo_estimates(cfg, fmt, examples, device="cpu", m=3)
+    assert three["warmup"].activations - cpu["warmup"].activations == 512 * 2**20   # the tile, on a GPU only
+
+
+def test_trl_fused_head_allocates_the_tile_the_estimate_counts():
+    """TRL's fused LM head (what its SFT and GRPO trainers run) on a tiny model, counted by LiveTensors: its
+    forward and backward take a (min(positions, 4096), 32768) buffer whatever the vocabulary, which
+    vpo.workload.FUSED_HEAD_TILE states; the estimate with it stays at or above the measured peak."""
+    import torch
+    from trl.trainer.utils import add_fused_lm_head
+
+    from vpo.sampling import model_shape
+    from vpo.workload import fused_head_bytes, training_estimate
+
+    model, _ = _tiny_llama()
+    add_fused_lm_head(model)
+    shape = model_shape(model)
+    rows, tokens = 16, 64
+    ids = torch.randint(5, 12, (rows, tokens))
+    with LiveTensors() as live:
+        out = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids, fused_lm_head=True)
+        out.loss.backward()
+    plain = training_estimate(shape, chains=0, tokens=tokens, kv_itemsize=4, reference=False, micro_batch=rows)
+    fused = training_estimate(shape, chains=0, tokens=tokens, kv_itemsize=4, reference=False, micro_batch=rows,
+                              fused_head=True)
+    assert fused.activations - plain.activations == fused_head_bytes(rows * tokens, 4) == rows * tokens * 32768 * 4
+    assert live.peak > fused_head_bytes(rows * (tokens - 1), 4) > plain.activations   # the tile dwarfs the rest
+    assert live.peak <= fused.activations

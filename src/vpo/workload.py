@@ -44,7 +44,7 @@ from pathlib import Path
 __all__ = ["ALLOCATOR_OVERHEAD", "CUDA_CONTEXT_BYTES", "DTYPE_BYTES", "KV_CACHES", "MemoryEstimate", "ModelShape",
            "PoolWorkload", "RESERVED_PER_ALLOCATED", "activation_bytes_per_token", "allocated_budget",
            "available_memory", "cap_process_memory", "chains_in_budget", "check_memory", "check_pool_workload",
-           "cuda_memory", "device_memory", "generation_bytes", "human_bytes", "model_folder",
+           "cuda_memory", "device_memory", "fused_head_bytes", "generation_bytes", "human_bytes", "model_folder",
            "optimizer_state_bytes", "prefill_bytes_per_token", "prepare_cuda_allocator", "prompt_tokens",
            "read_model_shape", "reserved_bytes", "safetensors_parameters", "shape_from_config",
            "training_estimate"]
@@ -316,6 +316,24 @@ def prefill_bytes_per_token(shape: ModelShape, itemsize: int, *, total_tokens: i
     return (per_hidden * shape.hidden + per_mlp * shape.mlp) * itemsize + total_tokens * 4
 
 
+FUSED_HEAD_TILE = (4096, 32768)
+"""(rows, columns) of the tile TRL's fused LM head (``trl.trainer.utils.add_fused_lm_head``, which
+TRL's SFT and GRPO trainers install; TRL 1.16) projects into: its ``ChunkedLogProbFunction``
+allocates one (min(positions, 4096), 32768) buffer in the compute dtype in the forward pass and
+another in the backward pass, 32768 columns whatever the vocabulary (512 MiB in float32 for a
+32-entry vocabulary). The backward's buffer is taken while the kept activations are still alive,
+so it adds to their peak. On CUDA the scored positions are the labelled ones; elsewhere all.
+On one H100 this tile was the difference between the demo's training peaks and the model's own
+forward and backward (measured there with the preset's shapes; docs/gpu.md)."""
+
+
+def fused_head_bytes(positions: int, itemsize: int) -> int:
+    """Bytes of the fused LM head's tile (``FUSED_HEAD_TILE``) for a micro-batch of ``positions``
+    token positions (0: none)."""
+    rows, columns = FUSED_HEAD_TILE
+    return min(max(positions, 0), rows) * columns * itemsize
+
+
 def activation_bytes_per_token(shape: ModelShape, itemsize: int, *, checkpointing: bool = False) -> int:
     """Bytes the backward pass keeps per token of a micro-batch: ``ACTIVATION_ELEMENTS`` per
     layer, or with gradient checkpointing one hidden state per layer plus one layer recomputed;
@@ -451,17 +469,21 @@ def check_memory(estimate: MemoryEstimate, *, available: int | None, what: str, 
 def training_estimate(shape: ModelShape, *, chains: int, tokens: int, kv_itemsize: int, weight_bytes: int = 4,
                       reference: bool = True, full: bool = True, optimizer_bytes: int = ADAMW_STATE_BYTES,
                       micro_batch: int = 0, checkpointing: bool = False, prompt: int = 0,
-                      cache: str = "static") -> MemoryEstimate:
+                      cache: str = "static", fused_head: bool = False) -> MemoryEstimate:
     """Memory of an RL run on one device: the policy's weights (``weight_bytes`` each; twice with
     a frozen KL ``reference`` copy), gradients and ``optimizer_bytes`` of optimiser state per
     parameter when ``full`` (all weights trained; a LoRA adapter's are a small share, not counted),
     the generation batch of ``chains`` rollouts of ``tokens`` tokens (``prompt`` of them the
     prompt; ``generation_bytes``), and the activations the backward pass keeps for a micro-batch
     of ``micro_batch`` rows of ``tokens`` tokens (``activation_bytes_per_token``; 0: not counted,
-    and the estimate is a lower bound)."""
+    and the estimate is a lower bound), with ``fused_head`` the tile of TRL's fused LM head
+    (``fused_head_bytes``: on a GPU, whose allocator reserves all of it; on CPU only its first
+    vocabulary columns are written, so few of its pages are ever touched)."""
     weights = shape.parameters * weight_bytes * (2 if reference else 1)
     training = shape.parameters * (weight_bytes + optimizer_bytes) if full else 0
     activations = micro_batch * tokens * activation_bytes_per_token(shape, weight_bytes, checkpointing=checkpointing)
+    if fused_head and micro_batch:
+        activations += fused_head_bytes(micro_batch * tokens, weight_bytes)
     return MemoryEstimate(weights=weights, training=training, activations=activations,
                           generation=generation_bytes(shape, chains=chains, tokens=tokens, itemsize=kv_itemsize,
                                                       prompt=prompt, cache=cache))

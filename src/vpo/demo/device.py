@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+import re
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,18 @@ class CudaPlan:
     free: int
     total: int
     why: str
+    answers: dict[str, int] = field(default_factory=dict)
+    """m of each job name (``answer_counts``)."""
+    by_answers: dict[str, dict[str, int]] = field(default_factory=dict)
+    """{str(m): {"rl", "pool": live-tensor estimate}} of a job whose chains hold m answers; ``rl`` and
+    ``pool`` are the largest of them."""
+
+    def estimate(self, kind: str, job: str = "") -> int:
+        """The live-tensor estimate of a ``kind`` ("rl", "pool", "warmup") job named ``job`` (e.g.
+        "rl grpo-s0", "pool warmup-m1"): its own m's where the plan knows it, else the largest."""
+        name = re.sub(r"-s\d+$", "", job.split(" ", 1)[-1])
+        m = self.answers.get(name)
+        return self.by_answers.get(str(m), {}).get(kind, getattr(self, kind))
 
     def words(self) -> str:
         from vpo.workload import human_bytes, reserved_bytes
@@ -144,32 +157,60 @@ def card_share() -> float:
 
 
 def demo_estimates(cfg: DemoConfig, fmt: Any, examples: list[dict[str, Any]], *, device: str,
-                   eval_batch: int | None = None) -> tuple[Any, dict[str, MemoryEstimate], dict[str, int]]:
+                   eval_batch: int | None = None, m: int | None = None
+                   ) -> tuple[Any, dict[str, MemoryEstimate], dict[str, int]]:
     """(shape, {"rl", "pool", "warmup": live-tensor estimates}, {"prompt", "tokens", "chains"}) of
-    one process of the demo: an RL run (``vpo.workload.training_estimate``: weights, AdamW state,
-    a generation batch of ``rl_prompts x rl_generations`` rollouts and their activations), an
+    one process of the demo whose chains hold ``m`` answers (default ``cfg.answers``): an RL run
+    (``vpo.workload.training_estimate``: weights, AdamW state, a generation batch of
+    ``rl_prompts x rl_generations`` rollouts, their activations and TRL's fused LM-head tile), an
     evaluation batch of ``eval_batch`` chains (default ``cfg.eval_batch``, at most the pool's
-    chains) and the warm-up (SFT on ``warmup_batch`` examples). Weights stay float32."""
-    from vpo.workload import (MemoryEstimate, generation_bytes, prompt_tokens, shape_from_config,
-                              training_estimate)
+    chains) and the warm-up (SFT on ``warmup_batch`` examples of up to ``cfg.answers`` routes).
+    Weights stay float32. A chain's tokens are its prompt's characters (the character tokenizer;
+    the demo applies no chat template) and ``m`` answers' completion budget.
+
+    Measured on one H100 (torch 2.11, transformers 5.17, TRL 1.16; the paper-maze preset), against
+    ``reserved_bytes`` of these estimates: warm-up reserved 1.26 GiB (allocated 0.86), estimate
+    1.09 GiB (1.16x); RL m=3 1.73-1.77 GiB (allocated 1.26), estimate 1.65 GiB (1.05-1.07x); RL
+    m=1 0.96-0.98 GiB (allocated 0.93-0.96), estimate 1.33 GiB (0.73-0.74x); evaluation batch of
+    600 chains m=3 0.68 GiB (allocated 0.59), estimate 0.74 GiB (0.91x); m=1 0.60 GiB (allocated
+    0.51), estimate 0.61 GiB (0.97x). The model's own forward and backward (B 64, T 195, padded)
+    peaked at 0.37 GiB allocated there with SDPA's default and its efficient kernel alike (no
+    T x T matrix kept; the math kernel 0.47), plus 32 MiB of cuBLAS workspace per thread; the
+    rest of the warm-up's 0.86 is the fused head's tile. Before the fused-head tile and each job's own m were
+    counted, the warm-up was estimated at 0.55 GiB (2.27x) and every job with m = 3."""
+    from vpo.workload import MemoryEstimate, generation_bytes, shape_from_config, training_estimate
 
     vocab = len(fmt.alphabet()) + len(fmt.extra_tokens()) + 4  # the character tokenizer: + pad, bos, eos, unk
     shape = shape_from_config({"hidden_size": cfg.hidden, "num_hidden_layers": cfg.layers,
                                "num_attention_heads": cfg.heads, "intermediate_size": cfg.mlp, "vocab_size": vocab})
-    m = max(cfg.answers, 1)
-    prompt = prompt_tokens([fmt.prompt(e, m) for e in examples], vocab)
-    tokens = prompt + fmt.completion_budget(examples, m)
+    answers = max(cfg.answers, 1)
+    m = answers if m is None else max(m, 1)
+
+    def chain_tokens(k: int) -> tuple[int, int]:   # (prompt, prompt + completion) of a chain of k answers
+        prompt = max((len(fmt.prompt(e, k)) for e in examples), default=0)
+        return prompt, prompt + fmt.completion_budget(examples, k)
+
+    prompt, tokens = chain_tokens(m)
     gpu = device.startswith("cuda")
     cache = "static" if gpu else "dynamic"
     rollouts = cfg.rl_prompts * cfg.rl_generations
     rl = training_estimate(shape, chains=rollouts, tokens=tokens, kv_itemsize=4, reference=cfg.rl_beta != 0,
-                           micro_batch=rollouts, prompt=prompt, cache=cache)
+                           micro_batch=rollouts, prompt=prompt, cache=cache, fused_head=gpu)
     chains = min(cfg.eval_batch if eval_batch is None else eval_batch, len(examples) * cfg.pool)
     pool = MemoryEstimate(weights=shape.parameters * 4, generation=generation_bytes(
         shape, chains=chains, tokens=tokens, prompt=prompt, itemsize=4, cache=cache))
-    warmup = training_estimate(shape, chains=0, tokens=tokens, kv_itemsize=4, reference=False,
-                               micro_batch=cfg.warmup_batch)
+    warmup = training_estimate(shape, chains=0, tokens=chain_tokens(answers)[1], kv_itemsize=4, reference=False,
+                               micro_batch=cfg.warmup_batch, fused_head=gpu)
     return shape, {"rl": rl, "pool": pool, "warmup": warmup}, {"prompt": prompt, "tokens": tokens, "chains": chains}
+
+
+def answer_counts(cfg: DemoConfig) -> dict[str, int]:
+    """m of each job name of a demo (a method's runs and pools: ``vpo.demo.config.METHODS``; the
+    warm-up's pools ``warmup-m<k>``)."""
+    counts = {method: cfg.method_answers(method) for method in cfg.method_list()}
+    for k in {1, max(cfg.answers, 1)}:
+        counts[f"warmup-m{k}"] = k
+    return counts
 
 
 def worker_memory(cfg: DemoConfig, task: Any, fmt: Any, examples: list[dict[str, Any]], *,
@@ -239,11 +280,16 @@ def plan_cuda(cfg: DemoConfig, fmt: Any, examples: list[dict[str, Any]], *, devi
     eval_batch = min(cfg.eval_batch, sampling_chains(shape, share, held=shape.parameters * 4, prompt=sizes["prompt"],
                                                      new_tokens=sizes["tokens"] - sizes["prompt"], itemsize=4,
                                                      cap=cfg.eval_batch))
-    _, sized, _ = demo_estimates(cfg, fmt, examples, device=device, eval_batch=eval_batch)
+    answers = answer_counts(cfg)
+    by_answers = {}
+    for m in sorted(set(answers.values())):
+        _, sized, _ = demo_estimates(cfg, fmt, examples, device=device, eval_batch=eval_batch, m=m)
+        by_answers[str(m)] = {"rl": sized["rl"].total, "pool": sized["pool"].total}
     return CudaPlan(device=device, workers=workers, share=int(share), usable=usable - CUDA_CONTEXT_BYTES,
                     card_share=share_of_card, eval_batch=int(eval_batch),
-                    rl=sized["rl"].total, pool=sized["pool"].total, warmup=sized["warmup"].total,
-                    free=int(free), total=int(total), why=why)
+                    rl=max(e["rl"] for e in by_answers.values()), pool=max(e["pool"] for e in by_answers.values()),
+                    warmup=sized["warmup"].total, free=int(free), total=int(total), why=why, answers=answers,
+                    by_answers=by_answers)
 
 
 def rl_kv_cache(cfg: DemoConfig) -> str | None:
@@ -290,8 +336,9 @@ def job_memory(out: Path, job: str, kind: str) -> None:
     from vpo.sampling import release_cuda_cache
     from vpo.workload import reserved_bytes
 
-    estimate = getattr(plan, kind)
+    estimate = plan.estimate(kind, job)
     row = {"job": job, "kind": kind, "pid": os.getpid(), "estimate": estimate,
+           "m": plan.answers.get(re.sub(r"-s\d+$", "", job.split(" ", 1)[-1])),
            "estimate_reserved": reserved_bytes(estimate), "share": plan.share if kind != "warmup" else None,
            "max_allocated": int(torch.cuda.max_memory_allocated(plan.device)),
            "max_reserved": int(torch.cuda.max_memory_reserved(plan.device))}
