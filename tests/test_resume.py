@@ -52,7 +52,10 @@ def test_train_killed_after_a_checkpoint_resumes_to_the_uninterrupted_result(tmp
     process = subprocess.Popen([sys.executable, "-m", "vpo", *_train_argv(model, killed, steps)], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 300
-    while not (killed / "checkpoint-2" / "trainer_state.json").is_file():
+    from vpo.checkpoints import latest_complete_checkpoint
+
+    # killed once checkpoint-2 is whole (its trainer_state.json can be seen half-written)
+    while latest_complete_checkpoint(killed) is None:
         assert process.poll() is None, process.stderr.read().decode()[-2000:]
         assert time.time() < deadline, "no checkpoint within 300 s"
         time.sleep(0.01)
