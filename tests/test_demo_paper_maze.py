@@ -18,7 +18,7 @@ MEASURED = {"hidden": 96, "layers": 3, "heads": 4, "mlp": 288, "warmup_data": "r
             "rl_steps": 120, "rl_prompts": 16, "rl_generations": 8, "rl_lr": 3e-4, "rl_beta": 0.0,
             "rl_temperature": 1.0, "reward_mode": "linear", "answers": 3}
 """The configuration that showed the paper's order on its 9x9 mazes (run B0 of
-docs/demo/investigation.md, "The paper's 9x9 mazes", and the proxy report in docs/demo/paper-maze/).
+docs/demo/investigation.md, "The paper's 9x9 mazes", and the H100 report of this preset in docs/demo/paper-maze/).
 A change to the preset's training needs a new measurement there first."""
 
 
