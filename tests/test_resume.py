@@ -126,7 +126,8 @@ def _results(out):
     def strip(value):
         if isinstance(value, dict):
             return {k: strip(v) for k, v in value.items()
-                    if not any(word in k for word in ("second", "wall", "cpu", "resumed_from"))}
+                    # reward_failures counts an invocation's calls, not a result (NOT_RESULTS)
+                    if not any(word in k for word in ("second", "wall", "cpu", "resumed_from", "reward_failures"))}
         return [strip(v) for v in value] if isinstance(value, list) else value
 
     return {key: strip(metrics[key]) for key in ("methods", "paired", "training", "objective_space", "comparison",

@@ -330,7 +330,9 @@ def failure_counts(runs: Any, pools: Any) -> dict[str, dict[str, int] | None]:
         counts = [r.get("reward_failures") for r in records]
         if not counts or any(c is None for c in counts):
             return None
-        return {"calls": sum(int(c["calls"]) for c in counts), "failed": sum(int(c["failed"]) for c in counts)}
+        # a resumed run counts the calls of its last invocation only (from its checkpoint on)
+        return {"calls": sum(int(c["calls"]) for c in counts), "failed": sum(int(c["failed"]) for c in counts),
+                "resumed": sum(1 for r in records if r.get("resumed_from"))}
 
     return {"training": total(list(runs)), "evaluation": total(list(pools))}
 
@@ -338,9 +340,10 @@ def failure_counts(runs: Any, pools: Any) -> dict[str, dict[str, int] | None]:
 def failure_note(counts: dict[str, dict[str, int] | None]) -> str:
     """The report's line on failed reward calls: a maze answer the scorer could not score (raised,
     NaN) scores 0 and is counted, in training and in the pools."""
-    parts = [f"{what}: {c['failed']:,} of {c['calls']:,} failed" if c is not None else f"{what}: not counted (run "
-             "before the demo counted them)" for what, c in (("training", counts["training"]),
-                                                             ("evaluation pools", counts["evaluation"]))]
+    parts = [f"{what}: {c['failed']:,} of {c['calls']:,} failed"
+             + (f" ({c['resumed']} resumed run(s) counted from their checkpoint on)" if c.get("resumed") else "")
+             if c is not None else f"{what}: not counted (run before the demo counted them)"
+             for what, c in (("training", counts["training"]), ("evaluation pools", counts["evaluation"]))]
     return ("Reward calls (the maze scorer on one non-empty answer; a failed call, one that raised or gave NaN, "
             "scores 0 and is counted): " + "; ".join(parts) + ".")
 
