@@ -133,7 +133,7 @@ def plan_steps(out: Path, wheels: Path, python: str = sys.executable) -> list[di
     d_minutes, d_basis = demo_minutes(values)
     helper = f"'{python}' '{ROOT / 'scripts' / 'gpu_check.py'}'"
     py = f"'{python}'"
-    gpu_tests = " ".join(sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py")
+    gpu_tests = " ".join(sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
                                 if "pytest.mark.gpu" in p.read_text()))
     o = f"'{out}'"
     compare = " && ".join(

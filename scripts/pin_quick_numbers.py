@@ -1,5 +1,5 @@
 """Pin the ``vpo demo --quick`` numbers of this commit in ``docs/demo/quick_numbers.json``, beside
-the shipped ``docs/demo/report.md`` made from the same commit; ``tests/test_demo.py`` then checks
+the shipped ``docs/demo/report.md`` made from the same commit; ``tests/demo/test_demo.py`` then checks
 that HEAD's quick run still gives them, to the last bit, on the same kind of machine.
 
 Usage::

@@ -12,7 +12,7 @@
 # Before any model loads it stops, in one line, on: a text task without real data (--source),
 # fewer train rows than TRAIN_BATCH_SIZE (zero steps), an estimator that is not registered.
 # Not yet run on a GPU; its Hydra
-# overrides are checked against verl's config by tests/test_verl_integration.py.
+# overrides are checked against verl's config by tests/integrations/test_verl_integration.py.
 set -euo pipefail
 
 usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }

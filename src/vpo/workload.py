@@ -297,14 +297,14 @@ PREFILL_ELEMENTS = (4, 3)
 layer's tensors are freed before the next one runs), as (per hidden unit, per MLP unit): the
 residual stream, its norm, the attention output and its projection (4 x hidden), the MLP's gate,
 up and activated gate (3 x mlp). Measured on CPU with a tensor-counting dispatch mode
-(tests/test_workload.py)."""
+(tests/core/test_workload.py)."""
 
 ACTIVATION_ELEMENTS = (12, 4)
 """Elements per token and layer that a decoder layer's forward pass keeps for the backward pass
 (no gradient checkpointing), as (per hidden unit, per MLP unit): norms, queries, keys, values,
 rotary copies, attention output, projections, residuals (12 x hidden); the MLP's gate, up, their
 activation and product (4 x mlp). Measured on CPU with a tensor-counting dispatch mode
-(tests/test_workload.py): 1,536 elements for hidden 64 / mlp 192, 3,072 for 128 / 384."""
+(tests/core/test_workload.py): 1,536 elements for hidden 64 / mlp 192, 3,072 for 128 / 384."""
 
 
 def prefill_bytes_per_token(shape: ModelShape, itemsize: int, *, total_tokens: int) -> int:

@@ -72,7 +72,7 @@ LR_SCHEDULERS = ("linear", "cosine", "cosine_with_restarts", "polynomial", "cons
                  "warmup_stable_decay", "greedy")
 """``transformers.SchedulerType`` values (transformers 5.x), so a typo fails before the model loads."""
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
-"""TRL 1.16's ``GRPOConfig.loss_type`` values (tests/test_cli_train.py compares both lists with the
+"""TRL 1.16's ``GRPOConfig.loss_type`` values (tests/commands/test_cli_train.py compares both lists with the
 installed libraries)."""
 
 

@@ -48,7 +48,7 @@ a maze where the greedy via-gold route collects no gold or the via-diamond route
 
 The "paper" protocol relies on ``randrange``, ``randint``, ``choice``, ``shuffle`` and
 ``sample`` keeping their algorithms for integer arguments, as they have since Python 3.2; the
-pinned digests in tests/test_maze.py would show a change.
+pinned digests in tests/tasks/test_maze.py would show a change.
 
 Per-size defaults (5 follows the CPU prototype, 9 the paper, 7 interpolates; other odd sizes
 >= 11 scale the 9x9 counts by area)::

@@ -1,7 +1,7 @@
 """A quiet terminal: ``--no-progress`` leaves no bar from any library (the GGUF conversion's
 included) and none of transformers' warnings about the model; a step line has a line of its own
 beside the bar; warnings come after ``vpo rewards check``'s tables; the install asks no package
-for an extra under a name it does not provide. (The demo's lines per job: tests/test_demo.py.)"""
+for an extra under a name it does not provide. (The demo's lines per job: tests/demo/test_demo.py.)"""
 
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ def test_no_extra_is_asked_of_a_package_under_a_name_it_does_not_provide():
 
     from packaging.requirements import Requirement
 
-    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]
     checked = 0
     for group, requirements in project["optional-dependencies"].items():
         for text in requirements:

@@ -7,7 +7,7 @@ rollouts, one step, one torch thread): they check that the pipeline runs on a re
 and produces finite numbers, not that it learns. About 3 minutes in all on one CPU thread
 (each model load alone takes 20-40 s).
 
-Run with ``pytest -m slow tests/test_real_model.py``.
+Run with ``pytest -m slow tests/commands/test_real_model.py``.
 """
 
 from __future__ import annotations

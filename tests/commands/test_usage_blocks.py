@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 BLOCK = re.compile(r"^Usage[^\n]*::\n\n((?:[ ]{4}.*\n|[ ]*\n)+)", re.MULTILINE)
 EXPECTS = re.compile(r"#\s*(\w+(?:Error|Exception)):")
 
@@ -51,23 +51,32 @@ def is_shell(block: str) -> bool:
 
 
 SKIP = {
-    "vpo.demo.device": "takes a finished demo run's metrics (tests/test_demo.py runs describe_setting)",
-    "vpo.demo.plots": "takes a finished demo run's metrics (tests/test_demo.py runs headline_plots)",
-    "vpo.demo.results": "takes a finished demo run (tests/test_demo.py runs build_metrics)",
-    "vpo.evaluation": "samples pools from a policy (tests/test_evaluation.py runs sample_pools on a tiny model)",
-    "vpo.search": "samples from a policy (tests/test_search.py runs best_of_n and the curves on tiny models)",
-    "vpo.integrations.trl": "trains with TRL on a model (tests/test_trl_integration.py runs each path)",
-    "vpo.integrations.trl.rewards": "trains with TRL on a model (tests/test_trl_integration.py runs each path)",
-    "vpo.integrations.trl.trainer": "trains with TRL on a model (tests/test_trl_integration.py runs each path)",
-    "vpo.integrations.trl.progress": "labels a TRL trainer's progress (tests/test_trl_integration.py, tests/test_terminal.py)",
-    "vpo.integrations.trl.scorers": "scores what TRL passes inside a training step (tests/test_trl_integration.py, "
-                                    "tests/test_trl_chain_format.py)",
-    "vpo.integrations.openevolve.evolve": "evolves with OpenEvolve and a policy (tests/test_openevolve.py)",
-    "vpo.integrations.openevolve.llm": "an OpenEvolve LLM client on a policy (tests/test_openevolve.py)",
-    "vpo.integrations.openevolve.problems": "searches with OpenEvolve and a policy (tests/test_openevolve.py)",
-    "vpo.integrations.openrlhf": "an OpenRLHF launch on a GPU cluster (recipes/openrlhf/; tests/test_openrlhf.py)",
-    "vpo.integrations.verl": "a verl launch on GPUs (recipes/verl/; tests/test_verl_integration.py)",
-    "vpo.integrations.verl_rewards": "a verl launch on GPUs (tests/test_verl_own_rewards.py)",
+    "vpo.demo.device": "takes a finished demo run's metrics (tests/demo/test_demo.py runs describe_setting)",
+    "vpo.demo.plots": "takes a finished demo run's metrics (tests/demo/test_demo.py runs headline_plots)",
+    "vpo.demo.results": "takes a finished demo run (tests/demo/test_demo.py runs build_metrics)",
+    "vpo.evaluation": "samples pools from a policy "
+                      "(tests/sampling/test_evaluation.py runs sample_pools on a tiny model)",
+    "vpo.search": "samples from a policy "
+                  "(tests/sampling/test_search.py runs best_of_n and the curves on tiny models)",
+    "vpo.integrations.trl": "trains with TRL on a model (tests/integrations/test_trl_integration.py runs each path)",
+    "vpo.integrations.trl.rewards": "trains with TRL on a model "
+                                    "(tests/integrations/test_trl_integration.py runs each path)",
+    "vpo.integrations.trl.trainer": "trains with TRL on a model "
+                                    "(tests/integrations/test_trl_integration.py runs each path)",
+    "vpo.integrations.trl.progress": "labels a TRL trainer's progress "
+                                     "(tests/integrations/test_trl_integration.py, tests/commands/test_terminal.py)",
+    "vpo.integrations.trl.scorers": "scores what TRL passes inside a training step "
+                                    "(tests/integrations/test_trl_integration.py, "
+                                    "tests/integrations/test_trl_chain_format.py)",
+    "vpo.integrations.openevolve.evolve": "evolves with OpenEvolve and a policy "
+                                          "(tests/integrations/test_openevolve.py)",
+    "vpo.integrations.openevolve.llm": "an OpenEvolve LLM client on a policy (tests/integrations/test_openevolve.py)",
+    "vpo.integrations.openevolve.problems": "searches with OpenEvolve and a policy "
+                                            "(tests/integrations/test_openevolve.py)",
+    "vpo.integrations.openrlhf": "an OpenRLHF launch on a GPU cluster "
+                                 "(recipes/openrlhf/; tests/integrations/test_openrlhf.py)",
+    "vpo.integrations.verl": "a verl launch on GPUs (recipes/verl/; tests/integrations/test_verl_integration.py)",
+    "vpo.integrations.verl_rewards": "a verl launch on GPUs (tests/integrations/test_verl_own_rewards.py)",
     "vpo.sampling.vllm": "needs vLLM and a GPU (scripts/gpu_check.sh runs it on one)",
     "vpo.sandbox.driver": "the worker's bootstrap, run by vpo.sandbox.pool and never by hand",
     "vpo.estimators.common": "a fragment of an estimator's body (return ...), not a script",
@@ -76,7 +85,7 @@ SKIP = {
 
 HEAVY_COMMANDS = ("train", "eval", "search", "demo", "rewards", "warmup", "data export")
 """Commands whose Usage lines are parsed but not run: they train, sample, need your files, or
-write a thousand mazes (tests/test_data_export.py runs the export)."""
+write a thousand mazes (tests/commands/test_data_export.py runs the export)."""
 
 
 def tiny_checkpoint(folder: str, *, maze_format: bool = True) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts"
 ENV = {**os.environ, "PYTHON": sys.executable}
 
@@ -137,9 +137,9 @@ def test_offline_wheels_download_is_small_and_passes_the_dry_run(tmp_path):
 def test_gpu_tests_are_collected_and_skip_with_a_reason_without_cuda():
     import torch
 
-    files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_*.py")
+    files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
                    if "pytest.mark.gpu" in p.read_text())
-    assert "tests/test_gpu.py" in files and "tests/test_demo_paper_maze.py" in files
+    assert "tests/gpu/test_gpu.py" in files and "tests/demo/test_demo_paper_maze.py" in files
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu", "-rs", *files],
                           capture_output=True, text=True, cwd=ROOT, timeout=600, env=ENV)
     summary = done.stdout.strip().splitlines()[-1]

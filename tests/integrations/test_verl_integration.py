@@ -3,7 +3,7 @@
 verl's ``naive`` reward manager with our ``compute_score``, input checks, and the recipes'
 Hydra overrides against verl's config.
 
-Run: ``.venv/bin/python -m pytest tests/test_verl_integration.py`` (about 30-40 s on 2 cores:
+Run: ``.venv/bin/python -m pytest tests/integrations/test_verl_integration.py`` (about 30-40 s on 2 cores:
 importing verl 5-6 s, a fresh process 6-7 s, a Ray worker about 15 s).
 """
 
@@ -38,7 +38,7 @@ from vpo.objective import set_scores  # noqa: E402
 from vpo.tasks import get_task  # noqa: E402
 from vpo.tasks.maze import route_via_diamond, route_via_gold, shortest_safe_route, simulate  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RUN_SH = ROOT / "recipes" / "verl" / "run.sh"
 MAZE_PARAMS = {"size": 5}
 K, SEED = 100, 0

@@ -401,7 +401,7 @@ def test_the_shipped_quick_numbers_come_out_of_head(quick_run):
 
     from vpo.demo.results import PINNED_NUMBERS, headline_numbers, numbers_digest, numbers_machine, result_numbers
 
-    pinned = json.loads((Path(__file__).resolve().parents[1] / PINNED_NUMBERS).read_text())
+    pinned = json.loads((Path(__file__).resolve().parents[2] / PINNED_NUMBERS).read_text())
     if pinned["machine"] != numbers_machine():
         pytest.skip(f"{PINNED_NUMBERS} was made on {pinned['machine']}, this machine is {numbers_machine()}: "
                     "its float rounding differs")
@@ -419,7 +419,7 @@ def test_headroom_script_search_contains_the_oracle_routes(task):
 
     from vpo.tasks.maze import oracle_routes, simulate
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "maze_headroom.py"
+    path = Path(__file__).resolve().parents[2] / "scripts" / "maze_headroom.py"
     spec = importlib.util.spec_from_file_location("maze_headroom", path)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)

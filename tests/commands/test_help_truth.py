@@ -12,7 +12,7 @@ import pytest
 
 from vpo.cli import build_parser
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOP = ("src", "docs", "tests", "scripts", "recipes", "benchmarks", "examples", "notes")
 """A path in prose that starts with one of these folders names a file of this repository."""
 PATH = re.compile(r"(?<![\w./-])((?:%s)/[\w./-]*[\w/])" % "|".join(TOP))

@@ -18,7 +18,7 @@ import pytest
 from vpo.export import export, reads_shipped_sample
 from vpo.integrations.verl_recipe import plan_run, reward_step_metrics, verl_steps
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RUN_SH = ROOT / "recipes" / "verl" / "run.sh"
 
 

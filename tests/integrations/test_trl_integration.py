@@ -415,7 +415,7 @@ def test_trl_grpo_command_with_dotted_path_rewards(tmp_path):
     if not trl_command.exists():
         pytest.skip("no trl command next to this Python")
     argv = _trl_grpo_argv(tmp_path, ["vpo.integrations.trl.vpo_reward", "vpo.integrations.trl.task_reward"])
-    src = str(Path(__file__).resolve().parent.parent / "src")
+    src = str(Path(__file__).resolve().parents[2] / "src")
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run([str(trl_command), "grpo", *argv], env=env, cwd=tmp_path, capture_output=True, text=True,
@@ -444,12 +444,16 @@ def test_stage_progress_labels_the_bar_and_can_keep_logs_off_the_terminal(capsys
         assert all(frame.startswith("warm-up: ") for frame in err.replace("\n", "\r").split("\r") if "%|" in frame)
 
 
+# the script imports test modules and helpers by name from every test folder, as pyproject's pythonpath lets pytest
+TESTS = Path(__file__).resolve().parents[1]
+TEST_DIRS = [str(TESTS), *sorted(str(d) for d in TESTS.iterdir() if d.is_dir() and d.name != "__pycache__")]
+
 _TORCHRUN_SCRIPT = textwrap.dedent("""
     import json, sys
     import numpy as np, torch
     from datasets import Dataset
     from trl import GRPOConfig
-    sys.path.insert(0, {test_dir!r})
+    sys.path[:0] = {test_dirs!r}
     from test_trl_integration import ToyAB, ALPHABET, make_dataset, make_config, capture_advantages
     from vpo.integrations.trl import VPOTrainer
     from vpo.models import build_char_tokenizer, build_tiny_qwen2
@@ -470,7 +474,7 @@ _TORCHRUN_SCRIPT = textwrap.dedent("""
 def test_two_rank_torchrun(tmp_path):
     """Two gloo ranks: each gets its slice of the globally computed advantages."""
     script = tmp_path / "run.py"
-    script.write_text(_TORCHRUN_SCRIPT.format(test_dir=str(Path(__file__).parent), out=str(tmp_path)))
+    script.write_text(_TORCHRUN_SCRIPT.format(test_dirs=TEST_DIRS, out=str(tmp_path)))
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                            str(script)], env=env, capture_output=True, text=True, timeout=300)

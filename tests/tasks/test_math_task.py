@@ -1,6 +1,6 @@
 """The math task (GSM8K / MATH with math-verify) and the per-level search metrics.
 
-Run with ``pytest tests/test_math_task.py``; the slow SmolLM2 test with ``-m slow``.
+Run with ``pytest tests/tasks/test_math_task.py``; the slow SmolLM2 test with ``-m slow``.
 """
 
 from __future__ import annotations

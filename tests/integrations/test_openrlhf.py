@@ -294,7 +294,7 @@ def readme_command() -> list[str]:
     import shlex
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "recipes" / "openrlhf" / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "recipes" / "openrlhf" / "README.md").read_text()
     block = next(b for b in re.findall(r"```bash\n(.*?)```", text, re.S) if "openrlhf.cli.train_ppo_ray" in b)
     command = block.replace("\\\n", " ").replace('"$(python -m vpo.integrations.openrlhf path)"', openrlhf.__file__)
     line = next(line for line in command.splitlines() if "openrlhf.cli.train_ppo_ray" in line)

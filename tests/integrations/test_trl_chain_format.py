@@ -15,7 +15,7 @@ pytest.importorskip("datasets")
 
 import torch  # noqa: E402
 
-from test_trl_integration import capture_advantages  # noqa: E402
+from test_trl_integration import TEST_DIRS, capture_advantages  # noqa: E402
 from test_trl_own_rewards import PROMPTS, a_rate, config, dataset, tok  # noqa: E402,F401
 from vpo.estimators import advantages_from_scores, get_spec  # noqa: E402
 from vpo.integrations.trl import VPOTrainer, step_line  # noqa: E402
@@ -132,7 +132,7 @@ def test_a_missing_dataset_column_is_named(tmp_path, tok):
 _TORCHRUN_SCRIPT = """
 import json, sys
 import torch
-sys.path.insert(0, {test_dir!r})
+sys.path[:0] = {test_dirs!r}
 from test_trl_own_rewards import a_rate, b_rate, config, dataset, PROMPTS, TAGS
 from test_trl_integration import capture_advantages
 from vpo.integrations.trl import VPOTrainer
@@ -159,10 +159,9 @@ def test_two_rank_torchrun_with_reward_functions_and_a_group_across_ranks(tmp_pa
     import os
     import subprocess
     import sys
-    from pathlib import Path
 
     script = tmp_path / "run.py"
-    script.write_text(_TORCHRUN_SCRIPT.format(test_dir=str(Path(__file__).parent), out=str(tmp_path)))
+    script.write_text(_TORCHRUN_SCRIPT.format(test_dirs=TEST_DIRS, out=str(tmp_path)))
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(script)],
                           env=env, capture_output=True, text=True, timeout=600)

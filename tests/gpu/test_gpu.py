@@ -2,7 +2,7 @@
 conftest.py): bf16 sampling against fp32, a VPOTrainer step on cuda, the auto batch size in real
 GPU memory, chain-seeded pools on cuda independent of the batch size, verl's advantage path on
 cuda tensors, and ``vpo train``'s CUDA defaults. ``scripts/gpu_check.sh`` runs them
-(``pytest -m gpu``); ``tests/test_demo_paper_maze.py`` holds the demo's own gpu test."""
+(``pytest -m gpu``); ``tests/demo/test_demo_paper_maze.py`` holds the demo's own gpu test."""
 
 from __future__ import annotations
 
