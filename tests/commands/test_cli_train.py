@@ -302,7 +302,7 @@ def test_refused_flags_fail_at_step_0(tmp_path, capsys, argv, typed, instead):
 def test_scale_rewards_is_mapped_onto_the_estimator_scale(tmp_path, capsys):
     pytest.importorskip("trl")
     *_, grpo = _grpo_from_argv(["--scale-rewards", "none"])
-    assert grpo.scale_rewards == "none"   # VPOTrainer maps it onto the estimator's scale (integrations/test_trl_own_rewards.py)
+    assert grpo.scale_rewards == "none"   # VPOTrainer maps it onto the estimator's scale (test_trl_own_rewards.py)
     yaml_file = tmp_path / "grpo.yaml"
     yaml_file.write_text("scale_rewards: batch\n")
     *_, grpo = _grpo_from_argv(["--config", str(yaml_file)])
