@@ -398,7 +398,8 @@ def test_a_demo_worker_is_capped_at_its_share_and_records_its_peak(tmp_path, mon
 
     cfg, fmt, examples = _paper_maze()
     plan = device.plan_cuda(cfg, fmt, examples, device="cuda:0", workers=2, jobs=10, free=CARD, total=CARD)
-    monkeypatch.delenv(device.PLAN_ENV, raising=False)
+    monkeypatch.setenv(device.PLAN_ENV, "")   # recorded, so that the plan exported below is removed after the test
+    monkeypatch.delenv(device.PLAN_ENV)
     assert device.enter_share() is None                            # CPU (no plan): nothing happens
     calls = []
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev: type("P", (), {"total_memory": CARD}))
@@ -471,6 +472,22 @@ def test_each_demo_job_is_estimated_with_its_own_m_and_the_plan_holds_the_larges
     assert fused_head_bytes(10**6, 4) == rows * columns * 4 == 512 * 2**20 and fused_head_bytes(100, 2) == 100 * columns * 2
     _, cpu, _ = demo_estimates(cfg, fmt, examples, device="cpu", m=3)
     assert three["warmup"].activations - cpu["warmup"].activations == 512 * 2**20   # the tile, on a GPU only
+
+
+def test_a_small_evaluation_is_estimated_with_the_chains_it_holds():
+    """A pool of P answers is ceil(P / m) chains per example: 20 mazes x 30 answers are 600 chains of one
+    answer but 200 of three, fewer than a batch of 600 (a reduced run on the H100 reserved 0.39x of an
+    estimate that counted 600 m=3 chains)."""
+    from vpo.demo.device import demo_estimates
+
+    cfg, fmt, examples = _paper_maze(eval_examples=20, eval_batch=600)
+    examples = examples[:20]
+    assert cfg.pool == 30
+    _, _, one = demo_estimates(cfg, fmt, examples, device="cuda", m=1)
+    _, _, three = demo_estimates(cfg, fmt, examples, device="cuda", m=3)
+    assert (one["chains"], three["chains"]) == (600, 200)
+    _, _, capped = demo_estimates(cfg, fmt, examples, device="cuda", m=3, eval_batch=128)
+    assert capped["chains"] == 128                                  # the batch, when it is the smaller
 
 
 def test_trl_fused_head_allocates_the_tile_the_estimate_counts():

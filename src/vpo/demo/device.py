@@ -177,7 +177,10 @@ def demo_estimates(cfg: DemoConfig, fmt: Any, examples: list[dict[str, Any]], *,
     peaked at 0.37 GiB allocated there with SDPA's default and its efficient kernel alike (no
     T x T matrix kept; the math kernel 0.47), plus 32 MiB of cuBLAS workspace per thread; the
     rest of the warm-up's 0.86 is the fused head's tile. Before the fused-head tile and each job's own m were
-    counted, the warm-up was estimated at 0.55 GiB (2.27x) and every job with m = 3."""
+    counted, the warm-up was estimated at 0.55 GiB (2.27x) and every job with m = 3. A second, reduced
+    run on the H100 (20 mazes, 8 RL steps) confirmed the corrected estimate: warm-up 1.17x, RL 0.69x
+    (m=1) and 1.10x (m=3), pools 0.98x (m=1); its m=3 pools (200 chains, less than a batch) were
+    0.39x until the chains of a small evaluation were counted as ceil(pool / m) per example."""
     from vpo.workload import MemoryEstimate, generation_bytes, shape_from_config, training_estimate
 
     vocab = len(fmt.alphabet()) + len(fmt.extra_tokens()) + 4  # the character tokenizer: + pad, bos, eos, unk
@@ -196,7 +199,8 @@ def demo_estimates(cfg: DemoConfig, fmt: Any, examples: list[dict[str, Any]], *,
     rollouts = cfg.rl_prompts * cfg.rl_generations
     rl = training_estimate(shape, chains=rollouts, tokens=tokens, kv_itemsize=4, reference=cfg.rl_beta != 0,
                            micro_batch=rollouts, prompt=prompt, cache=cache, fused_head=gpu)
-    chains = min(cfg.eval_batch if eval_batch is None else eval_batch, len(examples) * cfg.pool)
+    # a pool of P answers is ceil(P / m) chains per example: a small evaluation holds fewer than a batch
+    chains = min(cfg.eval_batch if eval_batch is None else eval_batch, len(examples) * -(-cfg.pool // m))
     pool = MemoryEstimate(weights=shape.parameters * 4, generation=generation_bytes(
         shape, chains=chains, tokens=tokens, prompt=prompt, itemsize=4, cache=cache))
     warmup = training_estimate(shape, chains=0, tokens=chain_tokens(answers)[1], kv_itemsize=4, reference=False,
