@@ -817,8 +817,13 @@ def _row(out: Path, name: str, rc: str, seconds: float, step: dict | None) -> st
     peak_file = out / "peaks" / f"{name}.jsonl"
     if peak_file.is_file():
         peaks = [json.loads(line) for line in peak_file.read_text().splitlines() if line.strip()]
+    jobs = out / "demo" / "logs" / "cuda_memory.jsonl"
+    if name == "d-demo" and jobs.is_file():  # the demo resets the peak after each job: the exit hook sees the last
+        rows = [json.loads(line) for line in jobs.read_text().splitlines() if line.strip()]
+        peaks += [{"allocated": r["max_allocated"], "reserved": r["max_reserved"], "pid": r["pid"]} for r in rows]
+    processes = len({p.get("pid", i) for i, p in enumerate(peaks)})
     peak = (f"{max(p['allocated'] for p in peaks) / 2**30:.2f} GiB allocated, "
-            f"{max(p['reserved'] for p in peaks) / 2**30:.2f} GiB reserved ({len(peaks)} process(es))"
+            f"{max(p['reserved'] for p in peaks) / 2**30:.2f} GiB reserved ({processes} process(es))"
             if peaks else "no CUDA use recorded")
     plan = f"plan {step['expected']:.1f}, limit {step['limit']:.1f}" if step else "not in the plan"
     what = step["what"] if step else ""

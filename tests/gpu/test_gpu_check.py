@@ -106,6 +106,24 @@ def test_summary_table_reads_steps_peaks_and_results(tmp_path):
     assert "| c-eval | not run | 0.0 (plan 1.0, limit 1.5) |" in md   # a step not yet recorded
 
 
+def test_the_demo_steps_peak_is_its_largest_job_not_what_its_processes_held_at_exit(tmp_path):
+    """The demo resets each process's peak after every job (logs/cuda_memory.jsonl keeps each job's), so
+    the exit hook alone saw 0.08 GiB on the H100 where a job had reserved 1.77 GiB."""
+    helper = _helper()
+    for sub in ("peaks", "logs", "demo/logs"):
+        (tmp_path / sub).mkdir(parents=True)
+    (tmp_path / "steps.tsv").write_text("d-demo\t0\t258.0\n")
+    (tmp_path / "peaks" / "d-demo.jsonl").write_text(
+        "".join(json.dumps({"pid": pid, "argv": [], "allocated": 2**26, "reserved": 2**26}) + "\n" for pid in (7, 8)))
+    (tmp_path / "demo" / "logs" / "cuda_memory.jsonl").write_text(
+        json.dumps({"job": "rl vpo-s0", "pid": 7, "max_allocated": 2**30, "max_reserved": 2 * 2**30}) + "\n"
+        + json.dumps({"job": "pool vpo-s0", "pid": 7, "max_allocated": 2**29, "max_reserved": 2**29}) + "\n")
+    (tmp_path / "gpu.txt").write_text("NVIDIA H100 80GB HBM3\n")
+    helper.summarize(tmp_path)
+    md = (tmp_path / "gpu_check.md").read_text()
+    assert "| 1.00 GiB allocated, 2.00 GiB reserved (2 process(es)) |" in md
+
+
 def test_peak_hook_records_only_processes_that_used_cuda(tmp_path):
     helper = _helper()
     helper.write_hook(tmp_path / "hooks")

@@ -210,9 +210,10 @@ def _run_demo(cfg: DemoConfig, out: Path, peak: int, memory: str, plan: CudaPlan
     methods, seeds = cfg.method_list(), cfg.seed_list()
     log(f"demo: methods {methods}, seeds {seeds}, maze {cfg.size}x{cfg.size} ({cfg.reward_mode}, protocol "
         f"{task.protocol}), device {device_record(cfg.torch_device())['name']}, out {out}")
-    log(f"demo: up to {most} worker process(es) of {cfg.threads or 'default'} torch thread(s) ({why}), as many as "
-        f"the free cores hold when each job starts; the warm-up on {cfg.warmup_threads or 'default'} thread(s). "
-        "Thread counts are settings, not the load's: the numbers do not depend on the load")
+    how = "" if budget.fixed else ", as many as the free cores hold when each job starts"
+    log(f"demo: up to {most} worker process(es) of {cfg.threads or 'default'} torch thread(s) ({why}){how}; the "
+        f"warm-up on {cfg.warmup_threads or 'default'} thread(s). Thread counts are settings, not the load's: the "
+        "numbers do not depend on the load")
     log(f"demo: memory: {memory}")
 
     # 1. warm-up ------------------------------------------------------------------------
