@@ -94,11 +94,9 @@ def preset() -> dict:
         import dataclasses
 
         from vpo.demo.config import PRESETS, DemoConfig
-        from vpo.demo.device import CUDA_WORKERS
 
         values = {f.name: f.default for f in dataclasses.fields(DemoConfig)}
         values.update(PRESETS["paper-maze"])
-        values["cuda_workers"] = CUDA_WORKERS
         return values
     except Exception as err:  # noqa: BLE001 - the plan says what it could not read
         return {"error": f"{type(err).__name__}: {err}"}
@@ -142,9 +140,6 @@ def plan_steps(out: Path, wheels: Path, python: str = sys.executable) -> list[di
         f"--memory-share {EVAL['share']} --threads 8 --out {o}/eval/{name} --no-progress"
         for device, dtype, name in (("cuda", "bfloat16", "cuda-bf16"), ("cuda", "float32", "cuda-fp32"),
                                     ("cpu", "float32", "cpu-fp32")))
-    # a worker count the preset fixes is replaced by the automatic choice on a GPU (the numbers do not
-    # depend on it); a preset that says 0 runs as it is
-    workers = f" --workers {values['cuda_workers']}" if values.get("workers") else ""
     probes = " ; ".join(f"PYTORCH_CUDA_ALLOC_CONF={conf} {helper} memory-probe {o}/warmup {o}/memory/{name}.json "
                         f"--kv-cache {cache}" for name, cache, conf in PROBES)
     return [
@@ -156,7 +151,7 @@ def plan_steps(out: Path, wheels: Path, python: str = sys.executable) -> list[di
          "what": f"vpo demo --preset paper-maze: all four methods x 2 seeds (expected: {d_basis}); the processes "
                  f"hold {DEMO_CARD_SHARE} of the free memory; verdict: the table is written, and each process's "
                  f"reserved memory is within {MEMORY_RATIO}x of its estimate",
-         "shell": f"VPO_DEMO_CARD_SHARE={DEMO_CARD_SHARE} {py} -m vpo demo --preset paper-maze --device cuda{workers} "
+         "shell": f"VPO_DEMO_CARD_SHARE={DEMO_CARD_SHARE} {py} -m vpo demo --preset paper-maze --device cuda "
                   f"--out {o}/demo --no-progress; rc=$?; {helper} verdict demo {o} && exit $rc"},
         {"name": "a-gpu-tests", "lane": "B", "expected": 1.0, "limit": 1.5,
          "what": "pytest -m gpu on the test files that hold gpu tests",
@@ -205,11 +200,6 @@ def print_plan(steps: list[dict]) -> int:
     expected, limit = critical_minutes(steps, "expected"), critical_minutes(steps, "limit")
     print(f"  {'total':<12} {expected:>5.1f} min (limit {limit:.1f} min: install, then lanes A and B side by side; "
           f"budget {BUDGET_MINUTES:g} min)")
-    values = preset()
-    if values.get("workers"):
-        print(f"  warning: the paper-maze preset fixes --workers {values['workers']}; on a GPU the demo refuses more "
-              "workers than the card's memory holds (vpo.demo.device.plan_cuda), so its PRESETS entry should say 0 "
-              f"(automatic); step d runs it with --workers {values['cuda_workers']}, the automatic choice")
     for s in steps:
         if s["expected"] != s["expected"]:
             print(f"  warning: {s['name']}'s time could not be estimated here (see its line)")

@@ -132,3 +132,13 @@ def test_a_module_dropped_into_the_package_registers_itself(tmp_path, monkeypatc
     check_estimator("dropped_in")
     assert tasks.get_task("dropped_task").score("x", {}).tolist() == [1.0]
     assert "dropped_task" in tasks.list_tasks()
+
+
+def test_every_registered_estimator_pickles_as_its_name():
+    """An estimator crosses process boundaries (spawned workers, Ray) as a module-level function did."""
+    import pickle
+
+    from vpo.estimators import get_estimator, list_estimators
+
+    for name in list_estimators():
+        assert pickle.loads(pickle.dumps(get_estimator(name))) is get_estimator(name)

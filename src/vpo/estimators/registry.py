@@ -315,6 +315,24 @@ def _check_name_free(name: str, reduce: Any, advantage: Any, fn: Any) -> None:
         raise ValueError(f"estimator {name!r} is already registered to {held!r}")
 
 
+class RegisteredEstimator:
+    """The callable ``get_estimator`` returns: the checked estimator of one registered name. It
+    pickles as that name (``get_estimator(name)`` in the process that loads it), as a module-level
+    function would; the closure inside it could not be pickled."""
+
+    def __init__(self, call: Callable[..., Any]) -> None:
+        self._call = call
+
+    def __call__(self, rewards: Any, group_ids: Any, **given: Any) -> Any:
+        return self._call(rewards, group_ids, **given)
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return get_estimator, (self.__name__,)
+
+    def __repr__(self) -> str:
+        return f"<estimator {self.__name__!r}>"
+
+
 def _install(name: str, *, multi_answer: bool, reduce: Any, advantage: Any, weights: str | None,
              conditions_prompt: bool, options: tuple[str, ...], defaults: Mapping[str, Any], fast: Any,
              whole: Any, doc: str | None, counts_zero_rows: bool, module: str) -> Callable[..., Any]:
@@ -338,6 +356,7 @@ def _install(name: str, *, multi_answer: bool, reduce: Any, advantage: Any, weig
         return derived_estimate(spec, rewards, group_ids, **given)
 
     text = doc if doc is not None else inspect.getdoc(whole or fast or reduce) or ""
+    estimator = RegisteredEstimator(estimator)
     estimator.__name__ = estimator.__qualname__ = name
     estimator.__module__ = getattr(whole or fast, "__module__", None) or module
     estimator.__doc__ = text
