@@ -107,6 +107,7 @@ class RewardFailures:
         self._checked: set[str] = set()  # functions that have had a step closed with calls
         self._seen: set[tuple[str, str]] = set()
         self._total_calls = 0
+        self._total_calls_of: dict[str, int] = {}
         self._total_failed: dict[str, int] = {name: 0 for name in names}
         self._step: Any = None
         self._local = threading.local()
@@ -133,6 +134,7 @@ class RewardFailures:
             self._calls_of[name] = self._calls_of.get(name, 0) + calls
             self._failed[name] = self._failed.get(name, 0) + failed
             self._total_calls += calls
+            self._total_calls_of[name] = self._total_calls_of.get(name, 0) + calls
             self._total_failed[name] = self._total_failed.get(name, 0) + failed
         mine = getattr(self._local, "failed", None)
         if mine is not None:
@@ -144,6 +146,12 @@ class RewardFailures:
         with self._lock:
             failed = dict(self._total_failed)
             return {"calls": self._total_calls, "failed": sum(failed.values()), "by_function": failed}
+
+    def calls_by_function(self) -> dict[str, int]:
+        """Every call counted so far, per function (a chain-level function is called once per
+        completion, an answer-level one once per answer)."""
+        with self._lock:
+            return dict(self._total_calls_of)
 
     def totals_since(self, before: Mapping[str, Any]) -> dict[str, Any]:
         """``totals()`` minus an earlier ``totals()``: the calls of one pool, one checkpoint."""

@@ -77,6 +77,20 @@ def test_a_function_failing_every_call_fails_the_check_and_is_named(funcs, sampl
                  "--answers", "2"]) == 0
 
 
+def test_a_chain_level_function_is_counted_once_per_completion(samples, tmp_path):
+    """A chain-level function is called once per completion (2), an answer-level one once per answer (4):
+    the per-function table counts each function's own calls."""
+    path = tmp_path / "chain_rewards.py"
+    path.write_text("from vpo.rewards import chain_level\n\n\n"
+                    "def brevity(completions, **kwargs):\n    return [1.0 / (1 + len(str(c))) for c in completions]\n\n\n"
+                    "@chain_level\ndef judge(completions, **kwargs):\n    raise RuntimeError('down')\n")
+    out = tmp_path / "check"
+    assert main(["rewards", "check", "--reward-funcs", f"{path}:brevity,{path}:judge", "--source", str(samples),
+                 "--answers", "2", "--out", str(out)]) == 1
+    rows = json.loads((out / "metrics.json").read_text())["reward_failures"]["by_function"]
+    assert (rows["brevity"]["calls"], rows["judge"]["calls"], rows["judge"]["failed"]) == (4, 2, 2)
+
+
 def test_a_missing_dataset_column_is_named_as_such(funcs, samples, tmp_path, capsys):
     out = tmp_path / "check"
     assert main(["rewards", "check", "--reward-funcs", funcs("grade", "brevity"), "--source", str(samples),

@@ -257,10 +257,11 @@ class FirstErrors(RewardFailures):
         super().report(name, error)
 
 
-def _failure_rows(funcs: Sequence[Any], calls: int, by_function: Mapping[str, int],
+def _failure_rows(funcs: Sequence[Any], calls: Mapping[str, int], by_function: Mapping[str, int],
                   first: Mapping[str, BaseException], columns: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """Per reward function: its calls (one per parsed answer), failed calls, and for a failing one
-    its first error and the dataset columns it lacked."""
+    """Per reward function: its calls (``calls``: one per parsed answer, or per completion for a
+    chain-level function), failed calls, and for a failing one its first error and the dataset
+    columns it lacked."""
     from vpo.rewards import function_name
 
     rows = {}
@@ -268,7 +269,7 @@ def _failure_rows(funcs: Sequence[Any], calls: int, by_function: Mapping[str, in
         name = function_name(func)
         error = first.get(name)
         failed = int(by_function.get(name, 0))
-        rows[name] = {"calls": calls, "failed": failed,
+        rows[name] = {"calls": int(calls.get(name, 0)), "failed": failed,
                       "first_error": None if error is None or not failed else f"{type(error).__name__}: {error}",
                       "missing_columns": [] if error is None or not failed else missing_columns(func, error, columns)}
     return rows
@@ -318,8 +319,7 @@ def check_rewards(cfg: CheckConfig, *, echo: bool = True) -> dict[str, Any]:
         stop = None
     except RewardFailureError as err:
         stop = err
-    calls = int(np.asarray(result.owners).size)
-    failures = _failure_rows(funcs, calls, totals["by_function"], errors.first, list(columns))
+    failures = _failure_rows(funcs, errors.calls_by_function(), totals["by_function"], errors.first, list(columns))
     failed = {name: row for name, row in failures.items() if row["failed"]}
     rate = totals["failed"] / totals["calls"] if totals["calls"] else 0.0
     leaves = [str(w.message).split("'")[1] for w in caught if issubclass(w.category, RewardScaleWarning)]
