@@ -126,10 +126,14 @@ class Task(ABC):
         """How many of the chain's answers stand in its numbered tags (``<tag_i>``), as opposed to
         the fallbacks (``---`` pieces, the whole text) that ``parse_chain`` also reads. A task
         with its own ``parse_chain`` and no override here: every answer it parses counts."""
-        from vpo.chains import numbered_blocks
-
         if type(self).parse_chain is not Task.parse_chain:
             return sum(1 for a in self.parse_chain(text, m) if isinstance(a, str) and a.strip())
+        return self._tagged_blocks(text, m)
+
+    def _tagged_blocks(self, text: str, m: int) -> int:
+        """Non-blank answers in the chain's numbered tags (the default parser's tags)."""
+        from vpo.chains import numbered_blocks
+
         blocks, _ = numbered_blocks(text if isinstance(text, str) else "", m, self.rewrite_rule.tag)
         return sum(1 for block in blocks if block.strip())
 

@@ -165,12 +165,17 @@ class OwnRewardsTask(FileTask):
         (``vpo.rewards.is_chain_level``): a task scores a chain's answers one by one, so its value
         would become a per-answer one. ``VPOTrainer``, ``vpo train`` and ``vpo rewards check`` score
         such functions once per completion."""
-        chain_level = [function_name(f) for f in self.reward_funcs if is_chain_level(f)]
-        if m > 1 and chain_level:
+        chain_level = [function_name(f) for f in self.reward_funcs if is_chain_level(f)] if m > 1 else []
+        if chain_level:
             raise ValueError(f"{self.name}: {', '.join(chain_level)} judge(s) the whole completion, but this path "
                              f"scores the {m} answers of a chain one by one; train with `vpo train` / VPOTrainer "
                              "(once per completion), or evaluate single answers (m = 1)")
         return super().parse_chain(text, m)
+
+    def tagged_answers(self, text: str, m: int) -> int:
+        """As the default parser counts them (``parse_chain`` above only adds a refusal): the tags
+        are counted, not the chain parsed a second time."""
+        return self._tagged_blocks(text, m)
 
     def score(self, text: str, example: Example) -> np.ndarray:
         if not isinstance(text, str) or not text.strip():
