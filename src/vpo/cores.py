@@ -107,25 +107,11 @@ def sample_cpu(seconds: float = SAMPLE_SECONDS, *, read: Callable[[], dict[int, 
     return CpuSample(busy=busy, usable=len(cpus), seconds=seconds)
 
 
-def free_cores(seconds: float = SAMPLE_SECONDS) -> tuple[int, int, float]:
-    """(free, usable, busy): the cores this process may run on, how many were busy over a
-    sample of ``seconds``, and how many that leaves free (at least 1)."""
-    sample = sample_cpu(seconds)
-    return sample.free(), sample.usable, sample.busy
-
-
 def pick_threads(workers: int = 1, seconds: float = SAMPLE_SECONDS / 2) -> tuple[int, str]:
     """Torch threads per process for ``workers`` processes sharing the free cores (at least 1),
     and why, in words (a half-second sample: a command waits for it before its work)."""
     sample = sample_cpu(seconds)
     return max(1, sample.free() // max(1, workers)), sample.describe()
-
-
-def pick_workers(jobs: int, threads: int = 1, seconds: float = SAMPLE_SECONDS) -> tuple[int, str]:
-    """Worker processes for ``jobs`` jobs of ``threads`` torch threads each: as many as the free
-    cores hold (at least 1, at most ``jobs``), and why, in words."""
-    sample = sample_cpu(seconds)
-    return max(1, min(jobs, sample.free() // max(1, threads))), sample.describe()
 
 
 Cap = Callable[[], tuple[int, str]]
@@ -183,18 +169,21 @@ class WorkerBudget:
 
 def run_parallel(jobs: Sequence[Hashable], work: Callable[..., Any], budget: WorkerBudget, *,
                  log: Callable[[str], None] = print, recheck: float = 20.0,
-                 executor: Callable[[int], Executor] | None = None) -> tuple[dict[Any, Any], int]:
+                 executor: Callable[[int], Executor] | None = None,
+                 local: Callable[..., Any] | None = None) -> tuple[dict[Any, Any], int]:
     """Run ``work(job, worker=...)`` for every job, in order, as many at once as ``budget``
     allows when each could start: the budget is asked again whenever a job ends and, while jobs
     wait with fewer workers running than ``budget.most()``, every ``recheck`` seconds. With one
-    worker at most, the jobs run in this process (``worker=False``); else in ``executor(n)``
+    worker at most, the jobs run in this process (``local`` if given, else ``work``, with
+    ``worker=False``: it need not pickle); else in ``executor(n)``
     (default: a pool of ``n`` spawned processes; ``worker=True``). A line goes to ``log``
     whenever the number allowed changes. Returns each job's result and the most jobs that ran at
     once; the first job that raises stops the run (the running ones finish first)."""
     most, _ = budget.most()
     if most <= 1 or len(jobs) <= 1:
         log(f"{len(jobs)} job(s) in this process")
-        return {job: work(job, worker=False) for job in jobs}, 1 if jobs else 0
+        here = local or work
+        return {job: here(job, worker=False) for job in jobs}, 1 if jobs else 0
     if executor is None:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
@@ -223,5 +212,5 @@ def run_parallel(jobs: Sequence[Hashable], work: Callable[..., Any], budget: Wor
     return {job: results[job] for job in jobs}, used
 
 
-__all__ = ["IDLE_LOAD", "SAMPLE_SECONDS", "Cap", "CpuSample", "WorkerBudget", "free_cores", "pick_threads",
-           "pick_workers", "read_cpu_times", "run_parallel", "sample_cpu", "usable_cpus"]
+__all__ = ["IDLE_LOAD", "SAMPLE_SECONDS", "Cap", "CpuSample", "WorkerBudget", "pick_threads", "read_cpu_times",
+           "run_parallel", "sample_cpu", "usable_cpus"]

@@ -173,15 +173,15 @@ def run_jobs(cfg: DemoConfig, jobs: list[tuple[str, Any, Any]], budget: WorkerBu
     """Run the RL and pool ``jobs`` (``_job``) with ``vpo.cores.run_parallel``: as many at once as
     ``budget`` allows when each could start. Returns each job's result and the most that ran at
     once. Every job seeds itself, so neither the worker count nor the order changes a number."""
-    def in_process(job: tuple[str, Any, Any], worker: bool) -> Any:
+    def in_process(job: tuple[str, Any, Any], worker: bool) -> Any:  # this process's task object, reused
         return _job(cfg, job, log, task=task)
 
     def say(line: str) -> None:
         log(f"RL and evaluation: {line}")
 
-    parallel = budget.most()[0] > 1 and len(jobs) > 1  # a worker process gets a picklable function
-    return run_parallel(jobs, functools.partial(_job, cfg, log=log) if parallel else in_process, budget, log=say,
-                        recheck=RECHECK_S)
+    # a worker process gets a picklable function; run_parallel alone decides where the jobs run
+    return run_parallel(jobs, functools.partial(_job, cfg, log=log), budget, log=say, recheck=RECHECK_S,
+                        local=in_process)
 
 
 def _run_demo(cfg: DemoConfig, out: Path, peak: int, memory: str, plan: CudaPlan | None = None) -> dict[str, Any]:

@@ -397,6 +397,3 @@ class CheckerPool:
 
     def close(self) -> None:
         self._pool.close()
-
-
-_CheckerPool = CheckerPool  # the name it had in vpo.tasks.math
