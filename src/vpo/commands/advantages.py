@@ -79,12 +79,15 @@ def random_batch(cfg: AdvantagesConfig) -> tuple[list[np.ndarray], list[str]]:
 
 
 def chain_text(task: Any, answers: list[str]) -> str:
-    """One generation holding ``answers`` in the task's numbered tags (``<tag_i>...</tag_i>``), as
-    a model answering the m-answer prompt writes them; one answer is the text itself."""
+    """One generation holding ``answers`` in the task's numbered tags (``vpo.chains.format_chain``),
+    as a model answering the m-answer prompt writes them; one answer is the text itself. Blank
+    answers are left out (the task's parser drops them before scoring anyway)."""
     if len(answers) == 1:
         return answers[0]
-    tag = task.rewrite_rule.tag
-    return "\n".join(f"<{tag}_{i}>{answer}</{tag}_{i}>" for i, answer in enumerate(answers, start=1))
+    from vpo.chains import format_chain
+
+    kept = [answer for answer in answers if answer.strip()]
+    return format_chain(kept, task.rewrite_rule.tag) if kept else ""
 
 
 def task_examples(cfg: AdvantagesConfig, task: Any) -> list[dict[str, Any]]:

@@ -152,7 +152,8 @@ def _load_rows(path: str) -> list[dict[str, Any]]:
 
 
 def build_train_rows(task: Any, answers: int, *, data: str | None = None, n: int | None = None,
-                     seed: int = 42, goals: WeightOptions | None = None, chat: bool = False) -> list[dict[str, Any]]:
+                     seed: int = 42, goals: WeightOptions | None = None, chat: bool = False,
+                     loaded: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Rows ``{prompt, example (JSON), task, answers, index, example_id}`` for TRL.
 
     ``data`` rows that already carry ``prompt`` and ``example`` (a TRL export) are used as they
@@ -161,10 +162,10 @@ def build_train_rows(task: Any, answers: int, *, data: str | None = None, n: int
     (goal-conditioned GRPO) gives each raw example its keyed goal weights (``vpo.goals``), which
     its prompt states; an export must already carry them. ``chat``: prompts as the task's chat
     turns (a TRL export's turns are used as written; a text export's are the task's turns),
-    else as one string.
+    else as one string. ``loaded``: the rows of ``data``, when the caller has read them already.
     """
     if data is not None:
-        raw = _load_rows(data)
+        raw = loaded if loaded is not None else _load_rows(data)
         if n is not None:
             from vpo.tasks.io import select
 
@@ -492,8 +493,10 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
         # a checkpoint that records its task (the demo's) is trained on that task, in its own format
         params = resolve_task_params(given, [cfg.model] if Path(cfg.model).is_dir() else [], task=cfg.task)
         task = apply_failure_policy(get_task(cfg.task, **params), cfg)
+    source_rows = None
     if cfg.source and own_name is None:  # the layout of --source, read as it is: verl's is named at once
-        for i, row in enumerate(_load_rows(cfg.source)[:1]):
+        source_rows = _load_rows(cfg.source)
+        for i, row in enumerate(source_rows[:1]):
             _refuse_verl_row(row, i, cfg.source)
     _, (info,) = check_checkpoints([cfg.model], task=task.name, given=given)  # vouched for before the rows are built
     model_dir = info.path if info.kind in ("folder", "lora") and info.format_applies else None
@@ -510,7 +513,8 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
             raise ValueError(f"--source {cfg.source}: no training rows")
     else:
         rows = build_train_rows(task, answers, data=cfg.source, n=cfg.examples, seed=cfg.data_seed,
-                                goals=weight_options if spec.conditions_prompt else None, chat=True)
+                                goals=weight_options if spec.conditions_prompt else None, chat=True,
+                                loaded=source_rows)
     check_estimator_options(cfg.method, options, answers=answers, objectives=_objectives(task, rows, own_name),
                             group_size=rl.num_generations)
     memory = _check_memory(cfg.model, args, rows, load_format(model_dir, task, chat=False), answers,

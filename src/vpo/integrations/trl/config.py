@@ -21,6 +21,7 @@ presets are only defaults.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import os
 import typing
@@ -371,6 +372,7 @@ def _netrc_has(host: str) -> bool:
         return False
 
 
+@functools.cache
 def _grpo_types() -> dict[str, Any]:
     from trl import GRPOConfig
 
