@@ -382,20 +382,6 @@ def _format_record(info: Any, task: Any, params: dict[str, Any], method: str, an
     return record
 
 
-def _own_line(lines: Any) -> None:
-    """Start each of ``lines``' step lines on a line of its own when the bar goes to a log file
-    or a pipe: there a bar frame ends in a carriage return, not a newline, so a step line written
-    after it shared the frame's line (``train vpo: 33%|###  | 1/3 [...]step 1/3 objective ...``). On
-    a terminal the bar is cleared and redrawn around the line, and nothing is added."""
-    write = lines._write
-
-    def on_a_line_of_its_own(line: str) -> None:
-        write("\n" + line)
-        sys.stdout.flush()  # in a pipe, stdout is block-buffered: the line goes out beside the bar's frames
-
-    lines._write = on_a_line_of_its_own
-
-
 @contextlib.contextmanager
 def _quiet_tied_keys(model: Any) -> Iterator[None]:
     """Drop transformers' "There were missing keys in the checkpoint model loaded" warning when
@@ -589,9 +575,8 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     bar = cfg.progress and not trainer.args.disable_tqdm
     label_progress(trainer, f"train {cfg.method}", show=bar, logs=False)
     Path(cfg.out).mkdir(parents=True, exist_ok=True)
-    lines = StepLines(str(Path(cfg.out) / "train_log.jsonl"), heartbeat=None if bar else HEARTBEAT_S)
-    if bar and not sys.stderr.isatty():
-        _own_line(lines)
+    lines = StepLines(str(Path(cfg.out) / "train_log.jsonl"), heartbeat=None if bar else HEARTBEAT_S,
+                      own_line=bar and not sys.stderr.isatty())
     trainer.add_callback(lines)
     trainer.add_callback(format_record_callback(record))
     length = (f"{args.max_steps} steps" if args.max_steps > 0 else

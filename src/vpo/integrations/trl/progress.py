@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -84,18 +85,24 @@ class StepLines(TrainerCallback):
     dict in full, one JSON object per line, in ``log_file`` (the trackers of ``report_to`` get
     them in full as well). With ``heartbeat`` (seconds; for a terminal without a progress bar),
     a step that ends that long after the last line prints ``step N/M`` too, so a run whose
-    logged steps are far apart still shows it is alive."""
+    logged steps are far apart still shows it is alive. ``own_line``: start each line on a line of
+    its own, for a progress bar that goes to a log file or a pipe (there a bar frame ends in a
+    carriage return, not a newline, so a line written after it would share the frame's line; on a
+    terminal the bar is cleared and redrawn around the line, and nothing is needed)."""
 
     def __init__(self, log_file: str | None = None, *, print_lines: bool = True,
-                 heartbeat: float | None = None) -> None:
+                 heartbeat: float | None = None, own_line: bool = False) -> None:
         self.log_file, self.print_lines, self.heartbeat = log_file, print_lines, heartbeat
+        self.own_line = own_line
         self.clock: Callable[[], float] = time.monotonic
         self._last_line = self.clock()
 
     def _write(self, line: str) -> None:
         from tqdm.auto import tqdm
 
-        tqdm.write(line)   # above the progress bar, which then redraws
+        tqdm.write("\n" + line if self.own_line else line)   # above the progress bar, which then redraws
+        if self.own_line:
+            sys.stdout.flush()  # in a pipe, stdout is block-buffered: the line goes out beside the bar's frames
         self._last_line = self.clock()
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
