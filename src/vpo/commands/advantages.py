@@ -33,7 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from vpo.commands.options import EstimatorOptions, check_estimator_options, estimator_options, task_help
+from vpo.commands.options import (EstimatorOptions, answers_for, check_estimator_options, estimator_options,
+                                  task_help)
 from vpo.config import add_dataclass_args, check_fields, dataclass_from_args, parse_params
 
 
@@ -205,10 +206,7 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = dataclass_from_args(AdvantagesConfig, args)
     spec = get_spec(cfg.method)
-    if cfg.answers is None:
-        cfg = dataclasses.replace(cfg, answers=spec.default_answers)
-    if cfg.answers > 1 and not spec.multi_answer:
-        raise ValueError(f"estimator {cfg.method!r} scores one answer per rollout (m = 1); try --answers 1")
+    cfg = dataclasses.replace(cfg, answers=answers_for(cfg.method, cfg.answers))
     options = estimator_options(cfg, seed=cfg.seed)
     task = _task(cfg)
     if task is None:

@@ -144,14 +144,11 @@ def run_export(args: argparse.Namespace) -> int:
     goals = None
     answers = cfg.answers if cfg.answers is not None else 1
     if cfg.method:
+        from vpo.commands.options import answers_for
         from vpo.estimators import get_spec
 
-        spec = get_spec(cfg.method)
-        if cfg.answers is None:
-            answers = spec.default_answers
-        elif cfg.answers > 1 and not spec.multi_answer:
-            raise ValueError(f"--method {cfg.method} scores one answer per rollout; use --answers 1")
-        if spec.conditions_prompt:
+        answers = answers_for(cfg.method, cfg.answers)
+        if get_spec(cfg.method).conditions_prompt:
             goals = WeightOptions(alpha=cfg.alpha, seed=cfg.goal_seed)
     result = export(task_name, cfg.out, fmt=cfg.format, train=cfg.train, test=cfg.test, seed=cfg.seed,
                     answers=answers, source=cfg.source, task_params=task_params,

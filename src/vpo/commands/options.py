@@ -33,8 +33,34 @@ import numpy as np
 from vpo.config import field_like, parse_params
 from vpo.estimators.options import WeightOptions
 
-__all__ = ["EstimatorOptions", "PoolOptions", "RewardFuncsOptions", "check_estimator_options", "estimator_help",
-           "estimator_names", "estimator_options", "settable_options", "task_help", "weight_flags"]
+__all__ = ["EstimatorOptions", "PoolOptions", "RewardFuncsOptions", "answers_for", "check_estimator_options",
+           "estimator_help", "estimator_names", "estimator_options", "resolve_answers", "settable_options", "task_help",
+           "weight_flags"]
+
+
+def resolve_answers(method: str, answers: int | None) -> int:
+    """m for ``method``: explicit, else its spec's default (3 for multi-answer estimators, 1
+    otherwise); ``answers_for`` also checks that the estimator takes m answers."""
+    from vpo.estimators import get_spec
+
+    if answers is None:
+        return get_spec(method).default_answers
+    if answers < 1:
+        raise ValueError(f"--answers must be >= 1, got {answers}")
+    return answers
+
+
+def answers_for(method: str, answers: int | None) -> int:
+    """``resolve_answers``, and a one-line ValueError, before any work, when ``--method`` scores
+    one answer per rollout and m > 1 (``vpo train``, ``vpo advantages``, ``vpo data export``)."""
+    from vpo.estimators import get_spec, list_estimators
+
+    m = resolve_answers(method, answers)
+    if m > 1 and not get_spec(method).multi_answer:
+        multi = [name for name in list_estimators() if get_spec(name).multi_answer]
+        raise ValueError(f"--answers {m}: --method {method} scores one answer per rollout (m = 1); try --answers 1, "
+                         f"or a multi-answer method ({', '.join(multi)})")
+    return m
 
 
 def task_help() -> str:

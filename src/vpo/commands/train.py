@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vpo.commands.options import (EstimatorOptions, RewardFuncsOptions, check_estimator_options, estimator_options,
-                                  task_help)
+from vpo.commands.options import (EstimatorOptions, RewardFuncsOptions, answers_for, check_estimator_options,
+                                  estimator_options, resolve_answers, task_help)
 from vpo.commands.rewards import apply_failure_policy, resolve_task
 from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, parse_params
 from vpo.estimators.options import WeightOptions
@@ -131,18 +131,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         parser.add_argument("--" + name.replace("_", "-"), "--" + name, dest=f"refused_{name}", nargs="*",
                             action=_Refused, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     parser.set_defaults(func=run)
-
-
-def resolve_answers(method: str, answers: int | None) -> int:
-    """m for ``method``: explicit, else its spec's default (3 for multi-answer estimators, 1
-    otherwise). Whether the estimator takes m answers is VPOTrainer's check."""
-    from vpo.estimators import get_spec
-
-    if answers is None:
-        return get_spec(method).default_answers
-    if answers < 1:
-        raise ValueError(f"--answers must be >= 1, got {answers}")
-    return answers
 
 
 def _load_rows(path: str) -> list[dict[str, Any]]:
@@ -449,13 +437,7 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     weight_options = WeightOptions(**{k: options[k] for k in ("num_weights", "alpha", "sampler") if k in options},
                                    seed=rl.seed)
     estimator_scale(getattr(engine, "scale_rewards", None), spec, options.get("scale"), flag=True)  # as VPOTrainer
-    answers = resolve_answers(cfg.method, cfg.answers)
-    if not spec.multi_answer and answers != 1:  # VPOTrainer says the same, but only once the model has loaded
-        from vpo.estimators import list_estimators
-
-        multi = [name for name in list_estimators() if get_spec(name).multi_answer]
-        raise ValueError(f"--answers {answers}: --method {cfg.method} scores one answer per rollout; drop --answers "
-                         f"(or give 1), or pick a multi-answer method ({', '.join(multi)})")
+    answers = answers_for(cfg.method, cfg.answers)  # VPOTrainer says the same, but only once the model has loaded
     check_model_path(cfg.model)
     # the first stage line, within seconds: TRL's import and the training rows come next
     print(f"train {cfg.method} (m = {answers}) from {cfg.model}: checking the settings, building the training rows",
