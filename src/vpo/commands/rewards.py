@@ -155,10 +155,6 @@ class CheckConfig(RewardFuncsOptions):
 COMPLETION_COLUMN = "completion"
 """The samples' column holding the model's text."""
 
-TRL_ARGUMENTS = frozenset({"prompts", "completions", "completion_ids", "trainer_state", "log_metric", "log_extra"})
-"""What TRL passes a reward function besides the dataset's columns."""
-
-
 def read_samples(source: str, limit: int = 0) -> list[dict[str, Any]]:
     """Rows of ``source`` with a ``prompt`` and a ``completion``; ValueError naming the row otherwise."""
     from vpo.tasks.io import load_records
@@ -191,26 +187,22 @@ def as_trained(prompt: Any, completion: Any) -> Any:
 
 
 def missing_columns(func: Any, error: BaseException, columns: Sequence[str]) -> list[str]:
-    """The dataset columns reward function ``func``'s ``error`` says it needed and the samples lack:
-    a required parameter of ``func`` that TRL did not pass (TypeError), or a key read from its
-    ``**kwargs`` (KeyError, for a function that takes them)."""
+    """The dataset column reward function ``func``'s ``error`` says it needed and the samples lack:
+    a key read from its ``**kwargs`` (KeyError). A required parameter that no column fills never
+    reaches a call: ``vpo.rewards.check_arguments`` refuses it first, naming the column."""
     import inspect
-    import re
+
+    from vpo.rewards import TRL_HOOKS
 
     try:
         params = inspect.signature(func).parameters
     except (TypeError, ValueError):  # a model, a builtin: no signature to read
         return []
-    have = set(columns) | TRL_ARGUMENTS
-    if isinstance(error, TypeError):
-        match = re.search(r"missing \d+ required (?:keyword-only |positional )?arguments?: (.+)$", str(error))
-        names = [n for n in re.findall(r"'([^']+)'", match.group(1)) if n in params] if match else []
-    elif (isinstance(error, KeyError) and error.args and isinstance(error.args[0], str)
-          and any(p.kind is p.VAR_KEYWORD for p in params.values())):
-        names = [error.args[0]]
-    else:
-        names = []
-    return [name for name in names if name not in have]
+    if not (isinstance(error, KeyError) and error.args and isinstance(error.args[0], str)
+            and any(p.kind is p.VAR_KEYWORD for p in params.values())):
+        return []
+    have = {*columns, "prompts", "completions", "completion_ids", *TRL_HOOKS}
+    return [] if error.args[0] in have else [error.args[0]]
 
 
 def diagnostics_of(vectors: np.ndarray, names: Sequence[str]) -> dict[str, Any]:
