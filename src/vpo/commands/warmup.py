@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from vpo.commands.rewards import RewardFuncsOptions, apply_failure_policy, resolve_task
+from vpo.commands.rewards import RewardFuncsOptions, apply_failure_policy, own_setup, resolve_task
 from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, field_like, parse_params
 from vpo.commands.options import task_help
 from vpo.estimators.options import WeightOptions
@@ -222,8 +222,19 @@ def _check(cfg: WarmupConfig, args: argparse.Namespace | None) -> tuple[Any, lis
         raise ValueError(f"--source {cfg.source}: no prompts" if cfg.source else f"task {cfg.task}: no examples")
     if cfg.holdout >= len(examples):
         raise ValueError(f"--holdout {cfg.holdout} leaves no prompt to warm up on ({len(examples)} prompts)")
+    own_setup(task, examples, 1)  # single answers are ranked: a column your functions need is named before loading
     cut = len(examples) - cfg.holdout
     return task, examples[:cut], examples[cut:], scores if cfg.rank is None else bool(cfg.rank)
+
+
+def _ranked_vectors(task: Any, texts: Sequence[str], example: Any, tokenizer: Any) -> np.ndarray:
+    """(n, D) reward vectors of single answers, to rank them: your functions score each as the
+    completion it was (m = 1, every function on it, as training at m = 1 and ``vpo eval`` score it,
+    with its tokens); a task's scorer scores each answer (``Task.score_answers``)."""
+    whole = getattr(task, "score_generations", None)
+    if whole is not None:
+        return np.asarray(whole(list(texts), example, 1, tokenizer=tokenizer), dtype=np.float64)[:, 0]
+    return np.asarray(task.score_answers(texts, example), dtype=np.float64)
 
 
 def _render(fmt: Any, examples: Sequence[Any], m: int, copies: int) -> list[list[str]]:
@@ -371,7 +382,7 @@ def run_warmup(cfg: WarmupConfig, args: argparse.Namespace | None = None) -> dic
         if len(texts) >= m:
             vectors, weights = None, None
             if rank:
-                vectors = np.asarray(task.score_answers(texts, example), dtype=np.float64)
+                vectors = _ranked_vectors(task, texts, example, tokenizer)
                 weights = group_weights([example_key(example, "train", i)], cfg.num_weights, vectors.shape[1],
                                         seed=cfg.seed)[0]
                 choice["scores"] = vectors.tolist()
