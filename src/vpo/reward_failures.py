@@ -367,7 +367,7 @@ def reward_list(output: Any, n: int, name: str, expected: str | None = None) -> 
     or a CPU tensor of length ``n``. ``RewardContractError`` naming what came back otherwise (a
     generator, a dict, a string, a number, a tensor on another device, the wrong length);
     ``expected`` words what was expected."""
-    expected = expected or f"{n} rewards, one per completion"
+    expected = expected or f"{n} numbers (float, int, bool or None), one per completion"
     kind = type(output).__name__
     if type(output).__module__.startswith("torch") and hasattr(output, "device"):
         if output.device.type != "cpu":
@@ -376,8 +376,8 @@ def reward_list(output: Any, n: int, name: str, expected: str | None = None) -> 
         output = output.detach().tolist() if output.ndim else output
     if (isinstance(output, str | bytes | Mapping) or not isinstance(output, Sequence | _ndarray())
             or getattr(output, "ndim", 1) == 0):
-        what = {"generator": "a generator (return a list)", "dict": f"a dict with keys {list(output)[:5]!r}"}.get(
-            kind, f"{output!r:.60}, a {kind}")
+        what = ("a generator (return a list)" if kind == "generator" else
+                f"a dict with keys {list(output)[:5]!r}" if isinstance(output, Mapping) else f"{output!r:.60}, a {kind}")
         raise RewardContractError(f"reward function {name!r} returned {what}; expected a list of {expected}")
     values = list(output)
     if len(values) != n:
