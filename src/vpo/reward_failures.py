@@ -367,7 +367,7 @@ def reward_list(output: Any, n: int, name: str, expected: str | None = None) -> 
     or a CPU tensor of length ``n``. ``RewardContractError`` naming what came back otherwise (a
     generator, a dict, a string, a number, a tensor on another device, the wrong length);
     ``expected`` words what was expected."""
-    expected = expected or f"{n} numbers (float, int, bool or None), one per completion"
+    expected = expected or f"{n} number{'s' * (n != 1)} (float, int, bool or None), one per completion"
     kind = type(output).__name__
     if type(output).__module__.startswith("torch") and hasattr(output, "device"):
         if output.device.type != "cpu":

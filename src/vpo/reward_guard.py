@@ -300,8 +300,9 @@ def checked_rewards(output: Any, n: int, name: str, width: int | None = None) ->
     ``RewardContractError`` naming what came back and what was expected: not a list (a generator,
     a dict, a string, a number), a tensor on another device than the CPU, the wrong length, a
     string or a nested list where a number belongs."""
-    expected = (f"{n} numbers (float, int, bool or None), one per completion" if width is None else
-                f"{n} vectors of {width} numbers (or None), one per completion (objective_names declares {width})")
+    expected = (f"{n} number{'s' * (n != 1)} (float, int, bool or None), one per completion" if width is None else
+                f"{n} vector{'s' * (n != 1)} of {width} numbers (or None), one per completion (objective_names "
+                f"declares {width})")
     values = reward_list(output, n, name, expected)
 
     def refuse(i: int, value: Any, why: str = "") -> RewardContractError:

@@ -126,7 +126,7 @@ def test_a_tensor_on_another_device_is_named_and_one_on_the_cpu_is_read():
                                   [0.25, 1.0, 1.0, np.nan])
     np.testing.assert_array_equal(checked_rewards([[1, None], None], 2, "pair", width=2),
                                   [[1.0, np.nan], [np.nan, np.nan]])
-    with pytest.raises(RewardContractError, match=r"completion 0 got 1.0, a float; expected 1 vectors of 2 numbers"):
+    with pytest.raises(RewardContractError, match=r"completion 0 got 1.0, a float; expected 1 vector of 2 numbers"):
         checked_rewards([1.0], 1, "pair", width=2)
 
 
