@@ -283,7 +283,7 @@ class RewardFailures:
         n = len(kwargs["completions"])
         limit = self.policy.time_limit
         try:
-            return self._clean(name, _checked(run_limited(func, kwargs, limit), n, name), n, zero)
+            return self._clean(name, reward_list(run_limited(func, kwargs, limit), n, name), n, zero)
         except RewardContractError:
             raise
         except Exception as err:  # noqa: BLE001 - every failure of a user's function is scored, not raised
@@ -299,7 +299,7 @@ class RewardFailures:
             results = []
             for row in rows:
                 try:
-                    results.append(_checked(run_limited(func, row, limit), 1, name)[0])
+                    results.append(reward_list(run_limited(func, row, limit), 1, name)[0])
                 except RewardContractError:
                     raise
                 except Exception as one:  # noqa: BLE001
@@ -311,7 +311,7 @@ class RewardFailures:
         limit = self.policy.time_limit
 
         async def run(args: dict[str, Any], size: int) -> list[Any]:
-            return _checked(await asyncio.wait_for(func(**args), limit), size, name)
+            return reward_list(await asyncio.wait_for(func(**args), limit), size, name)
 
         try:
             return self._clean(name, await run(kwargs, n), n, zero)
@@ -377,7 +377,8 @@ def reward_list(output: Any, n: int, name: str, expected: str | None = None) -> 
     if (isinstance(output, str | bytes | Mapping) or not isinstance(output, Sequence | _ndarray())
             or getattr(output, "ndim", 1) == 0):
         what = ("a generator (return a list)" if kind == "generator" else
-                f"a dict with keys {list(output)[:5]!r}" if isinstance(output, Mapping) else f"{output!r:.60}, a {kind}")
+                f"a dict with keys {list(output)[:5]!r}" if isinstance(output, Mapping) else
+                f"{output!r:.60}, a {kind}")
         raise RewardContractError(f"reward function {name!r} returned {what}; expected a list of {expected}")
     values = list(output)
     if len(values) != n:
@@ -391,10 +392,6 @@ def _ndarray() -> type:
     import numpy as np
 
     return np.ndarray
-
-
-def _checked(output: Any, n: int, name: str) -> list[Any]:
-    return reward_list(output, n, name)
 
 
 def _non_finite(value: Any, fill: float = 0.0) -> tuple[bool, Any]:
@@ -435,7 +432,7 @@ def _run_parallel(func: Callable[..., Any], rows: Sequence[Mapping[str, Any]], l
     def work(i: int, row: Mapping[str, Any]) -> None:
         try:
             out = func(**row)
-            results[i] = out if raw else _checked(out, 1, name)[0]
+            results[i] = out if raw else reward_list(out, 1, name)[0]
         except Exception as err:  # noqa: BLE001
             results[i] = err
 

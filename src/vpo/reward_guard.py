@@ -4,10 +4,11 @@ needs, what it may return, and length budgets that mean the same at every m.
 Usage::
 
     from vpo.reward_guard import at_answers, check_columns, checked_rewards, load_reward_funcs
-    funcs = load_reward_funcs("my_rewards.py:accuracy,trl.rewards:think_format_reward")
-    check_columns(funcs, ["solution"])                 # RewardContractError naming a column the data lacks
+    funcs = load_reward_funcs("my_rewards.py:accuracy,my_rewards.py:overlong")   # one line if it does not import
+    check_columns(funcs, [{"solution": "4"}])           # a column a function needs and a row lacks: one line
     funcs, notes = at_answers(funcs, 3)                 # chain-level length budgets x 3 (notes say so)
     values = checked_rewards([1.0, None], 2, "accuracy")   # (2,) float64, None as NaN
+    checked_rewards(["high", "low"], 2, "accuracy")     # RewardContractError: ... completion 0 got 'high', a str
 
 Every command and ``VPOTrainer`` goes through these, so a fault in the user's code is one line:
 

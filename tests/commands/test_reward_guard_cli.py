@@ -8,29 +8,13 @@ tests/own_reward_funcs.py)."""
 from __future__ import annotations
 
 import json
-import string
 
 import numpy as np
 import pytest
 
 import own_reward_funcs
+from test_own_rewards_cli import tiny_model, write_jsonl  # noqa: F401  (the tiny checkpoint fixture)
 from vpo.cli import main
-
-
-def write_jsonl(path, rows):
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return path
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    from vpo.models import build_char_tokenizer, build_tiny_qwen2
-
-    tok = build_char_tokenizer(string.printable)
-    folder = tmp_path_factory.mktemp("model")
-    build_tiny_qwen2(tok, seed=0).save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
 
 
 @pytest.fixture
@@ -115,7 +99,8 @@ def test_an_output_that_is_not_one_number_per_completion_is_named_on_its_first_c
     code, err, _ = run_refused(["rewards", "check", "--reward-funcs", f"{path}:grade", "--source", str(samples),
                                 "--answers", "2"], capsys)
     assert code == 2 and "\n" not in err
-    assert "reward function 'grade' returned ['high', 'high']: completion 0 got 'high', a str; expected 2 numbers" in err
+    assert ("reward function 'grade' returned ['high', 'high']: completion 0 got 'high', a str; expected 2 numbers"
+            in err)
     code, err, _ = run_refused(["rewards", "check", "--reward-funcs", f"{path}:pairs", "--source", str(samples),
                                 "--answers", "2"], capsys)
     assert code == 2 and "f.objective_names = (...)" in err
@@ -148,7 +133,8 @@ def test_eval_scores_a_chain_level_function_once_per_chain_at_three_answers(tiny
     search = tmp_path / "search"
     own_reward_funcs.CALLS.clear()
     assert main(["search", "best-of-n", "--reward-funcs", funcs, "--source", str(prompts), "--model", str(tiny_model),
-                 "--answers", "3", "--pool", "3", "--examples", "2", "--max-new-tokens", "8", "--out", str(search)]) == 0
+                 "--answers", "3", "--pool", "3", "--examples", "2", "--max-new-tokens", "8",
+                 "--out", str(search)]) == 0
     assert [n for name, n, _ in own_reward_funcs.CALLS if name == "tokens_used"] == [1, 1]
 
 

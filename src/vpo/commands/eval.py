@@ -195,13 +195,14 @@ def run_eval(cfg: EvalConfig, args: argparse.Namespace | None = None) -> dict:
         # the options this evaluation used (not --search's: --iterations belongs to openevolve)
         "config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__ if k not in ("search", "iterations")},
         "reward_failures": failures,
-        "length_budgets": budgets,
-        "notes": [*budgets, f"{pools.truncated:.0%} of the chains hit the generation budget ({max_new} tokens) without EOS.",
+        **({"length_budgets": budgets} if budgets else {}),
+        "notes": [*budgets,
+                  f"{pools.truncated:.0%} of the chains hit the generation budget ({max_new} tokens) without EOS.",
                   f"{failures['failed']:,} of {failures['calls']:,} reward calls failed (raised, NaN, or no verdict in "
                   "time) and scored 0" + ("; the log has the first traceback of each kind" if failures["failed"] else "")
-                  + (f". A reward call is one function on one answer (a function that judges the whole completion: on "
-                     f"one chain, its value on each of the chain's m = {m} slots, as in training); a slot with no answer "
-                     "is the zero vector, with the chain's value in those functions' objectives."
+                  + (f". A reward call is one function on one answer (a function that judges the whole completion: "
+                     f"on one chain, its value on each of the chain's m = {m} slots, as in training); a slot with no "
+                     "answer is the zero vector, with the chain's value in those functions' objectives."
                      if own_name is not None else
                      f". A reward call scores one non-empty answer: the {len(examples) * cfg.pool // m:,} chains x m = "
                      f"{m} hold {len(examples) * cfg.pool:,} answers, and a missing or unparsed one is the zero vector "

@@ -12,10 +12,11 @@ with m = ``--answers`` answers in ``<response_i>`` tags; a string or assistant t
 other columns, which the reward functions receive as TRL passes dataset columns. Every
 completion is scored as ``VPOTrainer(reward_funcs=...)`` scores it (``vpo.rewards.score_chains``;
 a string completion to a chat prompt reaches the functions as assistant turns, as TRL generates
-them; ``completion_ids`` are a ``completion_ids`` column's, or ``--tokenizer``'s tokens of the text;
-a chain-level length budget is scaled by m, and said): printed is each completion's (m, D) reward matrix, each function's failed calls, then per
-objective its mean, range and ``None`` count over the answers, then the objectives' correlation
-and effective dimension (1: collinear, D: independent). Any failed call (raised, NaN, past
+them; ``completion_ids`` are a ``completion_ids`` column's, or ``--tokenizer``'s tokens of the
+text; a chain-level length budget is scaled by m, and said): printed is each completion's (m, D)
+reward matrix, each function's failed calls, then per objective its mean, range and ``None``
+count over the answers, then the objectives' correlation and effective dimension (1: collinear,
+D: independent). Any failed call (raised, NaN, past
 ``--reward-time-limit``; a dataset column the samples lack is named as such) makes the command
 exit 1. ``--out`` gets report.md / report.html / metrics.json and the correlation heatmap (a
 folder holding an earlier check needs ``--overwrite``).

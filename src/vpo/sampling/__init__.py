@@ -561,7 +561,8 @@ def open_sampler(model: str | Path, options: SamplingOptions) -> tuple[Sampler, 
 
 
 __all__ = ["BACKENDS", "KV_CACHES", "MEMORY_SHARE", "SEEDINGS", "ChainDraw", "DeviceOptions", "Generation",
-           "HFSampler", "Sampler", "SamplingOptions", "chain_seed", "chain_uniforms", "check_sampling", "check_sampling_memory", "check_vllm", "check_vllm_inputs", "completion_ids",
+           "HFSampler", "Sampler", "SamplingOptions", "chain_seed", "chain_uniforms", "check_sampling",
+           "check_sampling_memory", "check_vllm", "check_vllm_inputs", "completion_ids",
            "finish_chain",
            "hide_library_progress", "kv_bytes_per_token", "model_shape", "open_sampler", "release_cuda_cache",
            "resolve_kv_cache", "sampling_chains", "sampling_share"]
