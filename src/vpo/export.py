@@ -43,6 +43,7 @@ from typing import Any
 
 from vpo.tasks import Example, Task, get_task, task_class
 from vpo.tasks.base import FileTask
+from vpo.weights import given_key
 
 __all__ = ["FORMATS", "example_from_row", "example_key", "export", "export_rows", "make_task",
            "reads_shipped_sample", "test_seed", "trl_row", "verl_row", "write_parquet"]
@@ -62,19 +63,25 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
+def _given_id(example: Any) -> str | None:
+    """An example's ``id`` as text, or None when it has none (absent, not a str or int, or blank)."""
+    ident = given_key(example.get("id")) if isinstance(example, Mapping) else None
+    return str(ident) if isinstance(ident, str | int) and not isinstance(ident, bool) else None
+
+
 def example_key(example: Mapping[str, Any], split: str, index: int) -> str:
     """A stable key of an example: its ``id``, else ``<split>-<index>`` (keys goal weights and groups)."""
-    ident = example.get("id") if isinstance(example, Mapping) else None
-    return str(ident) if isinstance(ident, str | int) and not isinstance(ident, bool) else f"{split}-{index}"
+    ident = _given_id(example)
+    return ident if ident is not None else f"{split}-{index}"
 
 
 def _identity(example: Mapping[str, Any], file_backed: bool) -> str | None:
     """What makes a train example the same as a test one: its ``id``; without one, for examples read
     from a file (a source may serve both splits the same rows), the whole row; None for a generated
     example without an id (each split draws its own from its seed)."""
-    ident = example.get("id") if isinstance(example, Mapping) else None
-    if isinstance(ident, str | int) and not isinstance(ident, bool):
-        return str(ident)
+    ident = _given_id(example)
+    if ident is not None:
+        return ident
     return "row " + _dumps(example) if file_backed else None
 
 

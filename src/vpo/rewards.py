@@ -54,6 +54,7 @@ import numpy as np
 
 from vpo.chains import RewriteRule, finish_chain, parse_answers, rewrite_prompt
 from vpo.reward_failures import RewardContractError, RewardFailures
+from vpo.weights import given_key
 
 __all__ = [
     "CHAIN_RULE",
@@ -193,7 +194,7 @@ def group_keys(prompts: Sequence[Any], columns: Mapping[str, Sequence[Any]] | No
         raise ValueError(f"column 'example_id' has {len(ids)} values for {len(prompts)} completions")
     keys: list[Hashable] = []
     for row, prompt in enumerate(prompts):
-        if ids is not None and ids[row] is not None:
+        if ids is not None and given_key(ids[row]) is not None:
             keys.append(str(ids[row]))
         else:
             keys.append(prompt_key(prompt))

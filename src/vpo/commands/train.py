@@ -46,6 +46,7 @@ from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclas
 from vpo.estimators.options import WeightOptions
 from vpo.integrations.trl.config import (TASK_EPOCHS, VPO_OWNED, RLConfig, TRLOptions, check_engine, estimator_scale,
                                         read_grpo_yaml)
+from vpo.weights import given_key
 
 __all__ = ["RLConfig", "TASK_EPOCHS", "TRLOptions", "TrainArgs", "build_train_rows", "grpo_args", "parse_params",
            "resolve_answers", "train", "train_configs"]
@@ -181,7 +182,7 @@ def build_train_rows(task: Any, answers: int, *, data: str | None = None, n: int
             if goals is not None and GOAL_FIELD not in json.loads(text):
                 raise ValueError(f"row {i}: goal-conditioned training needs prompts that state goal weights; "
                                  "re-export with `vpo data export TASK --format trl --method goal_conditioned`")
-            key = row.get("example_id")  # the group key every engine uses for this row's weights
+            key = given_key(row.get("example_id"))  # the group key every engine uses for this row's weights
             prompt = row["prompt"]
             if chat != (not isinstance(prompt, str)):  # the export's other prompt style
                 example = json.loads(text)
