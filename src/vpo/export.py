@@ -202,6 +202,17 @@ def _examples(task: Task, split: str, n: int, seed: int, source: str | None) -> 
     return task.examples(split, n, **kwargs)
 
 
+def _all_taken_by_test(rows: int) -> str:
+    """Why train is empty when a source serving both splits the same ``rows`` rows gave them all to
+    test, and the flags that split it: a tenth (at least one row) held out for test."""
+    shared = (f"the source serves both splits the same rows and the test split took every one of them ({rows})")
+    if rows < 2:
+        return f"{shared}; pass --test 0 (no test split) or --overlap (both splits share it)"
+    test = max(1, rows // 10)
+    return (f"{shared}; pass --train {rows - test} --test {test} (a tenth held out for test), --test 0 (no test "
+            "split), or --overlap (both splits share them)")
+
+
 def export(task_name: str, out_dir: str | os.PathLike[str], *, fmt: str = "verl", train: int = 1000,
            test: int = 100, seed: int = 42, answers: int = 1, source: str | None = None,
            task_params: Mapping[str, Any] | None = None, size: int | None = 9, goals: Any = None,
@@ -241,9 +252,7 @@ def export(task_name: str, out_dir: str | os.PathLike[str], *, fmt: str = "verl"
         if split not in chosen:
             continue
         if not chosen[split]:
-            why = (f"the source serves both splits the same rows and the test split took every one of them "
-                   f"({result['overlap_removed']}); ask for fewer with --test, or pass --overlap to share them"
-                   if split == "train" and result["overlap_removed"] else
+            why = (_all_taken_by_test(result["overlap_removed"]) if split == "train" and result["overlap_removed"] else
                    f"the source has no {split} examples" + (f" ({source})" if source else ""))
             raise ValueError(f"nothing to write to {Path(out_dir) / f'{split}.parquet'}: {why}")
         rows = export_rows(task, chosen[split], split=split, fmt=fmt, answers=answers, task_params=params, chat=chat,
