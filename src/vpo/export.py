@@ -41,12 +41,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from vpo.records import Field, read_record
+from vpo.runs import atomic_write_text
 from vpo.tasks import Example, Task, get_task, task_class
 from vpo.tasks.base import FileTask
 from vpo.weights import given_key
 
-__all__ = ["FORMATS", "example_from_row", "example_key", "export", "export_rows", "make_task",
-           "reads_shipped_sample", "test_seed", "trl_row", "verl_row", "write_parquet"]
+__all__ = ["EXPORT_FIELDS", "EXPORT_RECORD", "FORMATS", "example_from_row", "example_key", "export", "export_rows",
+           "make_task", "read_export_record", "reads_shipped_sample", "test_seed", "trl_row", "verl_row",
+           "write_parquet"]
 
 FORMATS = ("verl", "trl")
 
@@ -266,6 +269,21 @@ def export(task_name: str, out_dir: str | os.PathLike[str], *, fmt: str = "verl"
                                       "out") + ")")
     meta = {k: (str(v) if isinstance(v, Path) else v) for k, v in result.items()}
     meta.update(task=task.name, format=fmt, answers=int(answers), source=source, overlap=bool(overlap))
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    (Path(out_dir) / "export.json").write_text(json.dumps(meta, indent=1, default=str))
+    atomic_write_text(Path(out_dir) / EXPORT_RECORD, json.dumps(meta, indent=1, default=str))
     return result
+
+
+EXPORT_RECORD = "export.json"
+"""What ``export`` writes beside the tables: what was asked, what was written, and why a split is short."""
+
+_SPLIT_COUNTS = Field(dict, fields={"train": Field(int, low=0), "test": Field(int, low=0)})
+EXPORT_FIELDS = {"task": Field(str, required=True), "format": Field(str, choices=FORMATS), "source": Field(str),
+                 "answers": Field(int, low=1), "counts": _SPLIT_COUNTS, "requested": _SPLIT_COUNTS,
+                 "task_params": Field(dict), "short": Field(list, items=Field(str))}
+"""What ``export.json`` holds that is read back (the verl recipe checks the data against it)."""
+
+
+def read_export_record(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """``export.json`` at ``path``, its fields checked (``EXPORT_FIELDS``); RecordError naming the
+    file and the field."""
+    return read_record(path, EXPORT_FIELDS, hint="export the data again (vpo data export ... --overwrite)")

@@ -313,6 +313,24 @@ def test_a_damaged_pool_is_one_line_naming_it(tmp_path):
     _fuzz(texts, texts.read_text(), lambda: Pools.load(path), seed=31)
 
 
+def test_a_damaged_export_record_is_one_line_naming_it(tmp_path):
+    from vpo.export import export
+    from vpo.integrations.verl_recipe import plan_run
+
+    export("maze", tmp_path, fmt="verl", train=3, test=2, size=5)
+    path = tmp_path / "export.json"
+
+    def use():  # the verl recipe's check of the data
+        try:
+            plan_run(tmp_path, task="maze", train_batch_size=1, epochs=1)
+        except RecordError:
+            raise
+        except ValueError as refusal:  # data of another task: a refusal, in one line
+            _one_line(refusal, tmp_path)
+
+    _fuzz(path, path.read_text(), use, seed=50)
+
+
 # ----- the warm-up's data -----------------------------------------------------------------------
 def test_damaged_warmup_data_is_one_line_naming_it(tmp_path):
     pytest.importorskip("trl")
@@ -324,3 +342,23 @@ def test_damaged_warmup_data_is_one_line_naming_it(tmp_path):
     rows = _sft_rows(task, examples, [["one", "two"], ["three", "four"]], 2, chat=True)
     path = tmp_path / "train.jsonl"
     _fuzz(path, "".join(json.dumps(row) + "\n" for row in rows), lambda: read_warmup_data(path, task, 2), seed=40)
+
+
+def test_commands_name_a_damaged_run_record_or_demo_config_in_one_line(checkpoint, tmp_path, capsys):
+    from vpo.cli import main
+
+    out = tmp_path / "eval"
+    out.mkdir()
+    (out / ".vpo_run.json").write_text('{"command": 5}')
+    argv = ["eval", "--task", "maze", "--model", str(checkpoint), "--pool", "3", "--examples", "1",
+            "--max-new-tokens", "4", "--no-progress", "--threads", "1", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "field 'command' is 5, expected a string; pass --overwrite" in _one_line(err, out / ".vpo_run.json")
+    demo = tmp_path / "demo"
+    demo.mkdir()
+    (demo / "config.json").write_text("{")
+    assert main(["demo", "--quick", "--out", str(demo), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is not readable JSON" in _one_line(err, demo / "config.json") and "--force" in err
+    assert (demo / "config.json").read_text() == "{"  # the user's file is left as it was
