@@ -3,9 +3,15 @@ record is one line naming the file and the field.
 
 Usage::
 
-    from vpo.records import Field, RecordError, read_record
-    spec = read_record(path, {"format": Field(str, required=True), "answers": Field(int, low=1)})
-    rows = read_jsonl(path)                   # RecordError naming the line that is not JSON
+    from pathlib import Path
+    from vpo.records import Field, RecordError, read_jsonl, read_record
+    fields = {"format": Field(str, required=True), "answers": Field(int, low=1)}
+    Path("vpo_format.json").write_text('{"format": "task", "answers": 3}')
+    read_record("vpo_format.json", fields)    # {'format': 'task', 'answers': 3}
+    Path("vpo_format.json").write_text('{"format": "task", "answers": 0}')
+    read_record("vpo_format.json", fields)    # RecordError: vpo_format.json: field 'answers' is 0, expected an integer >= 1
+    Path("rows.jsonl").write_text('{"a": ')
+    read_jsonl("rows.jsonl")                  # RecordError: rows.jsonl: line 1 is not JSON (...)
 
 Every reader of a file a vpo command wrote for a later command (a checkpoint's ``vpo_format.json``
 and ``vpo_train.json``, the run record ``.vpo_run.json``, a resumed checkpoint's trainer state,
