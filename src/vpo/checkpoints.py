@@ -311,6 +311,10 @@ def checkpoint_answers(info: CheckpointInfo) -> tuple[int, str]:
         return int(record["answers"]), f"recorded in {describe_record(info)}"
     summary = (info.train_record or {}).get("summary") or {}
     if isinstance(summary.get("answers"), int) and summary["answers"] >= 1:
+        most = (record or {}).get("max_answers")
+        if most is not None and summary["answers"] > most:  # m the recorded format has no place for
+            raise CheckpointError(f"{info.path / TRAIN_RECORD}: field 'summary.answers' is {summary['answers']}, more "
+                                  f"than the 'max_answers' {most} of {describe_record(info)}")
         return int(summary["answers"]), f"recorded in {info.path / TRAIN_RECORD}"
     method = (record or {}).get("method")
     if isinstance(method, str):

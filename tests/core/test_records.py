@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from damage import damage_bytes, damaged_texts, mutate_json
+from test_first_messages import compact_checkpoint as checkpoint  # noqa: F401  (a fixture: a tiny demo checkpoint)
 
 from vpo.records import Field, RecordError, check_fields, read_json, read_jsonl, read_record
 
@@ -101,21 +102,6 @@ def _fuzz(path, record_text, use, *, seed=0, names=None):
 
 
 # ----- checkpoints: vpo_format.json, vpo_train.json, trainer_state.json -----------------------
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    """A tiny checkpoint in the demo's compact maze format, as the demo writes it."""
-    from vpo.models import build_char_tokenizer, build_tiny_llama
-    from vpo.tasks.maze.format import CompactMazeFormat
-
-    folder = tmp_path_factory.mktemp("ckpt") / "vpo-s0"
-    fmt = CompactMazeFormat(max_answers=3)
-    tok = build_char_tokenizer(fmt.alphabet(), extra_tokens=fmt.extra_tokens())
-    build_tiny_llama(tok, hidden=16, layers=1, heads=2, mlp=32, seed=0).save_pretrained(folder)
-    tok.save_pretrained(folder)
-    fmt.save(folder, task="maze", task_params={"size": 5, "reward_mode": "linear"}, method="vpo", seed=0, answers=3)
-    return folder
-
-
 def _read_as_eval_does(folder):
     """What ``vpo eval`` does with a checkpoint's records before it loads the model."""
     from vpo.checkpoints import chain_answers, check_checkpoints
