@@ -303,7 +303,8 @@ def format_record_callback(record: Mapping[str, Any]) -> Any:
 def checkpoint_answers(info: CheckpointInfo) -> tuple[int, str]:
     """``(m, why)``: the answers per chain the checkpoint was trained for, and where that comes
     from: ``vpo_format.json``'s ``answers``, else ``vpo_train.json``'s summary, else the default
-    m of the recorded method (a demo checkpoint records its method), else 1."""
+    m of the recorded method (a demo checkpoint records its method), else 1. CheckpointError when
+    ``vpo_train.json`` records an m the recorded format has no place for (more than its ``max_answers``)."""
     from vpo.estimators import get_spec
 
     record = info.record if info.format_applies else None
