@@ -413,14 +413,15 @@ def _load_folder(path: Path, dtype: str) -> tuple[Any, Any]:
 def adapter_base(path: str | Path) -> str | None:
     """The base model of a LoRA adapter folder: the exact ``--model`` of the ``vpo train`` run that
     wrote it (its ``vpo_train.json``), else ``base_model_name_or_path`` of ``adapter_config.json``."""
-    import json
+    from vpo.records import Field, read_record
+    from vpo.runs import TRAIN_RECORD, read_train_record
 
     path = Path(path)
     base = None
-    record = path / "vpo_train.json"
-    if record.is_file():
-        base = json.loads(record.read_text()).get("train", {}).get("model")
-    return base or json.loads((path / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    if (path / TRAIN_RECORD).is_file():
+        base = (read_train_record(path / TRAIN_RECORD).get("train") or {}).get("model")
+    return base or read_record(path / "adapter_config.json",
+                               {"base_model_name_or_path": Field(str)}).get("base_model_name_or_path")
 
 
 def _ensure_pad(model: Any, tokenizer: Any) -> None:

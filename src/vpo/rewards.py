@@ -57,6 +57,7 @@ from vpo.reward_failures import FAILED_CALL, RewardFailures
 from vpo.reward_guard import (TRL_CHAIN_LEVEL, TRL_HOOKS, LengthBudget, at_answers, chain_level, check_arguments,
                               check_columns, checked_rewards, function_name, is_chain_level, is_reward_model,
                               length_budget, load_reward_funcs)
+from vpo.weights import given_key
 
 __all__ = [
     "CHAIN_RULE",
@@ -203,7 +204,7 @@ def group_keys(prompts: Sequence[Any], columns: Mapping[str, Sequence[Any]] | No
         raise ValueError(f"column 'example_id' has {len(ids)} values for {len(prompts)} completions")
     keys: list[Hashable] = []
     for row, prompt in enumerate(prompts):
-        if ids is not None and ids[row] is not None:
+        if ids is not None and given_key(ids[row]) is not None:
             keys.append(str(ids[row]))
         else:
             keys.append(prompt_key(prompt))

@@ -42,6 +42,7 @@ __all__ = [
     "SAMPLERS",
     "counter_uniforms",
     "encode_key",
+    "given_key",
     "group_weights",
     "keyed_exponentials",
     "keyed_rng",
@@ -60,6 +61,15 @@ _DOMAIN = b"vpo.weights/v1"  # bumping it changes every keyed stream: do so only
 # --------------------------------------------------------------------------------------
 # keys
 # --------------------------------------------------------------------------------------
+def given_key(value: Any) -> Any:
+    """The group key a row gives (its ``example_id``), or None when it gives none: absent, None, or
+    a string that is empty or only whitespace. Every engine falls back on None (verl and OpenRLHF
+    to the row's ``index``, TRL to the prompt), so blank ids never make one group of many prompts."""
+    if isinstance(value, str) and not value.strip():
+        return None
+    return value
+
+
 _U32 = struct.Struct("<I").pack
 
 

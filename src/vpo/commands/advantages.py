@@ -80,15 +80,13 @@ def random_batch(cfg: AdvantagesConfig) -> tuple[list[np.ndarray], list[str]]:
 
 
 def chain_text(task: Any, answers: list[str]) -> str:
-    """One generation holding ``answers`` in the task's numbered tags (``vpo.chains.format_chain``),
-    as a model answering the m-answer prompt writes them; one answer is the text itself. Blank
+    """One generation holding ``answers`` in the task's chain format (``Task.format_chain``), as a
+    model answering the m-answer prompt writes them; one answer is the text itself. Blank
     answers are left out (the task's parser drops them before scoring anyway)."""
     if len(answers) == 1:
         return answers[0]
-    from vpo.chains import format_chain
-
     kept = [answer for answer in answers if answer.strip()]
-    return format_chain(kept, task.rewrite_rule.tag) if kept else ""
+    return task.format_chain(kept) if kept else ""
 
 
 def task_examples(cfg: AdvantagesConfig, task: Any) -> list[dict[str, Any]]:

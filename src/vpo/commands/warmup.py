@@ -11,15 +11,17 @@ A model that does not write ``<response_1>`` .. ``<response_m>`` tags gives VPO 
 and no gradient. The warm-up asks the model each prompt's single-answer question ``--samples``
 times, keeps m distinct complete answers per prompt (ranked by your rewards when there are
 any: ``--reward-funcs``, or the ``--task``'s scorer), writes them as one m-answer chain per
-prompt after the m-answer prompt that training will use (``vpo.chains.format_chain``), as a
-prompt/completion dataset TRL's ``SFTTrainer`` takes (``OUT/data/train.jsonl``), and runs a short
-SFT through TRL (``--sft-steps``; ``--no-sft`` only writes the data). The model goes to ``--out``,
+prompt, in the task's own chain format (``Task.format_chain``: numbered tags, or the code task's
+fenced blocks), after the m-answer prompt that training will use, as a prompt/completion dataset
+TRL's ``SFTTrainer`` takes (``OUT/data/train.jsonl``, read back and checked before the SFT), and
+runs a short SFT through TRL (``--sft-steps``; ``--no-sft`` only writes the data). The model goes to ``--out``,
 ready for ``vpo train --model OUT``.
 
 Prompts: ``--source`` rows with a ``prompt`` (a string or chat turns), read as ``--reward-funcs``
 reads them (the ``own_rewards`` task; other columns go to your reward functions), or a ``--task``'s
 examples. Before and after the SFT, ``--eval-chains`` m-answer chains per prompt measure the
-parse rate (chains with an answer in tags, chains with m distinct tagged answers), on the warm-up
+parse rate with the task's own parser (chains with an answer in the chain format, chains with m
+distinct ones), on the warm-up
 prompts and on ``--holdout`` prompts kept out of the data. Writes ``warmup.json`` and
 ``report.md`` beside the model. docs/own_rewards.md has a measured run on SmolLM2-135M.
 """
@@ -42,7 +44,7 @@ from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclas
 from vpo.commands.options import task_help
 from vpo.estimators.options import WeightOptions
 
-__all__ = ["WarmupConfig", "chain_parse_rates", "pick_answers", "run_warmup"]
+__all__ = ["WarmupConfig", "chain_parse_rates", "pick_answers", "read_warmup_data", "run_warmup"]
 
 DATA_FILE = "data/train.jsonl"
 """The SFT dataset under ``--out``: prompt/completion rows (TRL's prompt-completion format)."""
@@ -131,13 +133,23 @@ def _normal(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
-def candidates(generations: Sequence[Any], tag: str) -> list[str]:
+def candidates(generations: Sequence[Any], task: Any) -> list[str]:
     """The usable single answers of one prompt, in sample order: complete (ended before the token
-    budget), not blank, holding no numbered ``<tag_j>`` of their own, distinct up to case and spacing."""
-    from vpo.chains import dedup, holds_numbered_tag
-
-    texts = [g.text.strip() for g in generations if not g.truncated and g.text.strip()]
-    return dedup([t for t in texts if not holds_numbered_tag(t, tag)], key=_normal)
+    budget), not blank, fit for ``task``'s chain format (``Task.format_chain`` takes them: no
+    numbered ``<tag_j>`` of their own; a program, for code), and distinct, up to case and spacing,
+    as the chain's parser reads them back (two answers with one program are one code answer)."""
+    reader = _chain_reader(task)
+    kept: dict[str, str] = {}
+    for generation in generations:
+        text = generation.text.strip()
+        if generation.truncated or not text:
+            continue
+        try:
+            chain = task.format_chain([text])
+        except ValueError:
+            continue
+        kept.setdefault(_normal(reader.parse_chain(chain, 1)[0]), text)
+    return list(kept.values())
 
 
 def pick_answers(vectors: np.ndarray | None, m: int, weights: np.ndarray | None = None) -> list[int]:
@@ -158,17 +170,23 @@ def pick_answers(vectors: np.ndarray | None, m: int, weights: np.ndarray | None 
     return chosen
 
 
-def chain_parse_rates(texts: Sequence[Sequence[str]], m: int, tag: str) -> dict[str, Any]:
-    """How well G prompts' lists of m-answer chain ``texts`` follow the format: ``parsed`` (share
-    of chains with at least one answer in ``<tag_i>`` tags: what VPO can score), ``complete``
-    (share with m distinct tagged answers), ``answers_per_chain`` (mean tagged answers) and
-    ``distinct_per_chain`` (mean distinct ones)."""
-    from vpo.chains import numbered_blocks
+def chain_answers(task: Any, text: str, m: int) -> list[str]:
+    """The non-blank answers of an m-answer chain that stand in ``task``'s chain format, read by
+    the task's own parser (``parse_chain``, counted by ``tagged_answers``: numbered tags, or the
+    code task's fenced blocks; not the fallbacks a parser also reads)."""
+    answers = [a for a in task.parse_chain(text, m) if isinstance(a, str) and a.strip()]
+    return answers[:task.tagged_answers(text, m)]
 
+
+def chain_parse_rates(texts: Sequence[Sequence[str]], m: int, task: Any) -> dict[str, Any]:
+    """How well G prompts' lists of m-answer chain ``texts`` follow ``task``'s chain format, read
+    by its own parser (``chain_answers``): ``parsed`` (share of chains with at least one answer in
+    the format: what VPO can score), ``complete`` (share with m distinct ones),
+    ``answers_per_chain`` (mean answers in the format) and ``distinct_per_chain`` (mean distinct ones)."""
     tagged, distinct = [], []
     for row in texts:
         for text in row:
-            blocks = [b for b in numbered_blocks(text, m, tag)[0] if b.strip()]
+            blocks = chain_answers(task, text, m)
             tagged.append(len(blocks))
             distinct.append(len({_normal(b) for b in blocks}))
     tagged_arr, distinct_arr = np.asarray(tagged, dtype=float), np.asarray(distinct, dtype=float)
@@ -250,27 +268,64 @@ def _measure(sampler: Any, fmt: Any, task: Any, examples: Sequence[Any], cfg: Wa
     rows = sampler.generate(_render(fmt, examples, cfg.answers, cfg.eval_chains), temperature=cfg.temperature,
                             top_p=cfg.top_p, max_new_tokens=budget, seed=cfg.seed + 1, progress=cfg.progress,
                             desc=desc)
-    rates = chain_parse_rates([[g.text for g in row] for row in rows], cfg.answers, task.rewrite_rule.tag)
+    rates = chain_parse_rates([[g.text for g in row] for row in rows], cfg.answers, _chain_reader(task))
     rates["truncated"] = float(np.mean([g.truncated for row in rows for g in row]))
     rates["examples"] = [row[0].text for row in rows[:3]]
     return rates
 
 
+def _chain_reader(task: Any) -> Any:
+    """The task whose parser reads the warm-up's chains: ``task`` itself, or, for your own reward
+    functions, the prompts' task without them (the chain format is theirs; a chain-level function
+    refuses ``parse_chain``, which measuring the format needs)."""
+    from vpo.tasks.own_rewards import OwnRewardsTask
+
+    return _prompt_reader() if isinstance(task, OwnRewardsTask) else task
+
+
 def _sft_rows(task: Any, examples: Sequence[Any], picked: Sequence[Sequence[str]], m: int,
               chat: bool) -> list[dict[str, Any]]:
     """One prompt/completion row per example: the m-answer prompt training uses (chat turns, or one
-    string without a chat template) and the chain of its picked answers."""
-    from vpo.chains import format_chain
-
+    string without a chat template) and the chain of its picked answers, in the task's chain format."""
     rows = []
-    tag = task.rewrite_rule.tag
     for example, answers in zip(examples, picked, strict=True):
-        chain = format_chain(answers, tag)
+        chain = task.format_chain(answers)
         if chat:
             rows.append({"prompt": task.messages(example, m), "completion": [{"role": "assistant", "content": chain}],
                          "chat_template_kwargs": {"enable_thinking": False}})   # as vpo train renders prompts
         else:
             rows.append({"prompt": task.prompt(example, m), "completion": chain})
+    return rows
+
+
+def read_warmup_data(path: str | Path, task: Any, m: int) -> list[dict[str, Any]]:
+    """The rows of a warm-up's data (``OUT/data/train.jsonl``), each checked: a ``prompt`` (a string
+    or chat turns) and a ``completion`` (a string, or one assistant turn) whose chain holds m
+    distinct answers in ``task``'s chain format, read by its own parser (``chain_answers``).
+    RecordError naming the file, the line and the field."""
+    from vpo.records import Field, RecordError, check_fields, read_jsonl
+
+    hint = "it is the warm-up's data: run vpo warmup again with --overwrite"
+    turns = Field(list, items=Field(dict, required=True, fields={"role": Field(str, required=True),
+                                                  "content": Field(str, required=True)}))
+    fields = {"prompt": Field((str, list), required=True), "completion": Field((str, list), required=True)}
+    rows = read_jsonl(path, hint=hint)
+    if not rows:
+        raise RecordError(f"{path} holds no rows; {hint}")
+    reader = _chain_reader(task)
+    for line, row in enumerate(rows, start=1):
+        where = f"{path}: line {line}"
+        check_fields(row, where, fields, hint=hint)
+        check_fields(row, where, {name: turns for name, value in row.items() if name in fields and
+                                  isinstance(value, list)}, hint=hint)
+        completion = row["completion"]
+        if isinstance(completion, list) and (len(completion) != 1 or completion[0]["role"] != "assistant"):
+            raise RecordError(f"{where}: field 'completion' is not one assistant turn; {hint}")
+        chain = completion if isinstance(completion, str) else completion[0]["content"]
+        found = len({_normal(answer) for answer in chain_answers(reader, chain, m)})
+        if found != m:
+            raise RecordError(f"{where}: field 'completion' holds {found} distinct answers in the {task.name} chain "
+                              f"format, not m = {m}; {hint}")
     return rows
 
 
@@ -377,7 +432,7 @@ def run_warmup(cfg: WarmupConfig, args: argparse.Namespace | None = None) -> dic
                                desc="single answers")
     kept_examples, picked, short, choices = [], [], 0, []
     for i, (example, generations) in enumerate(zip(examples, singles, strict=True)):
-        texts = candidates(generations, task.rewrite_rule.tag)
+        texts = candidates(generations, task)
         choice: dict[str, Any] = {"prompt": i, "candidates": texts}
         if len(texts) >= m:
             vectors, weights = None, None
@@ -409,7 +464,8 @@ def run_warmup(cfg: WarmupConfig, args: argparse.Namespace | None = None) -> dic
     if cfg.sft:
         print(f"SFT through TRL: {cfg.sft_steps} steps of {cfg.batch_size} chains, lr {cfg.learning_rate:g}"
               + (" (LoRA)" if cfg.lora else ""), flush=True)
-        model, record["sft_losses"] = _sft(model, tokenizer, rows, cfg, cpu)
+        # the SFT trains on the file as written (the data a user inspects is the data trained on)
+        model, record["sft_losses"] = _sft(model, tokenizer, read_warmup_data(data, task, m), cfg, cpu)
         model.save_pretrained(cfg.out)
         tokenizer.save_pretrained(cfg.out)
         if cfg.eval_chains:

@@ -56,6 +56,7 @@ from typing import Any
 from vpo.estimators.options import WeightOptions
 from vpo.integrations.verl import reward_methods, score_rollout
 from vpo.integrations.verl_recipe import reward_step_metrics
+from vpo.weights import given_key
 
 logger = logging.getLogger("vpo.integrations.openrlhf")
 
@@ -87,7 +88,7 @@ def make_label(task: str, example: Mapping[str, Any], *, m: int, index: int | st
     label = {"task": task, "example": dict(example), "m": int(m), "index": index,
              "task_params": dict(task_params or {}), "method": method, "num_weights": int(num_weights),
              "alpha": float(alpha), "sampler": sampler, "seed": int(seed)}
-    if example_id is not None:
+    if given_key(example_id) is not None:
         label["example_id"] = str(example_id)
     if options:
         label["options"] = dict(options)
@@ -180,7 +181,7 @@ def reward_func(queries: Sequence[str], prompts: Sequence[str], labels: Sequence
                              f"{len(queries)}, {len(prompts)}, {len(labels)}")
         label = parse_label(labels[0])
         text = response_of(queries[0], prompts[0])
-        key = label["index"] if label["example_id"] is None else label["example_id"]
+        key = label["index"] if given_key(label["example_id"]) is None else label["example_id"]
         result = score_rollout(label["task"], text, label["example"], m=label["m"], key=key,
                                method=label["method"], num_weights=label["num_weights"], alpha=label["alpha"],
                                sampler=label["sampler"], seed=label["seed"], task_params=label["task_params"],

@@ -89,7 +89,7 @@ import numpy as np
 
 from vpo.estimators.options import WeightOptions
 from vpo.reward_failures import FAILURE_METRIC, RewardFailurePolicy
-from vpo.weights import FIXED
+from vpo.weights import FIXED, given_key
 
 __all__ = [
     "VERL_ESTIMATORS",
@@ -191,7 +191,7 @@ def _group_key(key: Any) -> int | str:
 def row_key(extra_info: Mapping[str, Any]) -> int | str:
     """The group key of an exported row: its ``example_id`` (the key every engine uses), or its
     ``index`` for data exported without one."""
-    key = extra_info.get("example_id")
+    key = given_key(extra_info.get("example_id"))
     return _group_key(extra_info["index"] if key is None else key)
 
 
@@ -362,7 +362,7 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
     if not isinstance(extra_info, Mapping):
         raise ValueError(f"extra_info must be a mapping with index and answers (vpo data export), got "
                          f"{type(extra_info).__name__}")
-    if extra_info.get("example_id") is None and extra_info.get("index") is None:
+    if given_key(extra_info.get("example_id")) is None and extra_info.get("index") is None:
         raise ValueError("extra_info.example_id (and extra_info.index) is missing: the prompt's weights are keyed on "
                          "it; export the data with `vpo data export TASK --format verl`")
     prompt_m = extra_info.get("answers")

@@ -62,7 +62,7 @@ def plan_run(data_dir: str | Path, *, task: str, train_batch_size: int, epochs: 
     shipped sample, naming ``TRAIN_BATCH_SIZE`` when the rows do not fill one step (verl would
     load the models and then divide by zero steps per epoch).
     """
-    from vpo.export import reads_shipped_sample
+    from vpo.export import read_export_record, reads_shipped_sample
 
     data_dir = Path(data_dir)
     train = data_dir / "train.parquet"
@@ -70,11 +70,11 @@ def plan_run(data_dir: str | Path, *, task: str, train_batch_size: int, epochs: 
         raise ValueError(f"{train} does not exist: export the data first (vpo data export {task} --format verl)")
     meta_path = data_dir / "export.json"
     if meta_path.is_file():
-        meta = json.loads(meta_path.read_text())
+        meta = read_export_record(meta_path)
         if meta.get("task") not in (None, task):
             raise ValueError(f"{data_dir} holds {meta.get('task')!r} data, not {task!r}: set DATA_DIR to {task}'s export")
         if reads_shipped_sample(task, meta.get("source")):
-            raise ValueError(f"{data_dir} was exported from {task}'s shipped sample ({meta['counts'].get('train')} "
+            raise ValueError(f"{data_dir} was exported from {task}'s shipped sample ({(meta.get('counts') or {}).get('train')} "
                              f"invented rows for tests), not real data: delete it and pass --source FILE (EXPORT_ARGS="
                              f"'--source FILE' with run.sh)")
     if train_batch_size < 1 or epochs < 1:

@@ -52,7 +52,7 @@ import numpy as np
 
 from vpo.estimators.options import WeightOptions
 from vpo.reward_failures import RewardContractError, RewardFailurePolicy, RewardFailures
-from vpo.weights import FIXED
+from vpo.weights import FIXED, given_key
 
 __all__ = ["MultiAnswerDataset", "VerlScore", "compute_score", "load_user_score"]
 
@@ -180,7 +180,7 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
     m = int(m.item() if isinstance(m, np.generic) else m)
     if answers is not None and int(answers) != m:
         raise ValueError(f"reward_kwargs.answers={answers} but the prompt asks for extra_info.answers={m}")
-    if info.get("example_id") is None and info.get("index") is None:
+    if given_key(info.get("example_id")) is None and info.get("index") is None:
         raise ValueError("extra_info.example_id and extra_info.index are missing: the prompt's weights are keyed on "
                          "one of them (MultiAnswerDataset adds the row number as index)")
     key = row_key(info)  # the group key every engine reads: example_id, else index
