@@ -84,8 +84,9 @@ class StepLines(TrainerCallback):
     """A compact line per logged training step on the terminal (``step_line``), and every log
     dict in full, one JSON object per line, in ``log_file`` (the trackers of ``report_to`` get
     them in full as well). With ``heartbeat`` (seconds; for a terminal without a progress bar),
-    a step that ends that long after the last line prints ``step N/M`` too, so a run whose
-    logged steps are far apart still shows it is alive. ``own_line``: start each line on a line of
+    a step that is not logged and ends that long after the last line prints ``step N/M`` too, so a
+    run whose logged steps are far apart still shows it is alive (a logged step gets its step line
+    only: one line per step). ``own_line``: start each line on a line of
     its own, for a progress bar that goes to a log file or a pipe (there a bar frame ends in a
     carriage return, not a newline, so a line written after it would share the frame's line; on a
     terminal the bar is cleared and redrawn around the line, and nothing is needed)."""
@@ -110,7 +111,7 @@ class StepLines(TrainerCallback):
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if (self.heartbeat is not None and self.print_lines and state.is_world_process_zero
-                and self.clock() - self._last_line >= self.heartbeat):
+                and not _logs_now(args, state, control) and self.clock() - self._last_line >= self.heartbeat):
             total = f"/{state.max_steps}" if state.max_steps and state.max_steps > 0 else ""
             self._write(f"step {state.global_step}{total} (next logged step line: "
                         f"every {args.logging_steps} steps)")
@@ -124,6 +125,16 @@ class StepLines(TrainerCallback):
         line = step_line(logs, state.global_step, state.max_steps)
         if line and self.print_lines:
             self._write(line)
+
+
+def _logs_now(args: Any, state: Any, control: Any) -> bool:
+    """Whether the step that just ended is logged (its step line follows at once, so a heartbeat
+    would only repeat it): transformers' flow callback has set ``control.should_log`` by the time
+    the other callbacks see the step's end; without a control, every ``logging_steps``-th step."""
+    if control is not None:
+        return bool(getattr(control, "should_log", False))
+    every = getattr(args, "logging_steps", 0) or 0
+    return every >= 1 and state.global_step % int(every) == 0
 
 
 def label_progress(trainer: Any, desc: str, *, show: bool = True, logs: bool = True) -> None:
