@@ -102,6 +102,13 @@ def test_train_prints_one_short_line_per_step_and_logs_the_rest(checkpoint, tmp_
     logged = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
     assert [entry["step"] for entry in logged if "loss" in entry] == [1, 2]
     assert all("grad_norm" in entry and "vpo/objective/gold" in entry for entry in logged if "loss" in entry)
+    # chains cut at the budget and chains with more than m answers: in the step line when not 0, run means in the summary
+    summary = json.loads(next(line for line in lines if line.startswith("{")))
+    for key, shown, name in (("completions/clipped_ratio", "% cut", "chains_at_budget"),
+                             ("vpo/over_m_rate", "% over m", "chains_over_m")):
+        shares = [entry[key] for entry in logged if "loss" in entry]
+        assert [shown in line for line in steps] == [share > 0 for share in shares], (key, shares, steps)
+        assert summary[name] == pytest.approx(sum(shares) / len(shares), abs=1e-4)
 
 
 @pytest.mark.parametrize("command,hint", [("train", "--resume-from-checkpoint latest"),

@@ -499,7 +499,7 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
               flush=True)
     from datasets import Dataset
 
-    from vpo.integrations.trl import StepLines, VPOTrainer, label_progress
+    from vpo.integrations.trl import StepLines, VPOTrainer, chain_shares, label_progress
 
     from vpo.sampling import hide_library_progress
 
@@ -571,7 +571,8 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
         trainer.train(resume_from_checkpoint=engine.resume_from_checkpoint)
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
     summary = {"task": task.name, "method": cfg.method, "answers": answers, "steps": trainer.state.global_step,
-               "first_reward": rewards[0] if rewards else None, "last_reward": rewards[-1] if rewards else None}
+               "first_reward": rewards[0] if rewards else None, "last_reward": rewards[-1] if rewards else None,
+               **chain_shares(trainer.state.log_history)}  # more than m answers, cut at the budget: run means
     if cfg.save:
         trainer.save_model(cfg.out)
         tokenizer.save_pretrained(cfg.out)

@@ -14,12 +14,12 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerCallback
 
-__all__ = ["StageProgress", "StepLines", "label_progress", "step_line"]
+__all__ = ["BUDGET_KEY", "StageProgress", "StepLines", "chain_shares", "label_progress", "step_line"]
 
 
 class StageProgress(ProgressCallback):
@@ -50,12 +50,18 @@ def _no_gradient(number: Callable[[str], float | None]) -> str | None:
     return "no gradient: nothing parsed" if number("vpo/parse_rate") == 0.0 else "no gradient: rollouts tied"
 
 
+BUDGET_KEY = "completions/clipped_ratio"
+"""TRL's share of a step's completions that reached ``max_completion_length`` without EOS."""
+
+
 def step_line(logs: Mapping[str, Any], step: int, max_steps: int) -> str | None:
     """One short line for a training log (None for a log without a reward, e.g. the run's
     summary): step, objective (TRL's ``reward``: the set score the estimator optimises), the
     mean reward per objective, KL and seconds per step, each only when logged as a number. A
     step where every group scored alike says so, and why: "no gradient: nothing parsed" (no
-    chain parsed) or "no gradient: rollouts tied" (each prompt's rollouts scored the same)."""
+    chain parsed) or "no gradient: rollouts tied" (each prompt's rollouts scored the same). The
+    shares of chains that wrote more than m answers (``vpo/over_m_rate``: "83% over m") and that
+    were cut at the token budget (``BUDGET_KEY``: "92% cut") are shown when not 0."""
     def number(key: str) -> float | None:
         value = logs.get(key)
         return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
@@ -67,17 +73,32 @@ def step_line(logs: Mapping[str, Any], step: int, max_steps: int) -> str | None:
     parts.append(f"objective {objective:.3f}" if objective is not None else "objective n/a")
     why = _no_gradient(number)
     prefix = "vpo/objective/"
-    per_objective = [f"{key[len(prefix):]} {number(key):.3f}" for key in logs
+    per_objective = [f"{key[len(prefix):]} {number(key):.2f}" for key in logs
                      if key.startswith(prefix) and number(key) is not None]
     if per_objective:
         parts.append("(" + ", ".join(per_objective) + ")")
     if why is not None:
         parts.append(why)
+    over_m, cut = number("vpo/over_m_rate"), number(BUDGET_KEY)
+    if over_m:
+        parts.append(f"{over_m:.0%} over m")  # chains that wrote more than m answers
+    if cut:
+        parts.append(f"{cut:.0%} cut")  # chains cut at the token budget
     if number("kl") is not None:
         parts.append(f"KL {number('kl'):.4f}")
     if number("step_time") is not None:
-        parts.append(f"{number('step_time'):.2f} s/step")
+        parts.append(f"{number('step_time'):.1f} s/step")
     return "  ".join(parts)
+
+
+def chain_shares(history: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
+    """A run's mean over its logged steps of the shares ``step_line`` shows: ``chains_over_m``
+    (``vpo/over_m_rate``; None where not logged: m = 1) and ``chains_at_budget`` (``BUDGET_KEY``)."""
+    out: dict[str, float | None] = {}
+    for name, key in (("chains_over_m", "vpo/over_m_rate"), ("chains_at_budget", BUDGET_KEY)):
+        values = [float(h[key]) for h in history if isinstance(h.get(key), int | float) and math.isfinite(h[key])]
+        out[name] = round(sum(values) / len(values), 4) if values else None
+    return out
 
 
 class StepLines(TrainerCallback):
