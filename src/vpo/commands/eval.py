@@ -194,7 +194,8 @@ def run_eval(cfg: EvalConfig, args: argparse.Namespace | None = None) -> dict:
         "sampling": {"backend": options.backend, "device": options.device, "dtype": options.dtype,
                      "seeding": options.seeding, "batch_size": options.batch_size or "auto"},
         # the options this evaluation used (not --search's: --iterations belongs to openevolve)
-        "config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__ if k not in ("search", "iterations")},
+        "config": {**{k: getattr(cfg, k) for k in cfg.__dataclass_fields__ if k not in ("search", "iterations")},
+                   "task": task.name},  # with --reward-funcs: own_rewards, not the --task default
         "reward_failures": failures,
         "notes": [f"{pools.truncated:.0%} of the chains hit the generation budget ({max_new} tokens) without EOS.",
                   f"{failures['failed']:,} of {failures['calls']:,} reward calls failed (raised, NaN, or no verdict in "
