@@ -144,3 +144,26 @@ def test_no_extra_is_asked_of_a_package_under_a_name_it_does_not_provide():
             assert not missing, f"[{group}] {text}: {requirement.name} provides {provided}, not {missing}"
     assert "antlr4-python3-runtime==4.9.3" in project["optional-dependencies"]["math"]
     assert importlib.metadata.version("antlr4-python3-runtime") == "4.9.3"
+
+
+def test_a_warning_during_a_command_is_one_line(tmp_path):
+    """Python shows a warning with the file, line and source line that raised it: inside vpo's
+    trainer, "return self.trainer.score_completions(...)" under the ChainFormatWarning of a real
+    run. A command shows ``warning: Category: message``, one line, as ``vpo rewards check`` does."""
+    code = ("import sys, warnings\n"
+            "import vpo.commands.demo as demo\n"
+            "from vpo.step_metrics import ChainFormatWarning\n"
+            "def run(args):\n"
+            "    warnings.warn('only 0 of 8 completions parsed', ChainFormatWarning, stacklevel=1)\n"
+            "    return 0\n"
+            "demo.run = run\n"
+            "from vpo.cli import main\n"
+            "sys.exit(main(['demo']))\n")
+    import vpo
+
+    src = str(Path(vpo.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                         env=env)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr == "warning: ChainFormatWarning: only 0 of 8 completions parsed\n", run.stderr
