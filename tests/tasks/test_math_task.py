@@ -18,13 +18,14 @@ pytest.importorskip("math_verify")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+from timed_checks import LIMIT_SLACK  # noqa: E402
 from vpo import metrics as M  # noqa: E402
 from vpo.tasks import get_task, list_tasks  # noqa: E402
 from vpo.tasks.math import _Checker, final_answer, last_boxed, split_parts  # noqa: E402
 
 TIMEOUT = 1.0
 GRACE = 0.5
-LIMIT = TIMEOUT + GRACE + 1.0  # the promised bound per answer plus slack for a busy machine
+LIMIT = LIMIT_SLACK * (TIMEOUT + GRACE)  # the promised bound per answer, several times over for a busy machine
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +38,9 @@ def task():
 
 
 def allowed(task):
-    """The per-answer bound: timeout + grace, plus one worker start (a few seconds on a busy
-    machine) once a stuck worker has been killed, since its successor starts on the next call."""
+    """The per-answer bound: ``LIMIT`` (timeout + grace, ``LIMIT_SLACK`` times over), plus one worker
+    start (a few seconds on a busy machine) once a stuck worker has been killed, since its successor
+    starts on the next call."""
     return LIMIT + (8.0 if task._checker.restarts else 0.0)
 
 
