@@ -109,14 +109,12 @@ def score_task_chains(task: Task, texts: Sequence[str], examples: Sequence[Examp
     answers in its tags; through ``log``, the chain metrics of that same pass
     (``vpo.step_metrics.chain_metrics``, the names every engine logs: ``vpo/answers_parsed``,
     ``vpo/parse_rate``, ``vpo/duplicate_rate``, ``vpo/objective/<name>``; ``vpo/over_m_rate`` for
-    m > 1) and ``vpo/reward_failures``
-    (the step's failed reward calls, ``task.failures``; past its ``max_failure_rate`` this raises
+    m > 1) and ``vpo/reward_failures`` (the step's failed reward calls, ``task.failures``; past its ``max_failure_rate`` this raises
     ``RewardFailureError``). ``untagged_fallback``: a chain with no parseable answer (m > 1) is
     scored as one answer, its whole text (``task.score_chain(text, example, 1)``), padded as the
     task pads."""
     counts: dict[str, list[int]] = {"answers": [], "parsed": [], "duplicates": []}
     matrices = []
-    written = [written_answers(text, task.rewrite_rule.tag) for text in texts] if m > 1 else None
     for text, example in zip(texts, examples, strict=True):
         stats: dict[str, int] = {}
         matrix = np.asarray(task.score_chain(text, example, m, stats=stats), dtype=np.float64)
@@ -133,6 +131,7 @@ def score_task_chains(task: Task, texts: Sequence[str], examples: Sequence[Examp
             log(name, value)
         names = task.objective_names(examples[0]) if examples else ()
         best = [mat.max(axis=0) if mat.size else np.zeros(mat.shape[1]) for mat in matrices]
+        written = [written_answers(text, task.rewrite_rule.tag) for text in texts] if m > 1 else None
         for name, value in chain_metrics(**counts, best=best, names=names, parse_rate=True, written=written,
                                          m=m).items():
             log(name, value)
