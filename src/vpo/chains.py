@@ -5,8 +5,8 @@ Usage::
     rule = RewriteRule("maze", pattern=r"Answer with .*?</answer>\\.", template=MAZE_TEMPLATE)
     prompt_m = rewrite_prompt(prompt, 3, rule)            # ValueError naming "maze" if no match
     answers = parse_answers(text, 3, tag="route", fallbacks=True)   # exactly 3 strings
-    written_answers(text, "route")                        # tagged answers written: more than m?
     text = format_chain(["UP", "LEFT"], tag="route")      # "<route_1>UP</route_1>\n<route_2>LEFT</route_2>"
+    written_answers(text + "<route_3>DOWN<route_4>UP", "route")   # 4: more answers than m = 3 asked for
     kept = dedup(answers, key=normalise)                  # first occurrences, in order
     matrix = pad_rows(vectors, 3, dim=4)                  # (3, 4), zero rows appended
     matrix, dropped = finish_chain(vectors, 3)            # dedup (equal vectors) + padding: one chain
