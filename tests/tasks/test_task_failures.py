@@ -10,23 +10,28 @@ import json
 import logging
 import math
 import string
+import threading
 import time
 
 import numpy as np
 import pytest
 
+from timed_checks import HANG_S, within_limit
 from toy_tasks import LetterTask, RatesTask
 from vpo.chains import RewriteRule
 from vpo.reward_failures import FAILED_CALL, RewardFailureError, RewardFailurePolicy, RewardFailures
 from vpo.tasks import register_task
 
-SLEEP_S = 1.0
+SLEEP_S = HANG_S
+RELEASE = threading.Event()
+"""Ends a "slow" answer's hang (set by the test once it has its result)."""
 NEVER_STOP = RewardFailurePolicy(max_failure_rate=1.0)
 
 
 class BuggyAB(RatesTask):
     """The fractions of 'a' and 'b' in an answer, by a scorer that raises on "boom" and on every
-    answer to an example with ``fails`` set, returns NaN (for 'a') on "nan" and sleeps on "slow"."""
+    answer to an example with ``fails`` set, returns NaN (for 'a') on "nan" and hangs on "slow"
+    (``SLEEP_S``, or until ``RELEASE``)."""
 
     name = "toy_buggy"  # not registered: the contract test runs over every registered task
     rewrite_rule = RewriteRule("toy_buggy", template=":{m}:", pattern=":")
@@ -36,7 +41,7 @@ class BuggyAB(RatesTask):
         if "boom" in s or example.get("fails"):
             raise KeyError(f"no rule for {s!r}")
         if "slow" in s:
-            time.sleep(SLEEP_S)
+            RELEASE.wait(SLEEP_S)
         vector = super().score(text, example)
         return np.array([math.nan, vector[1]]) if "nan" in s else vector
 
@@ -69,9 +74,13 @@ def test_failed_answers_score_zero_are_counted_and_each_kind_is_logged_once(capl
 def test_a_scorer_past_the_time_limit_fails_its_call_and_the_rate_stops_the_run():
     task = BuggyAB()
     task.failures = task.failures.with_policy(RewardFailurePolicy(time_limit=0.3, max_failure_rate=0.4))
+    RELEASE.clear()
     began = time.monotonic()
     matrix = task.score_chain("slow a|ab", {"id": 1, "fails": False}, 2)
-    assert time.monotonic() - began < SLEEP_S  # abandoned at the limit, not waited for
+    hanging = not RELEASE.is_set() and any(t.name == "vpo-reward-call" and t.is_alive() for t in threading.enumerate())
+    assert time.monotonic() - began < SLEEP_S and hanging  # abandoned at the limit, not waited for
+    within_limit(time.monotonic() - began, 0.3)
+    RELEASE.set()
     np.testing.assert_array_equal(matrix, np.zeros((2, 2)))  # the call's answers all fail
     with pytest.raises(RewardFailureError, match=r"2 of 2 reward calls failed .*'toy_buggy' \(2\).*"
                                                  r"max_failure_rate=0.4"):

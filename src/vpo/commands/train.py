@@ -61,7 +61,7 @@ class TrainArgs(RewardFuncsOptions, EstimatorOptions):
     """What to train, on what, and where to write it (the RL hyperparameters are RLConfig's)."""
 
     task: str = field(default="", metadata={"help": task_help})
-    model: str = field(default="", metadata={"help": "model folder, cached hub id, or .gguf file"})
+    model: str = field(default="", metadata={"help": "model folder, cached hub id, .gguf file, or smollm2"})
     answers: int | None = field(
         default=None, metadata={"help": "answers per rollout m (default 3 for multi-answer estimators, else 1)",
                                 "min": 1})
@@ -434,7 +434,7 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     from vpo.checkpoints import check_checkpoints, format_record_callback
     from vpo.estimators import get_spec
     from vpo.formats import FORMAT_FILE, TaskFormat, load_format, resolve_task_params
-    from vpo.models import check_model_path, load_pretrained
+    from vpo.models import check_model_path, load_pretrained, resolve_model
     from vpo.runs import atomic_write_text, check_claim, claim_out_dir
     from vpo.tasks import get_task
 
@@ -456,6 +456,8 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
                                    seed=rl.seed)
     estimator_scale(getattr(engine, "scale_rewards", None), spec, options.get("scale"), flag=True)  # as VPOTrainer
     answers = answers_for(cfg.method, cfg.answers)  # VPOTrainer says the same, but only once the model has loaded
+    cfg = copy.copy(cfg)
+    cfg.model = resolve_model(cfg.model)  # an alias (smollm2) is its file from here on, as in every command
     check_model_path(cfg.model)
     # the first stage line, within seconds: TRL's import and the training rows come next
     print(f"train {cfg.method} (m = {answers}) from {cfg.model}: checking the settings, building the training rows",
@@ -523,7 +525,7 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
         print(f"resuming from {engine.resume_from_checkpoint} (step {state['global_step']})", flush=True)
     from datasets import Dataset
 
-    from vpo.integrations.trl import StepLines, VPOTrainer, label_progress
+    from vpo.integrations.trl import StepLines, VPOTrainer, chain_shares, label_progress
 
     from vpo.sampling import hide_library_progress
 
@@ -598,7 +600,8 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
         trainer.train(resume_from_checkpoint=engine.resume_from_checkpoint)
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
     summary = {"task": task.name, "method": cfg.method, "answers": answers, "steps": trainer.state.global_step,
-               "first_reward": rewards[0] if rewards else None, "last_reward": rewards[-1] if rewards else None}
+               "first_reward": rewards[0] if rewards else None, "last_reward": rewards[-1] if rewards else None,
+               **chain_shares(trainer.state.log_history)}  # more than m answers, cut at the budget: run means
     if cfg.save:
         trainer.save_model(cfg.out)
         tokenizer.save_pretrained(cfg.out)

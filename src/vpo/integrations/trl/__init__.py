@@ -42,7 +42,7 @@ _EXPORTS = {
                 "score_and_log", "score_task_chains"),
     "trainer": ("COLLINEAR_STEPS", "EXPECTED_TRL_HOOKS", "PRIVATE_MEMBERS", "TRL_VERSIONS", "VPOTrainer",
                 "check_trl_hooks"),
-    "progress": ("StageProgress", "StepLines", "label_progress", "step_line"),
+    "progress": ("BUDGET_KEY", "StageProgress", "StepLines", "chain_shares", "label_progress", "step_line"),
 }
 _SHARED = {"completion_text": "vpo.rewards", "prompt_key": "vpo.rewards"}
 """Names re-exported from the core (they were importable from here)."""
