@@ -40,7 +40,6 @@ from vpo.estimators import (WEIGHT_OPTIONS, WeightOptions, advantages_from_score
 from vpo.integrations.trl.config import map_trl_options
 from vpo.integrations.trl.scorers import FunctionScorer, ScoredChains, TaskScorer
 from vpo.reward_failures import RewardFailurePolicy, RewardFailures
-from vpo.rewards import completion_text
 from vpo.step_metrics import ParseWatch, StillObjectiveWatch, score_metrics
 from vpo.tasks.base import Example, Task
 
