@@ -82,8 +82,8 @@ __all__ = [
     "objective_names",
     "prompt_key",
     "rewrite_chain_prompt",
-    "score_answers",
     "score_chains",
+    "score_every_answer",
     "score_with_model",
     "single_answer",
 ]
@@ -672,7 +672,7 @@ class _ExtraLog:
             self.log_extra(column, grouped)
 
 
-def score_answers(reward_funcs: Sequence[Any], prompts: Sequence[Any], completions: Sequence[Any],
+def score_every_answer(reward_funcs: Sequence[Any], prompts: Sequence[Any], completions: Sequence[Any],
                   answers: int = 3, *, reward_names: Sequence[Any] | None = None,
                   reward_processing_classes: Any = None, call: Callable[..., Any] | None = None,
                   tag: str | None = CHAIN_TAG, failures: RewardFailures | None = None,
@@ -875,7 +875,7 @@ def score_chains(reward_funcs: Any, prompts: Sequence[Any], completions: Sequenc
     columns (B,) each, repeated per answer. ``group_ids`` (B,) defaults to ``group_keys`` (the
     ``example_id`` column, else the prompt). ``scaling``: see ``SCALINGS`` (None: no scaling).
     ``call``, ``failures``, ``untagged_fallback`` and ``completion_ids`` (the completions' tokens,
-    for chain-level functions that read them): see ``score_answers``. ``tag``: the chains'
+    for chain-level functions that read them): see ``score_every_answer``. ``tag``: the chains'
     numbered tag; by default ``CHAIN_TAG`` for m > 1, and at m = 1 the whole completion is the one
     answer, as ``GRPOTrainer`` and ``VPOTrainer`` score it (pass ``tag=CHAIN_TAG`` to read a tagged
     single answer). Raises ValueError for misaligned inputs or bad options.
@@ -885,7 +885,7 @@ def score_chains(reward_funcs: Any, prompts: Sequence[Any], completions: Sequenc
         raise ValueError(f"answers must be a positive integer, got {answers!r}")
     if tag is _DEFAULT_TAG:
         tag = CHAIN_TAG if answers > 1 else None
-    scored = score_answers(reward_funcs, prompts, completions, answers, reward_names=reward_names,
+    scored = score_every_answer(reward_funcs, prompts, completions, answers, reward_names=reward_names,
                            reward_processing_classes=reward_processing_classes, call=call, tag=tag,
                            failures=failures, untagged_fallback=untagged_fallback, completion_ids=completion_ids,
                            **columns)
@@ -938,3 +938,12 @@ def objective_diagnostics(vectors: Any) -> dict[str, Any]:
     off = corr[~np.eye(dim, dtype=bool)]
     return {"correlation": corr, "effective_dim": effective_dimension(rows),
             "mean_abs_correlation": float(np.abs(off).mean()) if off.size else float("nan")}
+
+
+def __getattr__(name: str) -> Any:
+    """``score_answers``: the earlier name of ``score_every_answer`` (dated deprecation)."""
+    if name == "score_answers":
+        from vpo.deprecation import deprecated
+
+        return deprecated(score_every_answer, f"{__name__}.score_answers", f"{__name__}.score_every_answer")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,7 +12,9 @@ Usage (full command in ``recipes/openrlhf/``)::
 
 OpenRLHF has no estimator registry, so VPO runs as "reward = the rollout's set score R_g,
 advantage = OpenRLHF's ``group_norm``" (Bessel std, eps 1e-9; docs/algorithm.md §1: the VPO work
-is all in the per-rollout score as long as a prompt's rollouts share the K weights).
+is all in the per-rollout score as long as a prompt's rollouts share the K weights). The score
+comes from the one rollout scorer (``vpo.integrations.rollout_scorer``) that verl's
+``compute_score`` and TRL's stock rewards call too; this file imports neither of them.
 
 The file is loaded by ``importlib.util.spec_from_file_location("reward_func", path)``, so it
 uses absolute imports of the installed ``vpo`` only. OpenRLHF calls it in a thread with lists
@@ -54,8 +56,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vpo.estimators.options import WeightOptions
-from vpo.integrations.verl import reward_methods, score_rollout
-from vpo.integrations.verl_recipe import reward_step_metrics
+from vpo.integrations.rollout_scorer import reward_methods, reward_step_metrics, score_rollout
 
 logger = logging.getLogger("vpo.integrations.openrlhf")
 
