@@ -77,6 +77,13 @@ def test_openrlhf_reward_func_scores_through_it():
     assert out["rewards"] == direct["score"] == compute_score("maze", text, row["reward_model"]["ground_truth"],
                                                               row["extra_info"])["score"]
     assert out["extra_logs"]["vpo/set_score"] == out["rewards"]
+    single, gold = _row_and_text(1)
+    example = json.loads(single["reward_model"]["ground_truth"])
+    for asked in (None, True):
+        label = openrlhf.make_label("maze", example, m=1, index=0, task_params={"size": 5}, method="grpo",
+                                    example_id=single["extra_info"]["example_id"], set_score=asked)
+        logs = openrlhf.reward_func(["q " + gold], ["q "], [label])["extra_logs"]
+        assert ("vpo/set_score" in logs) is bool(asked)
 
 
 def test_earlier_names_still_work_and_warn_with_a_date():

@@ -32,7 +32,8 @@ Label (``--data.label_key label``): a JSON object (string or already decoded), w
   group z-norm of the rollout score: ``vpo``, ``multi_rlvr``, ``grpo``, ``random_weight``,
   ``goal_conditioned``; default ``vpo``), ``num_weights``, ``alpha``, ``sampler``, ``seed``
   (``WeightOptions``' defaults: 100, 1.0, ``iid``, 0), ``options`` (the method's own reduction
-  options, e.g. a temperature; default {}): optional. They live in the label,
+  options, e.g. a temperature; default {}), ``set_score`` (true: also log VPO's set score for a
+  method other than ``vpo``, a draw of K weights per sample): optional. They live in the label,
   not in environment variables, because OpenRLHF's reward workers are Ray actors that need
   not see the launcher's environment: a run's reward is defined by its data file alone.
 
@@ -61,7 +62,7 @@ from vpo.integrations.rollout_scorer import reward_methods, reward_step_metrics,
 logger = logging.getLogger("vpo.integrations.openrlhf")
 
 LABEL_REQUIRED = ("task", "example", "m", "index")
-LABEL_OPTIONS = {"task_params": None, "method": "vpo", "example_id": None, "options": None,
+LABEL_OPTIONS = {"task_params": None, "method": "vpo", "example_id": None, "options": None, "set_score": None,
                  **WeightOptions().as_dict()}
 """Optional label fields and their defaults."""
 
@@ -80,7 +81,8 @@ def make_label(task: str, example: Mapping[str, Any], *, m: int, index: int | st
                task_params: Mapping[str, Any] | None = None, method: str = "vpo",
                num_weights: int = WeightOptions.num_weights, alpha: float = WeightOptions.alpha,
                sampler: str = WeightOptions.sampler, seed: int = WeightOptions.seed,
-               example_id: str | None = None, options: Mapping[str, Any] | None = None) -> str:
+               example_id: str | None = None, options: Mapping[str, Any] | None = None,
+               set_score: bool | None = None) -> str:
     """The JSON label of one prompt (what ``reward_func`` reads back)."""
     if method not in reward_methods():
         raise ValueError(f"method={method!r} is not one of {', '.join(reward_methods())}")
@@ -92,6 +94,8 @@ def make_label(task: str, example: Mapping[str, Any], *, m: int, index: int | st
         label["example_id"] = str(example_id)
     if options:
         label["options"] = dict(options)
+    if set_score is not None:
+        label["set_score"] = bool(set_score)
     return json.dumps(label, sort_keys=True)
 
 
@@ -185,7 +189,7 @@ def reward_func(queries: Sequence[str], prompts: Sequence[str], labels: Sequence
         result = score_rollout(label["task"], text, label["example"], m=label["m"], key=key,
                                method=label["method"], num_weights=label["num_weights"], alpha=label["alpha"],
                                sampler=label["sampler"], seed=label["seed"], task_params=label["task_params"],
-                               options=label["options"])
+                               options=label["options"], set_score=label["set_score"])
     except Exception as err:  # OpenRLHF swallows this at INFO level: say it loudly first
         logger.error("vpo reward_func failed: %s", err)
         print(f"vpo reward_func failed: {type(err).__name__}: {err}", file=sys.stderr, flush=True)

@@ -163,11 +163,6 @@ class EstimatorReward(TaskReward):
         self.options = WeightOptions(num_weights=num_weights, alpha=alpha, sampler=sampler, seed=seed)
         self.__name__ = estimator
 
-    def weights(self, prompt: Any, step: int, dim: int) -> np.ndarray:
-        """The (K, D) weights of the group keyed ``prompt`` (its example_id or prompt text) at ``step``."""
-        o = self.options
-        return _keyed_weights(o.seed, prompt_key(prompt), step, o.num_weights, dim, alpha=o.alpha, sampler=o.sampler)
-
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any],
                  completion_ids: Sequence[Any] | None = None, **kwargs: Any) -> list[float]:
         from vpo.goals import goal_of
@@ -201,6 +196,15 @@ class VPOReward(EstimatorReward):
                  sampler: str = WeightOptions.sampler, untagged_fallback: bool = False) -> None:
         super().__init__(task, "vpo", answers, seed=seed, num_weights=num_weights, alpha=alpha, sampler=sampler,
                          untagged_fallback=untagged_fallback)
+
+    def weights(self, prompt: Any, step: int, dim: int) -> np.ndarray:
+        """The (K, D) weights of the group keyed ``prompt`` (its example_id or prompt text) at ``step``
+        (the one writer of a group's context, ``vpo.estimators.reduction_context``)."""
+        from vpo.estimators import reduction_context
+
+        o = self.options
+        return reduction_context(self.spec, key=prompt_key(prompt), dim=dim, seed=o.seed, step=step,
+                                 num_weights=o.num_weights, alpha=o.alpha, sampler=o.sampler)["weights"]
 
 
 def __getattr__(name: str) -> Any:
