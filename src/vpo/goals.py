@@ -10,8 +10,9 @@ Usage::
 
 The weights of a row are random-weighting GRPO's goal for that row, from the one writer of a
 group's context (``vpo.estimators.reduction_context``: ``vpo.weights.group_weights([key], 1, D,
-seed=seed)``), fixed for the whole run (as in the authors' release). They travel inside the example (the verl ground truth, the TRL ``example`` column), so
-the reward uses exactly the weights the prompt stated.
+seed=seed)``), fixed for the whole run (as in the authors' release). They travel inside the
+example (the verl ground truth, the TRL ``example`` column), so the reward uses exactly the
+weights the prompt stated.
 """
 
 from __future__ import annotations

@@ -318,7 +318,8 @@ def test_chain_matrix_errors():
 def test_score_answers_is_chain_matrix_under_its_earlier_name():
     import vpo.chains
 
-    with pytest.warns(DeprecationWarning, match=r"vpo\.chains\.score_answers is deprecated since 2026-11-28.*chain_matrix"):
+    with pytest.warns(DeprecationWarning, match=r"vpo\.chains\.score_answers is deprecated since 2026-11-28.*"
+                                                r"chain_matrix"):
         out = vpo.chains.score_answers(["UP", "UP"], _moves_score, 2, 2)
     np.testing.assert_array_equal(out, chain_matrix(["UP", "UP"], _moves_score, 2, 2))
 

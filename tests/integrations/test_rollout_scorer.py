@@ -4,7 +4,6 @@ another method costs a draw only when asked for; the earlier names still work, w
 warning."""
 
 import ast
-import importlib
 import json
 from pathlib import Path
 

@@ -43,9 +43,10 @@ per-rollout score, is one whole-batch function. Engines with one scalar reward p
 ``rollout_score`` and ``advantages_from_scores``. ``check.check_estimator`` checks an estimator
 against the contract.
 
-Modules: ``registry`` (registration and look-up), ``spec`` (what an adapter reads), ``reductions``, ``rules``, ``derive``, ``context`` (the group
-context: keyed weights, goal, scalar), ``check``, ``options`` (the knobs and engine presets),
-``normalize``, ``vpo`` (with ``vpo_reference``, a plain loop), ``baselines``.
+Modules: ``registry`` (registration and look-up), ``spec`` (what an adapter reads),
+``reductions``, ``rules``, ``derive``, ``context`` (the group context: keyed weights, goal,
+scalar), ``check``, ``options`` (the knobs and engine presets), ``normalize``, ``vpo`` (with
+``vpo_reference``, a plain loop), ``baselines``.
 """
 
 from __future__ import annotations

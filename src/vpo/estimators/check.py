@@ -11,8 +11,9 @@ Usage::
 
 What it checks: the halves take what the derived function passes them (the reduction one
 matrix, the rule the scores and the group ids, their options keyword-only), and a spec that
-keys weights has a reduction that reads them; then, on small random batches with the options an adapter would inject (a seed, a
-step for per-step weights, the stated goal weights for prompt-conditioned estimators):
+keys weights has a reduction that reads them; then, on small random batches with the options an
+adapter would inject (a seed, a step for per-step weights, the stated goal weights for
+prompt-conditioned estimators):
 advantages and scores have shape (B,) and are finite; a batch whose groups hold identical
 rollouts gets zero advantages; permuting the rollouts permutes the results (groups need not be
 contiguous); a group's scores do not depend on the rest of the batch (keyed weights); the

@@ -19,8 +19,8 @@ import numpy as np
 
 from vpo.objective import RewardBatch
 
-__all__ = ["Diagnostics", "EstimatorResult", "ZERO_STD", "apply_scalar", "base_diagnostics", "make_result", "require_single_answer",
-           "same_value"]
+__all__ = ["Diagnostics", "EstimatorResult", "ZERO_STD", "apply_scalar", "base_diagnostics", "make_result",
+           "require_single_answer", "same_value"]
 
 ZERO_STD = 1e-6
 """Groups whose score std is below this count in ``<name>/frac_zero_std``."""

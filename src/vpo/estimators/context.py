@@ -7,7 +7,7 @@ Usage::
     from vpo.estimators.context import group_context, reduction_context
     spec = get_spec("vpo")
     context = group_context(spec, ["train-3", "train-4"], 4, seed=0, step=7)   # G = 2 groups, D = 4
-    context["weights"].shape                     # (2, 100, 4): a GroupWeights, drawn a block at a time
+    context["weights"].shape                     # (2, 100, 4): a GroupWeights, drawn once for the groups
     one = reduction_context(spec, key="train-4", dim=4, seed=0, step=7)        # one group: (K, D) arrays
     np.testing.assert_allclose(one["weights"], context["weights"][1])
 
@@ -24,7 +24,6 @@ Shape glossary: B rollouts, G groups, K weights, D objectives.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
@@ -32,7 +31,7 @@ import numpy as np
 
 from vpo.estimators.options import WeightOptions
 from vpo.objective import GroupWeights, RewardBatch, check_weights
-from vpo.weights import FIXED, group_weights, keyed_exponentials, keyed_simplex, sample_simplex, stream_keys
+from vpo.weights import FIXED, group_weights, keyed_exponentials, sample_simplex, stream_keys
 
 __all__ = ["explicit_goal_weights", "explicit_weights", "group_context", "group_weight_keys", "reduction_context"]
 
@@ -50,10 +49,18 @@ def _source(seed: Any, rng: Any, step: Any) -> np.random.Generator | None:
     return None
 
 
-def _keyed_block(keys: np.ndarray, num: int, dim: int, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
-    """Keyed Dirichlet(1) weights of groups start..stop-1: (c, D, K) exponentials, scale 1 / sum."""
-    exps = keyed_exponentials(keys[start:stop], num, dim)
-    return exps, 1.0 / exps.sum(axis=1)
+def _keyed_dirichlet(keys: np.ndarray, num: int, dim: int) -> GroupWeights:
+    """Keyed Dirichlet(1) weights of the G groups ``keys``, drawn once for all of them: the (G, D, K)
+    standard exponentials and their scale 1 / sum (applied after the max over answers), and, as
+    rows, the exponentials normalised (``vpo.weights.keyed_simplex``, the same numbers)."""
+    exps = keyed_exponentials(keys, num, dim)
+    scale = 1.0 / exps.sum(axis=1)
+
+    def rows(start: int, stop: int) -> np.ndarray:
+        block = exps[start:stop]
+        return (block / block.sum(axis=1, keepdims=True)).transpose(0, 2, 1)
+
+    return GroupWeights(num, len(keys), dim, lambda start, stop: (exps[start:stop], scale[start:stop]), rows)
 
 
 def _draw(keys: Sequence[Hashable], dim: int, options: WeightOptions, seed: Any, step: Any,
@@ -68,9 +75,7 @@ def _draw(keys: Sequence[Hashable], dim: int, options: WeightOptions, seed: Any,
                                               for _ in keys]))
     step = FIXED if step is None else step
     if sampler == "iid" and alpha == 1.0 and dim > 1:
-        ints = stream_keys(keys, seed=seed, step=step)
-        return GroupWeights(num, len(keys), dim, functools.partial(_keyed_block, ints, num, dim),
-                            lambda start, stop: keyed_simplex(ints[start:stop], num, dim))
+        return _keyed_dirichlet(stream_keys(keys, seed=seed, step=step), num, dim)
     return GroupWeights.stacked(group_weights(keys, num, dim, seed=seed, step=step, alpha=alpha, sampler=sampler))
 
 

@@ -48,7 +48,8 @@ def group_contexts(spec: Any, batch: RewardBatch, options: dict[str, Any]) -> li
     fixed = options.get("weights") if "weights" in needs else None
     stated = options.get("goal_weights") if spec.conditions_prompt and "goal" in needs else None
     if fixed is not None:
-        given = [n for n in _SAMPLING if options.get(n) is not None and not same_value(options[n], spec.defaults.get(n))]
+        given = [n for n in _SAMPLING
+                 if options.get(n) is not None and not same_value(options[n], spec.defaults.get(n))]
         if given:
             raise ValueError(f"weights= fixes the weights; do not also pass {', '.join(given)}")
     if stated is not None:

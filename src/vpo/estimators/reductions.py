@@ -37,7 +37,7 @@ K weights, R answer rows.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np

@@ -74,8 +74,9 @@ def _options_of_halves(name: str, reduce: Any, advantage: Any, weights: str | No
     options = ["goal_weights"] if conditions_prompt else []
     options += [o for entry in CONTEXT if entry in context for o in SOURCE_OPTIONS[entry] if o not in options]
     declared: dict[str, tuple[Any, str]] = {"goal_weights": (None, "the registry")} if conditions_prompt else {}
-    sources = [(f"its {role} {rule.__name__}", {p.name: p.default for p in inspect.signature(rule).parameters.values()
-                                                if p.kind is p.KEYWORD_ONLY and not (role == "reduce" and p.name in CONTEXT)})
+    sources = [(f"its {role} {rule.__name__}",
+                {p.name: p.default for p in inspect.signature(rule).parameters.values()
+                 if p.kind is p.KEYWORD_ONLY and not (role == "reduce" and p.name in CONTEXT)})
                for role, rule in (("reduce", reduce), ("advantage", advantage))]
     unknown = sorted(set(defaults or {}) - set(options) - {o for _, params in sources for o in params})
     if unknown:
@@ -131,7 +132,8 @@ def _check_name_free(name: str, reduce: Any, advantage: Any, whole: Any = None, 
     same = [where(f) for f in (existing.reduce, existing.advantage, held_whole)] == [
         where(f) for f in (reduce, advantage, whole)]
     if not same or (existing.fast and fast and where(existing.fast) != where(fast)):
-        raise ValueError(f"estimator {name!r} is already registered to {existing.fast or existing.reduce or held_whole!r}")
+        held = existing.fast or existing.reduce or held_whole
+        raise ValueError(f"estimator {name!r} is already registered to {held!r}")
 
 
 class RegisteredEstimator:

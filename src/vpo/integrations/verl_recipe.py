@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from vpo.integrations.rollout_scorer import reward_step_metrics
 

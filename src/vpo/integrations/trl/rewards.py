@@ -51,8 +51,8 @@ __all__ = ["EstimatorReward", "TaskReward", "VPOReward", "estimator_reward", "pa
            "vpo_reward"]
 
 _COLUMNS = {"example": "the task example as JSON", "task": "the task's name",
-            "method": "the registered estimator each row trains with; `vpo data export TASK --format trl --method NAME` "
-                      "writes it"}
+            "method": "the registered estimator each row trains with; `vpo data export TASK --format trl "
+                      "--method NAME` writes it"}
 
 
 def _keyed_weights(seed: int, key: str, step: int, num: int, dim: int, *, alpha: float = 1.0,
