@@ -322,8 +322,8 @@ class GroupWeights:
     non-negative, ``scale`` (c, K) positive or None (all ones). Weight vector k of group g is
     ``scale[g, k] * w[g, :, k]``; the scale is applied after the max over answers, since
     max_i (s w) . r_i = s max_i w . r_i for s > 0, so normalising unnormalised draws costs
-    (c, K) work instead of a pass over the weights, and a block is drawn where it is used
-    (``bucket_scores``) while it is in cache. ``rows(start, stop)`` gives the same groups'
+    (c, K) work instead of a pass over the weights (``bucket_scores`` takes a block of groups at a
+    time, so its products stay in cache). ``rows(start, stop)`` gives the same groups'
     weights as a (c, K, D) array (default: from ``block``). ``np.asarray(weights)`` is the whole
     (G, K, D) array and ``weights[g]`` group g's (K, D).
     """

@@ -83,7 +83,7 @@ def _set_score_batched(stack: Any, *, weights: Any) -> np.ndarray:
 
     if not isinstance(weights, GroupWeights):
         weights = GroupWeights.stacked(np.asarray(weights, dtype=np.float64))
-    scores = bucket_scores(stack.padded, weights)[0]  # each block of groups' weights drawn where it is used
+    scores = bucket_scores(stack.padded, weights)[0]  # a block of groups at a time, normalised after the max
     scores[stack.counts == 0] = 0.0  # an empty rollout scores 0 even when rewards can be < 0
     return scores
 

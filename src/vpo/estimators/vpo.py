@@ -8,10 +8,11 @@ Usage::
     result.advantages   # (B,) (R_b - mean_g) / (std_g + 1e-6), population std; 0 if std_g < 1e-6
 
 VPO is its two halves, ``reductions.set_score`` and ``rules.group_norm``, like every estimator:
-``get_estimator("vpo")`` is the function derived from them (``derive``), whose batched set score
-draws each block of groups' keyed weights inside the blocked scoring loop
-(``vpo.objective.bucket_scores``), and ``pool_scores`` its two extra diagnostics;
-``vpo_reference`` is the same estimator as a plain loop, for reading and for tests.
+``get_estimator("vpo")`` is the function derived from them (``derive``): the groups' keyed
+weights drawn once, unnormalised (``vpo.estimators.context``), then scored a block of groups at a
+time and normalised after the max (``vpo.objective.bucket_scores``); ``pool_scores`` are its two
+extra diagnostics; ``vpo_reference`` is the same estimator as a plain loop, for reading and for
+tests.
 
 Shape glossary: B rollouts, G groups, M answers per chain, D objectives, K weights.
 """
