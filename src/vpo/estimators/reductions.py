@@ -36,7 +36,6 @@ K weights, R answer rows.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +43,7 @@ import numpy as np
 
 from vpo.estimators.common import apply_scalar
 from vpo.estimators.context import reduction_context
+from vpo.estimators.spec import keyword_options
 
 __all__ = ["CONTEXT", "batched", "fixed_scalar", "reduction_context", "rollout_score", "scalar_sum", "set_score",
            "weighted"]
@@ -158,7 +158,7 @@ def rollout_score(spec: Any, matrix: Any, **context: Any) -> float:
     if spec.reduce is None:
         raise ValueError(f"estimator {spec.name!r} has no per-rollout reduction (it needs the whole reward "
                          "vectors); an engine with one scalar reward per rollout cannot train it")
-    accepted = reduce_parameters(spec.reduce)
+    accepted = keyword_options(spec.reduce)
     unknown = sorted(set(context) - set(accepted) - set(CONTEXT))
     if unknown:
         raise ValueError(f"estimator {spec.name!r}: its reduction takes no option(s) {', '.join(unknown)}; "
@@ -168,8 +168,3 @@ def rollout_score(spec: Any, matrix: Any, **context: Any) -> float:
     if not np.isfinite(value):
         raise ValueError(f"estimator {spec.name!r}: its reduction returned {value}")
     return value
-
-
-def reduce_parameters(fn: Callable) -> tuple[str, ...]:
-    """The keyword-only parameter names of a reduction or advantage rule."""
-    return tuple(p.name for p in inspect.signature(fn).parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY)
