@@ -253,23 +253,25 @@ _ONE_BITS = np.uint32(0x3F800000)  # float32 1.0
 _BELOW_ONE = np.float32(1.0 - 2.0**-24)
 
 
-def _keyed_uniforms(keys: np.ndarray, counters: np.ndarray) -> np.ndarray:
+def _keyed_uniforms(keys: np.ndarray, counters: np.ndarray, words: np.ndarray | None = None,
+                    spare: np.ndarray | None = None) -> np.ndarray:
     """float32 (G, *counters.shape): entry [g, *i] is the uniform of counter ``counters[i]``
     under ``keys[g]`` (see ``counter_uniforms``). ``keys`` (G,) uint64; ``counters`` uint32,
-    in whatever layout the caller wants the uniforms in."""
-    low = (keys & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-    high = (keys >> np.uint64(32)).astype(np.uint32)
+    in whatever layout the caller wants the uniforms in. ``words`` and ``spare``: uint32 buffers
+    of the result's shape to work in (the uniforms are a float32 view of ``words``)."""
     expand = (slice(None),) + (None,) * counters.ndim
-    bits = (counters * _GOLDEN32)[None] ^ low[expand]  # broadcast allocates the (G, ...) block once
-    spare = np.empty_like(bits)
-    _mix32(bits, spare)
-    bits ^= high[expand]
-    _mix32(bits, spare)
+    shape = (keys.size, *counters.shape)
+    words = np.empty(shape, dtype=np.uint32) if words is None else words
+    spare = np.empty(shape, dtype=np.uint32) if spare is None else spare
+    np.bitwise_xor((counters * _GOLDEN32)[None], (keys & np.uint64(0xFFFFFFFF)).astype(np.uint32)[expand], out=words)
+    _mix32(words, spare)
+    words ^= (keys >> np.uint64(32)).astype(np.uint32)[expand]
+    _mix32(words, spare)
     # u = (b + 1/2) 2**-23 for the top 23 bits b, exactly: the float32 with b as mantissa is
     # 1 + b 2**-23, and minus (1 - 2**-24) its difference is representable, so no rounding
-    bits >>= _S9
-    bits |= _ONE_BITS
-    uniforms = bits.view(np.float32)
+    words >>= _S9
+    words |= _ONE_BITS
+    uniforms = words.view(np.float32)
     uniforms -= _BELOW_ONE
     return uniforms
 
@@ -317,8 +319,11 @@ def keyed_exponentials(keys: np.ndarray | Sequence[int], num: int, dim: int) -> 
     counters = np.arange(0, num * dim, dim, dtype=np.uint32)[None, :] + np.arange(dim, dtype=np.uint32)[:, None]
     out = np.empty((keys.size, dim, num))
     step = max(1, _CHUNK_VALUES // (num * dim))
-    for start in range(0, keys.size, step):  # a chunk's words stay in cache through the dozen passes over them
-        logs = _keyed_uniforms(keys[start:start + step], counters)
+    # one pair of buffers for every chunk: a chunk's words stay in cache through the dozen passes over them
+    words, spare = (np.empty((min(step, keys.size), dim, num), dtype=np.uint32) for _ in range(2))
+    for start in range(0, keys.size, step):
+        chunk = keys[start:start + step]
+        logs = _keyed_uniforms(chunk, counters, words[:chunk.size], spare[:chunk.size])
         np.log(logs, out=logs)
         np.negative(logs, out=out[start:start + step])
     return out

@@ -51,16 +51,20 @@ def _source(seed: Any, rng: Any, step: Any) -> np.random.Generator | None:
 
 def _keyed_dirichlet(keys: np.ndarray, num: int, dim: int) -> GroupWeights:
     """Keyed Dirichlet(1) weights of the G groups ``keys``, drawn once for all of them: the (G, D, K)
-    standard exponentials and their scale 1 / sum (applied after the max over answers), and, as
-    rows, the exponentials normalised (``vpo.weights.keyed_simplex``, the same numbers)."""
+    standard exponentials, a block of groups with its scale 1 / sum (taken while the block is in
+    cache, applied after the max over answers), and, as rows, the exponentials normalised
+    (``vpo.weights.keyed_simplex``, the same numbers)."""
     exps = keyed_exponentials(keys, num, dim)
-    scale = 1.0 / exps.sum(axis=1)
+
+    def block(start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        drawn = exps[start:stop]
+        return drawn, 1.0 / drawn.sum(axis=1)
 
     def rows(start: int, stop: int) -> np.ndarray:
-        block = exps[start:stop]
-        return (block / block.sum(axis=1, keepdims=True)).transpose(0, 2, 1)
+        drawn = exps[start:stop]
+        return (drawn / drawn.sum(axis=1, keepdims=True)).transpose(0, 2, 1)
 
-    return GroupWeights(num, len(keys), dim, lambda start, stop: (exps[start:stop], scale[start:stop]), rows)
+    return GroupWeights(num, len(keys), dim, block, rows)
 
 
 def _draw(keys: Sequence[Hashable], dim: int, options: WeightOptions, seed: Any, step: Any,
