@@ -325,7 +325,7 @@ def finish_chain(rows: Sequence[Sequence[float]] | np.ndarray, m: int, *, keys: 
     return matrix, arr.shape[0] - len(kept)
 
 
-def score_answers(answers: Sequence[str], score: Callable[[str], Any], m: int, dim: int, *,
+def chain_matrix(answers: Sequence[str], score: Callable[[str], Any], m: int, dim: int, *,
                   key: Callable[[str, np.ndarray], Hashable] | None = None, pad: bool = True) -> np.ndarray:
     """Score answer strings, drop blank answers and duplicates, and pad: the chain's matrix.
 
@@ -338,7 +338,7 @@ def score_answers(answers: Sequence[str], score: Callable[[str], Any], m: int, d
     """
     m = _check_m(m)
     if isinstance(dim, bool) or not isinstance(dim, int | np.integer) or dim < 1:
-        raise ValueError(f"score_answers: dim must be a positive integer, got {dim!r}")
+        raise ValueError(f"chain_matrix: dim must be a positive integer, got {dim!r}")
     texts: list[str] = []
     vectors: list[np.ndarray] = []
     for answer in answers:
@@ -346,7 +346,7 @@ def score_answers(answers: Sequence[str], score: Callable[[str], Any], m: int, d
             continue
         vector = np.asarray(score(answer), dtype=np.float64).reshape(-1) + 0.0
         if vector.shape != (dim,):
-            raise ValueError(f"score_answers: score returned {vector.size} values, expected dim={dim}")
+            raise ValueError(f"chain_matrix: score returned {vector.size} values, expected dim={dim}")
         texts.append(answer)
         vectors.append(vector)
     rows = np.array(vectors, dtype=np.float64).reshape(len(vectors), dim)
@@ -354,4 +354,14 @@ def score_answers(answers: Sequence[str], score: Callable[[str], Any], m: int, d
     try:
         return finish_chain(rows, m, keys=keys, pad=pad)[0]
     except ValueError as err:
-        raise ValueError(str(err).replace("finish_chain:", "score_answers:")) from None
+        raise ValueError(str(err).replace("finish_chain:", "chain_matrix:")) from None
+
+
+def __getattr__(name: str) -> Any:
+    """``score_answers``: the earlier name of ``chain_matrix`` (dated deprecation; a task's
+    ``Task.score_answers`` and ``vpo.rewards.score_every_answer`` are other things)."""
+    if name == "score_answers":
+        from vpo.deprecation import deprecated
+
+        return deprecated(chain_matrix, f"{__name__}.score_answers", f"{__name__}.chain_matrix")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -27,6 +27,8 @@ TRL rows (``GRPOTrainer`` passes the extra columns to reward functions as kwargs
                   (``--trl-prompt text``): one merged string, for tokenizers without a chat template
     example       JSON string of the example (a reward function json.loads it)
     task, answers, index, split, task_params (JSON string), example_id
+    method        the estimator, when the export names one (``--method``): what
+                  ``vpo.integrations.trl.estimator_reward`` trains each row with
 
 The example is stored whole, so scoring needs nothing but the row:
 ``get_task(row task, **json.loads(task_params)).score_chain(text, example, answers)``.
@@ -103,14 +105,18 @@ def verl_row(task: Task, example: Example, *, index: int, split: str, answers: i
 
 
 def trl_row(task: Task, example: Example, *, index: int, split: str, answers: int = 1,
-            task_params: Mapping[str, Any] | None = None, chat: bool = True) -> dict[str, Any]:
+            task_params: Mapping[str, Any] | None = None, chat: bool = True, method: str | None = None
+            ) -> dict[str, Any]:
     """One row of the TRL table (see the module docstring): the prompt as the task's chat turns,
-    or with ``chat=False`` as one string (``task.prompt``)."""
+    or with ``chat=False`` as one string (``task.prompt``); ``method`` adds the ``method`` column."""
     prompt = [dict(turn) for turn in task.messages(example, answers)] if chat else task.prompt(example, answers)
-    return {"prompt": prompt, "example": _dumps(example), "task": task.name,
-            "answers": int(answers), "index": int(index), "split": split,
-            "task_params": _dumps(dict(task_params or {})),
-            "example_id": example_key(example, split, index)}
+    row = {"prompt": prompt, "example": _dumps(example), "task": task.name,
+           "answers": int(answers), "index": int(index), "split": split,
+           "task_params": _dumps(dict(task_params or {})),
+           "example_id": example_key(example, split, index)}
+    if method:
+        row["method"] = method
+    return row
 
 
 def example_from_row(row: Mapping[str, Any]) -> Example:
@@ -126,8 +132,9 @@ def example_from_row(row: Mapping[str, Any]) -> Example:
 
 def export_rows(task: Task, examples: Sequence[Example], *, split: str, fmt: str = "verl", answers: int = 1,
                 task_params: Mapping[str, Any] | None = None, goals: Any = None,
-                chat: bool = True) -> list[dict[str, Any]]:
-    """Rows of one split in format ``fmt`` ("verl" or "trl"); ``chat`` (TRL): chat turns or one string.
+                chat: bool = True, method: str | None = None) -> list[dict[str, Any]]:
+    """Rows of one split in format ``fmt`` ("verl" or "trl"); ``chat`` (TRL): chat turns or one
+    string; ``method`` (TRL): the estimator's name in each row's ``method`` column.
 
     ``goals`` (a ``WeightOptions``; goal-conditioned GRPO): each example gets its keyed goal
     weights (``vpo.goals.attach_goal``, keyed on ``example_key``), stated in its prompt and
@@ -143,7 +150,7 @@ def export_rows(task: Task, examples: Sequence[Example], *, split: str, fmt: str
 
         examples = [attach_goal(task, ex, key=example_key(ex, split, i), seed=goals.seed, alpha=goals.alpha,
                                 sampler=goals.sampler) for i, ex in enumerate(examples)]
-    extra = {"chat": chat} if fmt == "trl" else {}
+    extra = {"chat": chat, "method": method} if fmt == "trl" else {}
     return [build(task, example, index=i, split=split, answers=answers, task_params=task_params, **extra)
             for i, example in enumerate(examples)]
 
@@ -219,7 +226,7 @@ def _all_taken_by_test(rows: int) -> str:
 def export(task_name: str, out_dir: str | os.PathLike[str], *, fmt: str = "verl", train: int = 1000,
            test: int = 100, seed: int = 42, answers: int = 1, source: str | None = None,
            task_params: Mapping[str, Any] | None = None, size: int | None = 9, goals: Any = None,
-           overlap: bool = False, chat: bool = True) -> dict[str, Any]:
+           overlap: bool = False, chat: bool = True, method: str | None = None) -> dict[str, Any]:
     """Write ``train.parquet`` and ``test.parquet`` for ``task_name`` into ``out_dir``, and
     ``export.json`` (what was asked, what was written, and why any split is short).
 
@@ -230,7 +237,7 @@ def export(task_name: str, out_dir: str | os.PathLike[str], *, fmt: str = "verl"
     fixtures, HumanEval), the test split is drawn first and train gets the rest. A split may
     hold fewer rows than asked (a small source); the result's ``short`` says so. Returns
     ``{"train": path, "test": path, "counts": {...}, "requested": {...}, "short": [...],
-    "task_params": {...}, "seeds": {...}}``. ``goals`` as in ``export_rows``.
+    "task_params": {...}, "seeds": {...}}``. ``goals``, ``method`` as in ``export_rows``.
     """
     task, params = make_task(task_name, task_params, size=size)
     seeds = {"train": int(seed), "test": test_seed(seed)}
@@ -259,7 +266,7 @@ def export(task_name: str, out_dir: str | os.PathLike[str], *, fmt: str = "verl"
                    f"the source has no {split} examples" + (f" ({source})" if source else ""))
             raise ValueError(f"nothing to write to {Path(out_dir) / f'{split}.parquet'}: {why}")
         rows = export_rows(task, chosen[split], split=split, fmt=fmt, answers=answers, task_params=params, chat=chat,
-                           goals=goals)
+                           goals=goals, method=method)
         result[split] = write_parquet(rows, Path(out_dir) / f"{split}.parquet")
         result["counts"][split] = len(rows)
         if len(rows) < requested[split]:

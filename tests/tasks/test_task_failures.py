@@ -307,13 +307,13 @@ def test_an_export_records_a_tasks_policy_and_verl_and_openrlhf_score_under_it(t
     import pandas as pd
 
     from vpo.cli import main
-    from vpo.integrations import openrlhf, verl
+    from vpo.integrations import openrlhf, rollout_scorer, verl
 
     flags = ["--train", "2", "--test", "1", "--max-failure-rate", "0.2", "--reward-time-limit", "9"]
     assert main(["data", "export", "maze", "--format", "verl", "--out", str(tmp_path / "v"), *flags]) == 0
     row = pd.read_parquet(tmp_path / "v" / "train.parquet").iloc[0]
     verl.compute_score(row["data_source"], "no route", row["reward_model"]["ground_truth"], dict(row["extra_info"]))
-    (task,) = [task for (name, params, _), task in verl._TASK_CACHE.items()
+    (task,) = [task for (name, params, _), task in rollout_scorer._TASK_CACHE.items()
                if name == "maze" and json.loads(params).get("max_failure_rate") == 0.2]
     assert task.failures.policy == RewardFailurePolicy(max_failure_rate=0.2, time_limit=9.0)
 
@@ -322,6 +322,6 @@ def test_an_export_records_a_tasks_policy_and_verl_and_openrlhf_score_under_it(t
     label = json.loads(line)["label"]
     out = openrlhf.reward_func(["q no route"], ["q"], [label])
     assert out["extra_logs"]["vpo/reward_failures/maze"] == 0.0
-    (task,) = [task for (name, params, _), task in verl._TASK_CACHE.items()
+    (task,) = [task for (name, params, _), task in rollout_scorer._TASK_CACHE.items()
                if name == "maze" and json.loads(params).get("max_failure_rate") == 0.2]  # the same task, rebuilt once
     assert openrlhf.parse_label(label)["task_params"]["time_limit"] == 9.0

@@ -392,7 +392,7 @@ def run_warmup(cfg: WarmupConfig, args: argparse.Namespace | None = None) -> dic
     from vpo.models import load_pretrained, resolve_model
     from vpo.sampling import HFSampler, hide_library_progress
     from vpo.tasks.own_rewards import OwnRewardsTask
-    from vpo.weights import group_weights
+    from vpo.estimators import get_spec, reduction_context
 
     if not cfg.progress:
         hide_library_progress()
@@ -438,8 +438,8 @@ def run_warmup(cfg: WarmupConfig, args: argparse.Namespace | None = None) -> dic
             vectors, weights = None, None
             if rank:
                 vectors = _ranked_vectors(task, texts, example, tokenizer)
-                weights = group_weights([example_key(example, "train", i)], cfg.num_weights, vectors.shape[1],
-                                        seed=cfg.seed)[0]
+                weights = reduction_context(get_spec("vpo"), key=example_key(example, "train", i),
+                                            dim=vectors.shape[1], seed=cfg.seed, num_weights=cfg.num_weights)["weights"]
                 choice["scores"] = vectors.tolist()
             choice["kept"] = pick_answers(vectors, m, weights)
             kept_examples.append(example)

@@ -347,12 +347,10 @@ class FileTask(Task):
 
 def require(example: Mapping[str, Any], field: str, types: type | tuple[type, ...], task: str,
             row: int | None) -> Any:
-    """Fetch ``example[field]`` checking its type; ValueError naming field and row otherwise."""
-    if field not in example:
-        raise ValueError(f"{task}: row {row}: missing field {field!r}")
-    value = example[field]
-    if not isinstance(value, types) or isinstance(value, bool) and bool not in (
-            types if isinstance(types, tuple) else (types,)):
-        names = types.__name__ if isinstance(types, type) else "/".join(t.__name__ for t in types)
-        raise ValueError(f"{task}: row {row}: field {field!r} must be {names}, got {type(value).__name__}")
-    return value
+    """``example[field]`` checked against ``types``: the earlier name of ``vpo.tasks.io.need``
+    (deprecated, with a date; the same checks and messages)."""
+    from vpo.deprecation import warn_deprecated
+    from vpo.tasks.io import need
+
+    warn_deprecated("vpo.tasks.require", "vpo.tasks.io.need")
+    return need(example, field, types, task, row)

@@ -29,12 +29,12 @@ import numpy as np
 
 from vpo.chains import finish_chain, written_answers
 from vpo.rewards import (CHAIN_TAG, TRL_HOOKS, ScoredAnswers, completion_form, completion_text, finish_chains,
-                         prompt_key, rewrite_chain_prompt, score_answers)
+                         prompt_key, rewrite_chain_prompt, score_every_answer)
 from vpo.step_metrics import chain_metrics, over_m_metrics, pool_metrics
 from vpo.tasks.base import Example, Task
 
 __all__ = ["FunctionScorer", "ScoredChains", "TaskScorer", "decode_examples", "group_keys", "parse_example",
-           "score_and_log", "score_task_chains"]
+           "score_task_chains"]
 
 Log = Callable[[str, float], None]
 
@@ -138,12 +138,6 @@ def score_task_chains(task: Task, texts: Sequence[str], examples: Sequence[Examp
     return matrices, counts["answers"]
 
 
-def score_and_log(task: Task, texts: Sequence[str], examples: Sequence[Example], m: int, log: Log | None,
-                  *, untagged_fallback: bool = False) -> list[np.ndarray]:
-    """``score_task_chains``' matrices (the earlier name, kept for callers)."""
-    return score_task_chains(task, texts, examples, m, log=log, untagged_fallback=untagged_fallback)[0]
-
-
 class TaskScorer:
     """A ``vpo.tasks`` task's scorer: reads the ``example`` column, scores each chain once
     (``score_task_chains``), keys groups on ``example_id`` and reads goal weights from the examples
@@ -244,7 +238,7 @@ class FunctionScorer:
         completions = [completion_form(single, c) for single, c in zip(singles, completions, strict=True)]
         hooks = {k: v for k, v in columns.items() if k in TRL_HOOKS}
         data = {k: v for k, v in columns.items() if k not in TRL_HOOKS}
-        scored = score_answers(self.funcs, singles, completions, self.answers, reward_names=self.reward_names,
+        scored = score_every_answer(self.funcs, singles, completions, self.answers, reward_names=self.reward_names,
                                call=self.call, tag=CHAIN_TAG if self.answers > 1 else None,
                                untagged_fallback=self.untagged_fallback, completion_ids=completion_ids, hooks=hooks,
                                **data)
@@ -296,3 +290,16 @@ class FunctionScorer:
             for b in range(a + 1, len(names)):
                 if varied[a] and varied[b]:
                     self._log(f"vpo/correlation/{names[a]}~{names[b]}", float(chains.correlation[a, b]))
+
+
+def __getattr__(name: str) -> Any:
+    """``score_and_log``: the earlier name of ``score_task_chains``' matrices (dated deprecation)."""
+    if name == "score_and_log":
+        from vpo.deprecation import deprecated
+
+        def matrices(task: Task, texts: Sequence[str], examples: Sequence[Example], m: int, log: Log | None,
+                     *, untagged_fallback: bool = False) -> list[np.ndarray]:
+            return score_task_chains(task, texts, examples, m, log=log, untagged_fallback=untagged_fallback)[0]
+
+        return deprecated(matrices, f"{__name__}.score_and_log", f"{__name__}.score_task_chains(...)[0]")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
