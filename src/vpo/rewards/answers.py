@@ -123,6 +123,8 @@ def prompt_key(prompt: str | Sequence[Mapping[str, Any]]) -> str:
 
 
 @dataclass
+
+
 class ScoredAnswers:
     """Every parsed answer of a batch of chains with its raw objective values (before the ``None``
     rule and scaling), and the chain-level functions' values per completion: what one process

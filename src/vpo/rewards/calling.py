@@ -27,6 +27,7 @@ from vpo.rewards.loading import cached_reward_model, declared_heads
 
 __all__ = ["call_reward_funcs", "score_with_model"]
 
+
 def _model_texts(prompts: Sequence[Any], completions: Sequence[Any], tokenizer: Any) -> list[str]:
     """prompt + answer as TRL's GRPOTrainer feeds a reward model: plain concatenation, or the chat
     template of the prompt's messages followed by the answer's."""

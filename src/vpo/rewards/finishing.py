@@ -47,6 +47,8 @@ class RewardScaleWarning(UserWarning):
 
 
 @dataclass
+
+
 class ChainRewards:
     """The reward matrices of B chains scored by a user's reward functions."""
 

@@ -19,6 +19,7 @@ from vpo.reward_guard import function_name, is_reward_model
 
 __all__ = ["cached_reward_model", "declared_heads", "load_reward_model", "reward_objective_names"]
 
+
 def declared_heads(func: Any) -> tuple[str, ...] | None:
     """Head names a function declares: ``objective_names`` on a callable, or a model's
     ``id2label`` when it has more than one label (transformers' default ``LABEL_j`` become "j")."""

@@ -31,13 +31,14 @@ from vpo.rewards.loading import declared_heads, reward_objective_names
 
 __all__ = ["score_chains", "score_every_answer"]
 
+
 def score_every_answer(reward_funcs: Sequence[Any], prompts: Sequence[Any], completions: Sequence[Any],
-                  answers: int = 3, *, reward_names: Sequence[Any] | None = None,
-                  reward_processing_classes: Any = None, call: Callable[..., Any] | None = None,
-                  tag: str | None = CHAIN_TAG, failures: RewardFailures | None = None,
-                  untagged_fallback: bool = False, completion_ids: Sequence[Any] | None = None,
-                  hooks: Mapping[str, Any] | None = None, tokenizer: Any = None,
-                  **columns: Sequence[Any]) -> ScoredAnswers:
+                       answers: int = 3, *, reward_names: Sequence[Any] | None = None,
+                       reward_processing_classes: Any = None, call: Callable[..., Any] | None = None,
+                       tag: str | None = CHAIN_TAG, failures: RewardFailures | None = None,
+                       untagged_fallback: bool = False, completion_ids: Sequence[Any] | None = None,
+                       hooks: Mapping[str, Any] | None = None, tokenizer: Any = None,
+                       **columns: Sequence[Any]) -> ScoredAnswers:
     """Split the B chains into their non-blank answers and score them all: the first half of
     ``score_chains`` (``finish_chains`` is the second). ``prompts`` are the single-answer prompts
     the functions see. ``call(prompts, completions, columns)`` evaluates the answer-level functions
@@ -174,8 +175,8 @@ def score_chains(reward_funcs: Any, prompts: Sequence[Any], completions: Sequenc
     if call is None:  # a caller's own call loop holds the functions it was given
         funcs, _ = at_answers(funcs, answers)
     scored = score_every_answer(funcs, prompts, completions, answers, reward_names=reward_names,
-                           reward_processing_classes=reward_processing_classes, call=call, tag=tag,
-                           failures=failures, untagged_fallback=untagged_fallback, completion_ids=completion_ids,
-                           tokenizer=tokenizer, **columns)
+                                reward_processing_classes=reward_processing_classes, call=call, tag=tag,
+                                failures=failures, untagged_fallback=untagged_fallback, completion_ids=completion_ids,
+                                tokenizer=tokenizer, **columns)
     groups = rollout_group_keys(prompts, columns) if group_ids is None else list(group_ids)
     return finish_chains(scored, answers, groups, scaling=scaling)
