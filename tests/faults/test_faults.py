@@ -1,0 +1,229 @@
+"""Fault injection: every user-facing command (``vpo train``, ``vpo eval``, ``vpo search best-of-n``,
+``vpo rewards check``, ``vpo warmup``, ``vpo data export``, and ``VPOTrainer`` from Python) run
+against broken reward code, damaged records and interrupted runs, all checked by one rule: the
+command ends in one line of error (no traceback), with the exit status the project gives that
+fault (2 for a user's bad input, 1 for reward calls that fail, 130 for an interrupt, 0 where the
+command never meets the fault), and every file the user had is left byte for byte as it was.
+
+The cases are tables (``CODE_FAULTS`` x ``SURFACES``, ``RECORD_FAULTS`` x the commands that read
+each record, ``INTERRUPTS``); the models are tiny and random, so each case takes seconds. The
+behaviours have their own tests next to their code (tests/core/test_reward_guard.py,
+tests/core/test_records.py, tests/commands/test_reward_guard_cli.py, tests/commands/test_resume.py);
+this suite runs them all against every command in the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from vpo.cli import main
+
+ALPHABET = sorted(set("<>/_response123ab "))
+"""The tiny model's characters: few enough that a random model ends some answers before the budget
+(the warm-up keeps only complete answers)."""
+
+PROMPTS = [{"prompt": f"ab {'a' * i}", "keyword": "b"} for i in range(6)]
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    """A random tiny Qwen2 with a character tokenizer (no chat template)."""
+    from vpo.models import build_char_tokenizer, build_tiny_qwen2
+
+    folder = tmp_path_factory.mktemp("faults") / "model"
+    tok = build_char_tokenizer(ALPHABET)
+    build_tiny_qwen2(tok, seed=0).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def maze_checkpoint(tmp_path_factory):
+    """A tiny random checkpoint in the demo's compact maze format, with its ``vpo_format.json``."""
+    from vpo.models import build_char_tokenizer, build_tiny_llama
+    from vpo.tasks.maze.format import CompactMazeFormat
+
+    folder = tmp_path_factory.mktemp("faults") / "vpo-s0"
+    fmt = CompactMazeFormat(max_answers=3)
+    tok = build_char_tokenizer(fmt.alphabet(), extra_tokens=fmt.extra_tokens())
+    build_tiny_llama(tok, hidden=16, layers=1, heads=2, mlp=32, seed=0).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    fmt.save(folder, task="maze", task_params={"size": 5, "reward_mode": "linear"}, method="vpo", seed=0)
+    return folder
+
+
+# ------------------------------------------------------------------------------------------------
+# the rule every case ends by
+# ------------------------------------------------------------------------------------------------
+def snapshot(*folders: Path) -> dict[str, str]:
+    """Every file under ``folders`` (a file's own path for a file) and a hash of its bytes."""
+    files = {}
+    for folder in folders:
+        paths = [folder] if folder.is_file() else sorted(p for p in folder.rglob("*") if p.is_file())
+        for path in paths:
+            if "__pycache__" not in path.parts and path.name != ".lock":
+                files[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return files
+
+
+def assert_kept(before: dict[str, str]) -> None:
+    """Every file of ``before`` is still there with the same bytes (new files may have appeared)."""
+    changed = [p for p, digest in before.items() if not Path(p).is_file()
+               or hashlib.sha256(Path(p).read_bytes()).hexdigest() != digest]
+    assert not changed, f"the user's files changed or went missing: {changed}"
+
+
+def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    """``vpo ARGV`` in this process: (exit status, stdout, stderr)."""
+    capsys.readouterr()
+    try:
+        code = main(argv)
+    except SystemExit as exit_:  # argparse
+        code = exit_.code if isinstance(exit_.code, int) else 1
+    captured = capsys.readouterr()
+    return int(code or 0), captured.out, captured.err
+
+
+def assert_ends(code: int, out: str, err: str, want: int, needle: str | None = None) -> None:
+    """Exit status ``want``; no traceback anywhere; a failure is one line of stderr (progress bars
+    and one-line warnings aside) that holds ``needle``."""
+    assert "Traceback" not in out + err, (out + err)[-3000:]
+    assert code == want, f"exit {code}, expected {want}: {err[-1500:]}"
+    if want == 0:
+        return
+    lines = [line for line in err.splitlines() if line.strip() and "error:" in line or "interrupted" in line]
+    assert len(lines) == 1, err[-1500:]
+    (line,) = lines
+    stray = [l for l in err.splitlines() if l.strip() and l != line and not l.startswith("warning:")
+             and "\r" not in l and "%|" not in l]
+    assert not stray, f"more than one line of error: {err[-1500:]}"
+    if needle is not None:
+        assert needle in line, line
+
+
+# ------------------------------------------------------------------------------------------------
+# broken reward code, on every surface
+# ------------------------------------------------------------------------------------------------
+GOOD = "def score(completions, **kwargs):\n    return [1.0] * len(completions)\n"
+
+CODE_FAULTS = {
+    # fault: (the user's file, the substring the one line holds)
+    "syntax error": ("def score(completions, **kwargs):\n    return [1.0 for c in completions\n",
+                     "line 2: SyntaxError"),
+    "missing dependency": ("import not_a_real_package_xyz\n" + GOOD,
+                           "line 1: ModuleNotFoundError: No module named 'not_a_real_package_xyz'"),
+    "exception at import": ("import os\nKEY = os.environ['NO_SUCH_REWARD_API_KEY_XYZ']\n" + GOOD,
+                            "line 2: KeyError: 'NO_SUCH_REWARD_API_KEY_XYZ'"),
+    "missing name": (GOOD.replace("score", "scores"), "has no callable 'score'; it defines scores"),
+    "returns strings": ("def score(completions, **kwargs):\n    return ['high' for c in completions]\n",
+                        "'score' returned ['high'"),
+    "wrong length": ("def score(completions, **kwargs):\n    return [1.0] * (len(completions) + 1)\n",
+                     "'score' returned"),
+    "nested lists": ("def score(completions, **kwargs):\n    return [[1.0, 0.0] for c in completions]\n",
+                     "'score' returned [[1.0, 0.0]"),
+    "a dict": ("def score(completions, **kwargs):\n    return {'score': [1.0] * len(completions)}\n",
+               "'score' returned"),
+    "a generator": ("def score(completions, **kwargs):\n    return (1.0 for c in completions)\n",
+                    "'score' returned"),
+    "raises": ("def score(completions, **kwargs):\n    raise ConnectionError('reward server unreachable')\n",
+               "ConnectionError: reward server unreachable"),
+    "missing column": ("def score(completions, solution, **kwargs):\n    return [1.0] * len(completions)\n",
+                       "'score' needs the dataset column 'solution'"),
+}
+IMPORT_FAULTS = ("syntax error", "missing dependency", "exception at import", "missing name")
+OUTPUT_FAULTS = ("returns strings", "wrong length", "nested lists", "a dict", "a generator")
+
+
+def code_fault_exit(fault: str, surface: str) -> tuple[int, bool]:
+    """(exit status, whether the one line names the fault) the project gives ``fault`` on ``surface``."""
+    if surface == "data export" and fault in OUTPUT_FAULTS + ("raises",):
+        return 0, False  # the export writes the data; it never calls the functions
+    if fault == "raises":
+        return 1, True   # a function that fails on every call of its first step: a setup fault, the run stops
+    return 2, True
+
+
+def surface_argv(surface: str, funcs: str, user: Path, model: Path, out: Path) -> list[str]:
+    prompts, samples = str(user / "prompts.jsonl"), str(user / "samples.jsonl")
+    sampled = ["--max-new-tokens", "6", "--no-progress"]
+    return {
+        "rewards check": ["rewards", "check", "--reward-funcs", funcs, "--source", samples, "--answers", "2"],
+        "eval": ["eval", "--reward-funcs", funcs, "--source", prompts, "--model", str(model), "--out", str(out),
+                 "--pool", "2", "--examples", "2", "--threads", "1", *sampled],
+        "search": ["search", "best-of-n", "--reward-funcs", funcs, "--source", prompts, "--model", str(model),
+                   "--out", str(out), "--pool", "2", "--examples", "2", "--threads", "1", *sampled],
+        "warmup": ["warmup", "--reward-funcs", funcs, "--source", prompts, "--model", str(model), "--out", str(out),
+                   "--answers", "2", "--samples", "6", "--max-new-tokens", "10", "--temperature", "1.0",
+                   "--threads", "1", "--force-cpu", "--no-progress", "--eval-chains", "0", "--no-sft"],
+        "data export": ["data", "export", "--reward-funcs", funcs, "--source", prompts, "--out", str(out),
+                        "--train", "1", "--test", "1"],
+        "train": ["train", "--reward-funcs", funcs, "--source", prompts, "--model", str(model), "--output-dir",
+                  str(out), "--answers", "1", "--max-steps", "1", "--num-generations", "2",
+                  "--per-device-train-batch-size", "2", "--max-completion-length", "6", "--force-cpu"],
+    }[surface]
+
+
+SURFACES = ("rewards check", "eval", "search", "warmup", "data export", "train")
+
+
+@pytest.fixture
+def user(tmp_path):
+    """The user's folder: prompts (with a ``keyword`` column) and samples for ``vpo rewards check``."""
+    folder = tmp_path / "user"
+    folder.mkdir()
+    write_jsonl(folder / "prompts.jsonl", PROMPTS)
+    write_jsonl(folder / "samples.jsonl", [{**PROMPTS[1], "completion": "<response_1>ab</response_1>"
+                                                                        "<response_2>b a</response_2>"}])
+    return folder
+
+
+@pytest.mark.parametrize("surface", SURFACES)
+@pytest.mark.parametrize("fault", list(CODE_FAULTS))
+def test_broken_reward_code_on_a_command(fault, surface, user, tiny_model, tmp_path, capsys):
+    source, needle = CODE_FAULTS[fault]
+    (user / "my_rewards.py").write_text(source)
+    before = snapshot(user, tiny_model)
+    argv = surface_argv(surface, f"{user / 'my_rewards.py'}:score", user, tiny_model, tmp_path / "out")
+    code, out, err = run_cli(argv, capsys)
+    want, named = code_fault_exit(fault, surface)
+    assert_ends(code, out, err, want, needle if named else None)
+    if fault in IMPORT_FAULTS:
+        assert str(user / "my_rewards.py") in err  # the file is named
+    assert_kept(before)
+
+
+@pytest.mark.parametrize("fault", list(CODE_FAULTS))
+def test_broken_reward_code_in_vpo_trainer(fault, user, tmp_path, capsys):
+    pytest.importorskip("trl")
+    from test_trl_own_rewards import config, dataset
+    from vpo.integrations.trl import VPOTrainer
+    from vpo.models import build_char_tokenizer, build_tiny_qwen2
+    from vpo.reward_failures import RewardFailureError
+    from vpo.rewards import load_reward_funcs
+
+    source, needle = CODE_FAULTS[fault]
+    (user / "my_rewards.py").write_text(source)
+    before = snapshot(user)
+    tok = build_char_tokenizer(sorted(set("q0123:ab")))
+    with pytest.raises((ValueError, RewardFailureError)) as caught:
+        funcs = load_reward_funcs(f"{user / 'my_rewards.py'}:score")
+        trainer = VPOTrainer(build_tiny_qwen2(tok, seed=0), reward_funcs=funcs, answers=1,
+                             args=config(tmp_path / "run", max_steps=1, max_completion_length=6),
+                             train_dataset=dataset(), processing_class=tok)
+        trainer.train()
+    message = str(caught.value)
+    assert needle in message and "\n" not in message.strip() and "Traceback" not in message, message
+    assert isinstance(caught.value, RewardFailureError) == (fault == "raises")
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.out + captured.err
+    assert_kept(before)
