@@ -227,3 +227,73 @@ def test_broken_reward_code_in_vpo_trainer(fault, user, tmp_path, capsys):
     captured = capsys.readouterr()
     assert "Traceback" not in captured.out + captured.err
     assert_kept(before)
+
+
+# ------------------------------------------------------------------------------------------------
+# damaged records: what one command wrote and another (or the same, later) reads back
+# ------------------------------------------------------------------------------------------------
+def _json_edit(**fields):
+    return lambda text: json.dumps({**json.loads(text), **fields}).encode()
+
+
+DAMAGES = {
+    # damage: a function of the record's text giving the damaged bytes
+    "truncated": lambda text: text.encode()[: len(text) // 2],
+    "garbage": lambda text: b"\x00\xff\xfegarbage\x81",
+    "not an object": lambda text: b"[1, 2]",
+    "empty": lambda text: b"",
+}
+
+FORMAT_DAMAGES = {**DAMAGES,
+                  "answers 0": _json_edit(answers=0),
+                  "answers above max_answers": _json_edit(answers=5, max_answers=3),
+                  "unknown format": _json_edit(format="no_such_format"),
+                  "task_params not an object": _json_edit(task_params="size=5"),
+                  "max_answers a string": _json_edit(max_answers="three")}
+
+
+def checkpoint_argv(command: str, model: Path, out: Path) -> list[str]:
+    """``command`` on the maze checkpoint ``model`` (the commands that read a checkpoint's format record)."""
+    sampled = ["--max-new-tokens", "4", "--no-progress", "--threads", "1", "--out", str(out)]
+    return {
+        "train": ["train", "--task", "maze", "--task-params", "size=5", "--model", str(model), "--out", str(out),
+                  "--examples", "2", "--max-steps", "1", "--num-generations", "2", "--per-device-train-batch-size",
+                  "2", "--max-completion-length", "6", "--force-cpu"],
+        "eval": ["eval", "--task", "maze", "--model", str(model), "--pool", "3", "--examples", "1", *sampled],
+        "search": ["search", "best-of-n", "--task", "maze", "--model", str(model), "--pool", "3", "--examples", "1",
+                   *sampled],
+    }[command]
+
+
+@pytest.mark.parametrize("command", ("train", "eval", "search"))  # vpo warmup neither reads nor writes it
+@pytest.mark.parametrize("damage", list(FORMAT_DAMAGES))
+def test_a_damaged_format_record_in_a_checkpoint(damage, command, maze_checkpoint, tmp_path, capsys):
+    model = tmp_path / "user" / "vpo-s0"
+    shutil.copytree(maze_checkpoint, model)
+    record = model / "vpo_format.json"
+    record.write_bytes(FORMAT_DAMAGES[damage](record.read_text()))
+    before = snapshot(model)
+    code, out, err = run_cli(checkpoint_argv(command, model, tmp_path / "out"), capsys)
+    assert_ends(code, out, err, 2, str(record))
+    assert_kept(before)
+
+
+RUN_RECORD_DAMAGES = {"truncated": b'{"command": "ev', "garbage": b"\x00\xff\xfe", "command a number": b'{"command": 5}',
+                      "not an object": b"[]"}
+
+
+@pytest.mark.parametrize("surface", ("eval", "search", "warmup", "data export", "train"))
+@pytest.mark.parametrize("damage", [*RUN_RECORD_DAMAGES, "results without a record"])
+def test_a_damaged_output_folder(damage, surface, user, tiny_model, tmp_path, capsys):
+    (user / "my_rewards.py").write_text(GOOD)
+    out = user / "results"  # a folder of the user's: an earlier run's, its record damaged
+    out.mkdir()
+    (out / "report.md").write_text("an earlier run's results\n")
+    (out / "metrics.json").write_text('{"score": 1}\n')
+    if damage in RUN_RECORD_DAMAGES:
+        (out / ".vpo_run.json").write_bytes(RUN_RECORD_DAMAGES[damage])
+    before = snapshot(user, tiny_model)
+    code, out_text, err = run_cli(surface_argv(surface, f"{user / 'my_rewards.py'}:score", user, tiny_model, out),
+                                  capsys)
+    assert_ends(code, out_text, err, 2, ".vpo_run.json" if damage in RUN_RECORD_DAMAGES else "--overwrite")
+    assert_kept(before)
