@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import shutil
 from pathlib import Path
 
@@ -84,12 +85,16 @@ def assert_kept(before: dict[str, str]) -> None:
 
 
 def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
-    """``vpo ARGV`` in this process: (exit status, stdout, stderr)."""
+    """``vpo ARGV`` in this process, its logging as in a terminal (pytest's log capture set aside, so
+    that a record no handler of vpo's takes reaches stderr): (exit status, stdout, stderr)."""
     capsys.readouterr()
+    kept, logging.root.handlers = logging.root.handlers, []
     try:
         code = main(argv)
     except SystemExit as exit_:  # argparse
         code = exit_.code if isinstance(exit_.code, int) else 1
+    finally:
+        logging.root.handlers = kept
     captured = capsys.readouterr()
     return int(code or 0), captured.out, captured.err
 
