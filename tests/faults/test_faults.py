@@ -15,6 +15,7 @@ this suite runs them all against every command in the same way.
 from __future__ import annotations
 
 import hashlib
+import os
 import json
 import logging
 import shutil
@@ -301,4 +302,114 @@ def test_a_damaged_output_folder(damage, surface, user, tiny_model, tmp_path, ca
     code, out_text, err = run_cli(surface_argv(surface, f"{user / 'my_rewards.py'}:score", user, tiny_model, out),
                                   capsys)
     assert_ends(code, out_text, err, 2, ".vpo_run.json" if damage in RUN_RECORD_DAMAGES else "--overwrite")
+    assert_kept(before)
+
+
+# ------------------------------------------------------------------------------------------------
+# damaged resume state and warm-up data
+# ------------------------------------------------------------------------------------------------
+INTERRUPTIBLE = GOOD.replace("    return", "    if os.path.exists(STOP):\n        raise KeyboardInterrupt\n    return",
+                             1)
+"""The user's reward function, interrupted (Ctrl-C while it runs) while the file ``STOP`` exists."""
+
+
+def interruptible(user: Path, stop: Path) -> str:
+    (user / "my_rewards.py").write_text(f"import os\nSTOP = {str(stop)!r}\n" + INTERRUPTIBLE)
+    return f"{user / 'my_rewards.py'}:score"
+
+
+def train_argv(funcs: str, user: Path, model: Path, out: Path, steps: int, *extra: str) -> list[str]:
+    argv = surface_argv("train", funcs, user, model, out)
+    argv[argv.index("--max-steps") + 1] = str(steps)
+    return [*argv, "--save-steps", "1", *extra]
+
+
+@pytest.fixture(scope="module")
+def trained_run(tiny_model, tmp_path_factory):
+    """(the user's folder, a finished 2-step ``vpo train`` run in it with checkpoint-1 and checkpoint-2)."""
+    user = tmp_path_factory.mktemp("faults") / "user"
+    user.mkdir()
+    write_jsonl(user / "prompts.jsonl", PROMPTS)
+    (user / "my_rewards.py").write_text(GOOD)
+    assert main(train_argv(f"{user / 'my_rewards.py'}:score", user, tiny_model, user / "run", 2)) == 0
+    assert (user / "run" / "checkpoint-2" / "trainer_state.json").is_file()
+    return user
+
+
+def _state(text: str, **fields) -> bytes:
+    return json.dumps({**json.loads(text), **fields}).encode()
+
+
+RESUME_FAULTS = {
+    # fault: (the file of the run damaged, its damage, which checkpoint to resume, the one line's needle)
+    "trainer state truncated": ("checkpoint-2/trainer_state.json", DAMAGES["truncated"], "checkpoint-2",
+                                "trainer_state.json is not readable JSON"),
+    "trainer state garbage": ("checkpoint-2/trainer_state.json", DAMAGES["garbage"], "checkpoint-2",
+                              "trainer_state.json is not readable JSON"),
+    "trainer state not an object": ("checkpoint-2/trainer_state.json", DAMAGES["not an object"], "checkpoint-2",
+                                    "trainer_state.json: it holds"),
+    "global_step negative": ("checkpoint-2/trainer_state.json", lambda text: _state(text, global_step=-1),
+                             "checkpoint-2", "field 'global_step' is -1"),
+    "global_step missing": ("checkpoint-2/trainer_state.json", lambda text: _state(text, global_step=None),
+                            "checkpoint-2", "field 'global_step' is missing"),
+    "weights truncated": ("checkpoint-2/model.safetensors", None, "checkpoint-2", "model.safetensors"),
+    "every checkpoint damaged, latest": ("checkpoint-*/trainer_state.json", DAMAGES["truncated"], "latest",
+                                         "checkpoint"),
+    "a checkpoint that is not there": (None, None, "checkpoint-7", "checkpoint-7"),
+    "run record damaged": (".vpo_run.json", lambda text: RUN_RECORD_DAMAGES["command a number"], "latest",
+                           ".vpo_run.json"),
+    # a folder written before run records: its vpo_train.json says what ran there
+    "train record damaged, no run record": ("vpo_train.json", DAMAGES["truncated"], "latest", "vpo_train.json"),
+}
+
+
+@pytest.mark.parametrize("fault", list(RESUME_FAULTS))
+def test_a_damaged_run_resumed(fault, trained_run, tiny_model, tmp_path, capsys):
+    user = tmp_path / "user"
+    shutil.copytree(trained_run, user)
+    run = user / "run"
+    name, damage, resume, needle = RESUME_FAULTS[fault]
+    if name == "vpo_train.json":
+        (run / ".vpo_run.json").unlink()
+    for path in run.glob(name) if name else ():
+        if damage is None:  # weights cut short, as by a kill while they were written
+            path.write_bytes(path.read_bytes()[:100])
+        else:
+            path.write_bytes(damage(path.read_text()))
+    before = snapshot(user, tiny_model)
+    resume_from = resume if resume == "latest" else str(run / resume)
+    argv = train_argv(f"{user / 'my_rewards.py'}:score", user, tiny_model, run, 3, "--resume-from-checkpoint",
+                      resume_from)
+    code, out, err = run_cli(argv, capsys)
+    assert_ends(code, out, err, 2, needle)
+    assert_kept(before)
+
+
+WARMUP_DATA_DAMAGES = {
+    "truncated": lambda text: text.encode()[: len(text) // 2 + 3],
+    "garbage": DAMAGES["garbage"],
+    "empty": DAMAGES["empty"],
+    "a row without a completion": lambda text: (json.dumps({"prompt": "ab"}) + "\n" + text).encode(),
+    "one answer where m = 2": lambda text: (json.dumps({"prompt": "ab", "completion": "<response_1>a</response_1>"})
+                                            + "\n").encode(),
+}
+
+
+@pytest.mark.parametrize("damage", list(WARMUP_DATA_DAMAGES))
+def test_damaged_warmup_data_before_the_sft(damage, user, tiny_model, tmp_path, capsys, monkeypatch):
+    from vpo.commands import warmup
+
+    read = warmup.read_warmup_data
+
+    def damaged_then_read(path, task, m):  # the data file damaged between its writing and its reading
+        Path(path).write_bytes(WARMUP_DATA_DAMAGES[damage](Path(path).read_text()))
+        return read(path, task, m)
+
+    monkeypatch.setattr(warmup, "read_warmup_data", damaged_then_read)
+    (user / "my_rewards.py").write_text(GOOD)
+    before = snapshot(user, tiny_model)
+    argv = surface_argv("warmup", f"{user / 'my_rewards.py'}:score", user, tiny_model, tmp_path / "out")
+    argv.remove("--no-sft")
+    code, out, err = run_cli([*argv, "--sft-steps", "1"], capsys)
+    assert_ends(code, out, err, 2, "data/train.jsonl")
     assert_kept(before)
