@@ -308,16 +308,6 @@ def test_a_damaged_output_folder(damage, surface, user, tiny_model, tmp_path, ca
 # ------------------------------------------------------------------------------------------------
 # damaged resume state and warm-up data
 # ------------------------------------------------------------------------------------------------
-INTERRUPTIBLE = GOOD.replace("    return", "    if os.path.exists(STOP):\n        raise KeyboardInterrupt\n    return",
-                             1)
-"""The user's reward function, interrupted (Ctrl-C while it runs) while the file ``STOP`` exists."""
-
-
-def interruptible(user: Path, stop: Path) -> str:
-    (user / "my_rewards.py").write_text(f"import os\nSTOP = {str(stop)!r}\n" + INTERRUPTIBLE)
-    return f"{user / 'my_rewards.py'}:score"
-
-
 def train_argv(funcs: str, user: Path, model: Path, out: Path, steps: int, *extra: str) -> list[str]:
     argv = surface_argv("train", funcs, user, model, out)
     argv[argv.index("--max-steps") + 1] = str(steps)
@@ -412,4 +402,70 @@ def test_damaged_warmup_data_before_the_sft(damage, user, tiny_model, tmp_path, 
     argv.remove("--no-sft")
     code, out, err = run_cli([*argv, "--sft-steps", "1"], capsys)
     assert_ends(code, out, err, 2, "data/train.jsonl")
+    assert_kept(before)
+
+
+# ------------------------------------------------------------------------------------------------
+# interrupted runs: Ctrl-C, a kill in the middle of a save, the same command again, a finished run
+# ------------------------------------------------------------------------------------------------
+INTERRUPTIBLE = GOOD.replace("    return", "    if os.path.exists(STOP) and os.path.exists(AFTER):\n"
+                                          "        raise KeyboardInterrupt\n    return", 1)
+"""The user's reward function, interrupted (Ctrl-C while it runs) while the file ``STOP`` exists,
+once ``AFTER`` exists."""
+
+
+def interruptible(user: Path, stop: Path, after: Path) -> str:
+    (user / "my_rewards.py").write_text(f"import os\nSTOP, AFTER = {str(stop)!r}, {str(after)!r}\n" + INTERRUPTIBLE)
+    return f"{user / 'my_rewards.py'}:score"
+
+
+def test_train_interrupted_killed_mid_save_resumed_and_resumed_again(user, tiny_model, tmp_path, capsys):
+    run, stop = tmp_path / "run", tmp_path / "STOP"
+    stop.touch()
+    funcs = interruptible(user, stop, run / "checkpoint-2")
+    before = snapshot(user, tiny_model)
+    argv = train_argv(funcs, user, tiny_model, run, 4)
+    code, out, err = run_cli(argv, capsys)  # Ctrl-C in step 3, after checkpoint-2
+    assert_ends(code, out, err, 130, "interrupted; run the same command with --resume-from-checkpoint latest")
+    assert (run / "checkpoint-2").is_dir() and not (run / "checkpoint-4").exists()
+    stop.unlink()
+    # a kill while checkpoint-3 was written: its trainer state cut short
+    shutil.copytree(run / "checkpoint-2", run / "checkpoint-3")
+    state = run / "checkpoint-3" / "trainer_state.json"
+    state.write_bytes(state.read_bytes()[:20])
+    assert_kept(before)
+
+    code, out, err = run_cli(argv, capsys)  # the same command again: the folder holds that run
+    assert_ends(code, out, err, 2, "pass --resume-from-checkpoint to continue it")
+
+    code, out, err = run_cli([*argv, "--resume-from-checkpoint", "latest"], capsys)
+    assert_ends(code, out, err, 0)
+    assert json.loads((run / "checkpoint-4" / "trainer_state.json").read_text())["global_step"] == 4
+    assert_kept(before)
+
+    finished = snapshot(run)
+    code, out, err = run_cli([*argv, "--resume-from-checkpoint", "latest"], capsys)
+    assert_ends(code, out, err, 0)
+    assert "nothing to train, nothing changed" in out
+    assert snapshot(run) == finished
+    assert_kept(before)
+
+
+@pytest.mark.parametrize("surface", ("rewards check", "eval", "search", "warmup"))
+def test_interrupted_run_again_and_once_more(surface, user, tiny_model, tmp_path, capsys):
+    out, stop = tmp_path / "out", tmp_path / "STOP"
+    stop.touch()
+    funcs = interruptible(user, stop, stop)
+    before = snapshot(user, tiny_model)
+    argv = surface_argv(surface, funcs, user, tiny_model, out)
+    code, text, err = run_cli(argv, capsys)  # Ctrl-C while the user's function scores
+    assert_ends(code, text, err, 130, "interrupted")
+    stop.unlink()
+    code, text, err = run_cli(argv, capsys)  # again: an interrupted run wrote no results, its folder is reused
+    assert_ends(code, text, err, 0)
+    if surface != "rewards check":  # once more: the folder holds results now, refused and left as it is
+        results = snapshot(out)
+        code, text, err = run_cli(argv, capsys)
+        assert_ends(code, text, err, 2, "--overwrite")
+        assert snapshot(out) == results
     assert_kept(before)
