@@ -23,45 +23,19 @@ from pathlib import Path
 
 import pytest
 
+from test_first_messages import compact_checkpoint as maze_checkpoint  # noqa: F401  (a fixture: a maze checkpoint)
+from test_warmup import tiny, write_jsonl  # noqa: F401  (a fixture: a tiny model and its prompts)
 from vpo.cli import main
 
-ALPHABET = sorted(set("<>/_response123ab "))
-"""The tiny model's characters: few enough that a random model ends some answers before the budget
-(the warm-up keeps only complete answers)."""
-
 PROMPTS = [{"prompt": f"ab {'a' * i}", "keyword": "b"} for i in range(6)]
-
-
-def write_jsonl(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return path
+"""The prompts of ``tiny`` (tests/commands/test_warmup.py), with a ``keyword`` column."""
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    """A random tiny Qwen2 with a character tokenizer (no chat template)."""
-    from vpo.models import build_char_tokenizer, build_tiny_qwen2
-
-    folder = tmp_path_factory.mktemp("faults") / "model"
-    tok = build_char_tokenizer(ALPHABET)
-    build_tiny_qwen2(tok, seed=0).save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def maze_checkpoint(tmp_path_factory):
-    """A tiny random checkpoint in the demo's compact maze format, with its ``vpo_format.json``."""
-    from vpo.models import build_char_tokenizer, build_tiny_llama
-    from vpo.tasks.maze.format import CompactMazeFormat
-
-    folder = tmp_path_factory.mktemp("faults") / "vpo-s0"
-    fmt = CompactMazeFormat(max_answers=3)
-    tok = build_char_tokenizer(fmt.alphabet(), extra_tokens=fmt.extra_tokens())
-    build_tiny_llama(tok, hidden=16, layers=1, heads=2, mlp=32, seed=0).save_pretrained(folder)
-    tok.save_pretrained(folder)
-    fmt.save(folder, task="maze", task_params={"size": 5, "reward_mode": "linear"}, method="vpo", seed=0)
-    return folder
+def tiny_model(tiny):
+    """A random tiny Qwen2 with a character tokenizer of few characters (no chat template): a random
+    model that ends some answers before the budget (the warm-up keeps only complete answers)."""
+    return tiny[0]
 
 
 # ------------------------------------------------------------------------------------------------
