@@ -5,8 +5,10 @@ command ends in one line of error (no traceback), with the exit status the proje
 fault (2 for a user's bad input, 1 for reward calls that fail, 130 for an interrupt, 0 where the
 command never meets the fault), and every file the user had is left byte for byte as it was.
 
-The cases are tables (``CODE_FAULTS`` x ``SURFACES``, ``RECORD_FAULTS`` x the commands that read
-each record, ``INTERRUPTS``); the models are tiny and random, so each case takes seconds. The
+The cases are tables, one test id each: ``CODE_FAULTS`` x ``SURFACES`` and ``VPOTrainer``;
+``FORMAT_DAMAGES`` x the commands that read a checkpoint's format record; ``RUN_RECORD_DAMAGES`` x
+the commands that write an output folder; ``RESUME_FAULTS``; ``WARMUP_DATA_DAMAGES``; and the
+interrupted runs of each command. The models are tiny and random, so each case takes seconds. The
 behaviours have their own tests next to their code (tests/core/test_reward_guard.py,
 tests/core/test_records.py, tests/commands/test_reward_guard_cli.py, tests/commands/test_resume.py);
 this suite runs them all against every command in the same way.
@@ -15,9 +17,9 @@ this suite runs them all against every command in the same way.
 from __future__ import annotations
 
 import hashlib
-import os
 import json
 import logging
+import os
 import shutil
 from pathlib import Path
 
@@ -81,7 +83,8 @@ def assert_ends(code: int, out: str, err: str, want: int, needle: str | None = N
     assert code == want, f"exit {code}, expected {want}: {err[-1500:]}"
     if want == 0:
         return
-    lines = [line for line in err.splitlines() if line.strip() and "error:" in line or "interrupted" in line]
+    lines = [line for line in err.splitlines() if "error:" in line or line.endswith("interrupted")
+             or ": interrupted; " in line]
     assert len(lines) == 1, err[-1500:]
     (line,) = lines
     stray = [l for l in err.splitlines() if l.strip() and l != line and not l.startswith("warning:")
@@ -258,7 +261,8 @@ def test_a_damaged_format_record_in_a_checkpoint(damage, command, maze_checkpoin
     assert_kept(before)
 
 
-RUN_RECORD_DAMAGES = {"truncated": b'{"command": "ev', "garbage": b"\x00\xff\xfe", "command a number": b'{"command": 5}',
+RUN_RECORD_DAMAGES = {"truncated": b'{"command": "ev', "garbage": b"\x00\xff\xfe",
+                      "command a number": b'{"command": 5}',
                       "not an object": b"[]"}
 
 
