@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
 import typing
 
@@ -85,6 +86,29 @@ def one_line_warning(message: Warning | str, category: type[Warning], filename: 
     return f"warning: {category.__name__}: {message}\n"
 
 
+class OneLineLog(logging.Handler):
+    """vpo's log records as a command shows them: one line each, ``warning: first line of the
+    message``. A record that carries a traceback (``vpo.rewards`` logs a failing reward function's
+    first error of each kind with it) keeps the error and where it was raised, its last frame:
+    ``(ConnectionError: server down at my_rewards.py, line 2)``; the full traceback is for a library
+    user's logging, not a terminal."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            lines = record.getMessage().strip().splitlines() or [""]
+            text = lines[0].rstrip(":")
+            frames = [line.strip() for line in lines if line.strip().startswith("File ")]
+            if frames and lines[-1].strip():
+                where = frames[-1].removeprefix("File ").split(", in ")[0].replace('"', "")
+                text += f" ({lines[-1].strip()} at {where})"
+            sys.stderr.write(f"{record.levelname.lower()}: {text}\n")
+        except Exception:  # noqa: BLE001 - logging never stops a command
+            self.handleError(record)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -95,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
 
     shown = warnings.formatwarning
     warnings.formatwarning = one_line_warning
+    log, log_handler = logging.getLogger("vpo"), OneLineLog()
+    log.addHandler(log_handler)
     try:
         result = args.func(args)
     except (ValueError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError,
@@ -113,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         from vpo.runs import release_out_dir
 
         warnings.formatwarning = shown
+        log.removeHandler(log_handler)
         release_out_dir()  # the --out lock lasts as long as the command
     return int(result or 0)
 

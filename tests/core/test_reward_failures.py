@@ -151,7 +151,10 @@ def test_cli_flags_reach_the_policy_and_stop_with_a_message(tmp_path, capsys):
     assert main([*base, "--max-failure-rate", "0.25"]) == 1
     err = capsys.readouterr().err.strip()
     assert "2 of 4 reward calls failed" in err and "'picky'" in err and "max_failure_rate=0.25" in err
-    assert len(err.splitlines()) == 1
+    errors = [line for line in err.splitlines() if not line.startswith("warning: ")]  # each failure kind: one line
+    assert len(errors) == 1 and "Traceback" not in err
+    assert "warning: reward function 'picky' failed (ZeroDivisionError)" in err
+    assert "test_reward_failures.py, line 23" in err  # where the function raised
     assert main([*base, "--reward-time-limit", "0"]) == 2
     assert "--reward-time-limit must be" in capsys.readouterr().err
 
