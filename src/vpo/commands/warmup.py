@@ -27,6 +27,7 @@ prompts and on ``--holdout`` prompts kept out of the data. Writes ``warmup.json`
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import time
@@ -41,11 +42,10 @@ from vpo.commands.rewards import RewardFuncsOptions, apply_failure_policy, resol
 from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, field_like, parse_params
 from vpo.commands.options import task_help
 from vpo.estimators.options import WeightOptions
+from vpo.integrations.trl.warmup import chain_parse_rates, pick_answers
 
 __all__ = ["WarmupConfig", "chain_parse_rates", "pick_answers", "run_warmup"]
 
-DATA_FILE = "data/train.jsonl"
-"""The SFT dataset under ``--out``: prompt/completion rows (TRL's prompt-completion format)."""
 
 
 @dataclass
@@ -126,59 +126,6 @@ def _prompt_reader() -> Any:
     return OwnPrompts()
 
 
-def _normal(text: str) -> str:
-    """Answers equal up to case and spacing are one answer."""
-    return " ".join(text.split()).casefold()
-
-
-def candidates(generations: Sequence[Any], tag: str) -> list[str]:
-    """The usable single answers of one prompt, in sample order: complete (ended before the token
-    budget), not blank, holding no numbered ``<tag_j>`` of their own, distinct up to case and spacing."""
-    from vpo.chains import dedup, holds_numbered_tag
-
-    texts = [g.text.strip() for g in generations if not g.truncated and g.text.strip()]
-    return dedup([t for t in texts if not holds_numbered_tag(t, tag)], key=_normal)
-
-
-def pick_answers(vectors: np.ndarray | None, m: int, weights: np.ndarray | None = None) -> list[int]:
-    """Indices of the ``m`` answers to keep: without ``vectors``, the first m; with (n, D)
-    ``vectors`` and (K, D) ``weights``, a greedy maximum of the set score E_w[max_i w . r_i]
-    (``vpo.objective.set_scores``): each step adds the answer that raises the set's score most, the
-    earliest on a tie, so the chain holds what VPO rewards a set for (good answers that differ
-    in what they are good at)."""
-    from vpo.objective import set_scores
-
-    if vectors is None or weights is None:
-        return list(range(m))
-    chosen: list[int] = []
-    for _ in range(min(m, len(vectors))):
-        rest = [i for i in range(len(vectors)) if i not in chosen]
-        scores = set_scores([vectors[chosen + [i]] for i in rest], weights)
-        chosen.append(rest[int(np.argmax(scores))])
-    return chosen
-
-
-def chain_parse_rates(texts: Sequence[Sequence[str]], m: int, tag: str) -> dict[str, Any]:
-    """How well G prompts' lists of m-answer chain ``texts`` follow the format: ``parsed`` (share
-    of chains with at least one answer in ``<tag_i>`` tags: what VPO can score), ``complete``
-    (share with m distinct tagged answers), ``answers_per_chain`` (mean tagged answers) and
-    ``distinct_per_chain`` (mean distinct ones)."""
-    from vpo.chains import numbered_blocks
-
-    tagged, distinct = [], []
-    for row in texts:
-        for text in row:
-            blocks = [b for b in numbered_blocks(text, m, tag)[0] if b.strip()]
-            tagged.append(len(blocks))
-            distinct.append(len({_normal(b) for b in blocks}))
-    tagged_arr, distinct_arr = np.asarray(tagged, dtype=float), np.asarray(distinct, dtype=float)
-    if not tagged_arr.size:
-        return {"chains": 0, "parsed": None, "complete": None, "answers_per_chain": None, "distinct_per_chain": None}
-    return {"chains": int(tagged_arr.size), "parsed": float((tagged_arr >= 1).mean()),
-            "complete": float((distinct_arr == m).mean()), "answers_per_chain": float(tagged_arr.mean()),
-            "distinct_per_chain": float(distinct_arr.mean())}
-
-
 # ----------------------------------------------------------------------------------------------
 # the command
 # ----------------------------------------------------------------------------------------------
@@ -245,61 +192,15 @@ def _measure(sampler: Any, fmt: Any, task: Any, examples: Sequence[Any], cfg: Wa
     return rates
 
 
-def _sft_rows(task: Any, examples: Sequence[Any], picked: Sequence[Sequence[str]], m: int,
-              chat: bool) -> list[dict[str, Any]]:
-    """One prompt/completion row per example: the m-answer prompt training uses (chat turns, or one
-    string without a chat template) and the chain of its picked answers."""
-    from vpo.chains import format_chain
+def _plan(cfg: WarmupConfig, cpu: bool, chat: bool) -> Any:
+    """The library's ``ChainWarmup`` of these options."""
+    from vpo.integrations.trl.warmup import ChainWarmup
 
-    rows = []
-    tag = task.rewrite_rule.tag
-    for example, answers in zip(examples, picked, strict=True):
-        chain = format_chain(answers, tag)
-        if chat:
-            rows.append({"prompt": task.messages(example, m), "completion": [{"role": "assistant", "content": chain}],
-                         "chat_template_kwargs": {"enable_thinking": False}})   # as vpo train renders prompts
-        else:
-            rows.append({"prompt": task.prompt(example, m), "completion": chain})
-    return rows
-
-
-def _sft(model: Any, tokenizer: Any, rows: list[dict[str, Any]], cfg: WarmupConfig, cpu: bool) -> tuple[Any, list]:
-    """A short SFT of ``model`` on ``rows`` through TRL's ``SFTTrainer`` (loss on the completion
-    only); returns the trained model (a LoRA adapter merged in) and the logged losses."""
-    import torch
-    from datasets import Dataset
-    from transformers import PrinterCallback, TrainerCallback
-    from trl import SFTConfig, SFTTrainer
-
-    losses: list[dict[str, float]] = []
-
-    class Lines(TrainerCallback):
-        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
-            if logs and "loss" in logs:
-                losses.append({"step": state.global_step, "loss": float(logs["loss"])})
-                if not cfg.progress:
-                    print(f"sft step {state.global_step}/{cfg.sft_steps}: loss {float(logs['loss']):.4f}", flush=True)
-
-    args = SFTConfig(output_dir=str(Path(cfg.out) / "sft"), max_steps=cfg.sft_steps,
-                     per_device_train_batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
-                     logging_steps=max(1, cfg.sft_steps // 10), save_strategy="no", report_to="none",
-                     use_cpu=cpu, bf16=not cpu and torch.cuda.is_bf16_supported(), seed=cfg.seed,
-                     disable_tqdm=not cfg.progress,
-                     dataset_num_proc=None, max_length=None)
-    peft_config = None
-    if cfg.lora:
-        from peft import LoraConfig
-
-        peft_config = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules="all-linear",
-                                 task_type="CAUSAL_LM")
-    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
-                         peft_config=peft_config, callbacks=[Lines()])
-    trainer.remove_callback(PrinterCallback)  # its dict per log; Lines prints one short line instead
-    trainer.train()
-    trained = trainer.model
-    if cfg.lora:
-        trained = trained.merge_and_unload()
-    return trained, losses
+    return ChainWarmup(answers=cfg.answers, samples=cfg.samples, max_new_tokens=cfg.max_new_tokens,
+                       temperature=cfg.temperature, top_p=cfg.top_p, num_weights=cfg.num_weights,
+                       sft_steps=cfg.sft_steps, learning_rate=cfg.learning_rate, batch_size=cfg.batch_size,
+                       lora=cfg.lora, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha, sft=cfg.sft, chat=chat,
+                       seed=cfg.seed, device="cpu" if cpu else "cuda", progress=cfg.progress)
 
 
 def _rates_line(label: str, rates: dict[str, Any], m: int) -> str:
@@ -321,12 +222,11 @@ def run_warmup(cfg: WarmupConfig, args: argparse.Namespace | None = None) -> dic
                   stale=("data", "sft", "report.md", "warmup.json"))
     import torch
 
-    from vpo.export import example_key
     from vpo.formats import TaskFormat
     from vpo.models import load_pretrained, resolve_model
     from vpo.sampling import HFSampler, hide_library_progress
     from vpo.tasks.own_rewards import OwnRewardsTask
-    from vpo.weights import group_weights
+    from vpo.integrations.trl.warmup import chain_warmup
 
     if not cfg.progress:
         hide_library_progress()
@@ -360,47 +260,11 @@ def run_warmup(cfg: WarmupConfig, args: argparse.Namespace | None = None) -> dic
               flush=True)
         record["before"] = {"warmup": _measure(sampler, fmt, task, examples, cfg, budget, "chains before"),
                             "held_out": _measure(sampler, fmt, task, held, cfg, budget, "held-out before")}
-    print(f"sampling {cfg.samples} single answers per prompt, up to {cfg.max_new_tokens} tokens each", flush=True)
-    singles = sampler.generate(_render(fmt, examples, 1, cfg.samples), temperature=cfg.temperature, top_p=cfg.top_p,
-                               max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, progress=cfg.progress,
-                               desc="single answers")
-    kept_examples, picked, short, choices = [], [], 0, []
-    for i, (example, generations) in enumerate(zip(examples, singles, strict=True)):
-        texts = candidates(generations, task.rewrite_rule.tag)
-        choice: dict[str, Any] = {"prompt": i, "candidates": texts}
-        if len(texts) >= m:
-            vectors, weights = None, None
-            if rank:
-                vectors = np.asarray(task.score_answers(texts, example), dtype=np.float64)
-                weights = group_weights([example_key(example, "train", i)], cfg.num_weights, vectors.shape[1],
-                                        seed=cfg.seed)[0]
-                choice["scores"] = vectors.tolist()
-            choice["kept"] = pick_answers(vectors, m, weights)
-            kept_examples.append(example)
-            picked.append([texts[j] for j in choice["kept"]])
-        else:
-            short += 1
-        choices.append(choice)
-    if rank:
-        task.failures.end_step()  # RewardFailureError past --max-failure-rate
-    truncated = float(np.mean([g.truncated for row in singles for g in row]))
-    record.update(rows=len(picked), prompts_short=short, singles_truncated=truncated, choices=choices)
-    print(f"{len(picked)} chains of m = {m} distinct answers; {short} of {len(examples)} prompts had fewer than {m} "
-          f"distinct complete answers and were left out ({truncated:.0%} of the answers ran out of --max-new-tokens)",
-          flush=True)
-    if not picked:
-        raise ValueError(f"no prompt had {m} distinct complete answers among {cfg.samples} samples: raise --samples "
-                         "or --max-new-tokens, or lower --answers")
-    rows = _sft_rows(task, kept_examples, picked, m, chat)
-    data = Path(cfg.out) / DATA_FILE
-    atomic_write_text(data, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
-    print(f"data: {data} ({len(rows)} rows, TRL's prompt-completion format)", flush=True)
+    plan = dataclasses.replace(_plan(cfg, cpu, chat), rank=rank)
+    done = chain_warmup(model, tokenizer, task, examples, plan, cfg.out, log=lambda line: print(line, flush=True))
+    model = done.pop("model")
+    record.update(done)
     if cfg.sft:
-        print(f"SFT through TRL: {cfg.sft_steps} steps of {cfg.batch_size} chains, lr {cfg.learning_rate:g}"
-              + (" (LoRA)" if cfg.lora else ""), flush=True)
-        model, record["sft_losses"] = _sft(model, tokenizer, rows, cfg, cpu)
-        model.save_pretrained(cfg.out)
-        tokenizer.save_pretrained(cfg.out)
         if cfg.eval_chains:
             print("measuring the format after the SFT", flush=True)
             sampler = HFSampler(model, tokenizer, seeding="chain")

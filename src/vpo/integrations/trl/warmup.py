@@ -1,0 +1,261 @@
+"""The chain warm-up through TRL: teach a model the m-answer chain format from its own samples,
+with no labels. ``vpo warmup`` and ``vpo demo --preset smollm2`` run it.
+
+Usage::
+
+    from vpo.integrations.trl.warmup import ChainWarmup, chain_warmup
+    plan = ChainWarmup(answers=3, samples=6, max_new_tokens=48, sft_steps=24)
+    record = chain_warmup(model, tokenizer, task, examples, plan, "runs/warmup")   # the model saved there
+
+The steps: each prompt's single-answer question is sampled ``samples`` times; the distinct
+complete answers (``candidates``) are ranked by the task's scorer (``pick_answers``: a greedy
+maximum of the set score, so a chain holds answers that are good at different things) and m of
+them become one chain (``sft_rows``: the m-answer prompt training uses, and the chain); a short
+SFT through TRL's ``SFTTrainer`` (``sft``) teaches the format. ``chain_parse_rates`` measures how
+many of a model's chains follow it.
+
+Shape glossary: G prompts, M answers per chain, D objectives, K weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ChainWarmup", "DATA_FILE", "candidates", "chain_parse_rates", "chain_warmup", "pick_answers", "sft",
+           "sft_rows"]
+
+DATA_FILE = "data/train.jsonl"
+"""The SFT dataset under the output folder: prompt/completion rows (TRL's prompt-completion format)."""
+
+
+@dataclass(frozen=True)
+class ChainWarmup:
+    """What the warm-up does (``vpo warmup``'s flags, the demo's preset values)."""
+
+    answers: int = 3
+    """Answers per chain m."""
+    samples: int = 8
+    """Single answers sampled per prompt; m distinct complete ones are kept (a prompt with fewer is left out)."""
+    max_new_tokens: int = 64
+    """Tokens of one single answer; an answer that runs out of them is incomplete and left out."""
+    temperature: float = 0.7
+    """Sampling temperature of the single answers."""
+    top_p: float = 1.0
+    """Nucleus sampling top-p."""
+    rank: bool = True
+    """Keep the m answers that together score highest under the set score (else the first m)."""
+    num_weights: int = 100
+    """Dirichlet weights K of the ranking's set score."""
+    sft_steps: int = 60
+    """SFT optimiser steps (TRL's ``max_steps``)."""
+    learning_rate: float = 5e-5
+    """SFT learning rate (AdamW, linear decay)."""
+    batch_size: int = 4
+    """SFT chains per step."""
+    lora: bool = False
+    """Train a LoRA adapter (peft) in the SFT and merge it into the model."""
+    lora_rank: int = 16
+    """LoRA rank r."""
+    lora_alpha: int = 32
+    """LoRA alpha."""
+    sft: bool = True
+    """Run the SFT (False: only write the data)."""
+    chat: bool = True
+    """Prompts as chat turns (the tokenizer's chat template), as ``vpo train`` renders them."""
+    seed: int = 0
+    """Sampling, ranking and SFT seed."""
+    device: str = "cpu"
+    """Where the model samples and trains ("cpu" or a CUDA device)."""
+    progress: bool = True
+    """Progress bars (False: a line per SFT log)."""
+
+
+def normal_answer(text: str) -> str:
+    """Answers equal up to case and spacing are one answer."""
+    return " ".join(text.split()).casefold()
+
+
+def candidates(generations: Sequence[Any], tag: str) -> list[str]:
+    """The usable single answers of one prompt, in sample order: complete (ended before the token
+    budget), not blank, holding no numbered ``<tag_j>`` of their own, distinct up to case and spacing."""
+    from vpo.chains import dedup, holds_numbered_tag
+
+    texts = [g.text.strip() for g in generations if not g.truncated and g.text.strip()]
+    return dedup([t for t in texts if not holds_numbered_tag(t, tag)], key=normal_answer)
+
+
+def pick_answers(vectors: np.ndarray | None, m: int, weights: np.ndarray | None = None) -> list[int]:
+    """Indices of the ``m`` answers to keep: without ``vectors``, the first m; with (n, D)
+    ``vectors`` and (K, D) ``weights``, a greedy maximum of the set score E_w[max_i w . r_i]
+    (``vpo.objective.set_scores``): each step adds the answer that raises the set's score most, the
+    earliest on a tie, so the chain holds what VPO rewards a set for (good answers that differ
+    in what they are good at)."""
+    from vpo.objective import set_scores
+
+    if vectors is None or weights is None:
+        return list(range(m))
+    chosen: list[int] = []
+    for _ in range(min(m, len(vectors))):
+        rest = [i for i in range(len(vectors)) if i not in chosen]
+        scores = set_scores([vectors[chosen + [i]] for i in rest], weights)
+        chosen.append(rest[int(np.argmax(scores))])
+    return chosen
+
+
+def chain_parse_rates(texts: Sequence[Sequence[str]], m: int, tag: str) -> dict[str, Any]:
+    """How well G prompts' lists of m-answer chain ``texts`` follow the format: ``parsed`` (share
+    of chains with at least one answer in ``<tag_i>`` tags: what VPO can score), ``complete``
+    (share with m distinct tagged answers), ``answers_per_chain`` (mean tagged answers) and
+    ``distinct_per_chain`` (mean distinct ones)."""
+    from vpo.chains import numbered_blocks
+
+    tagged, distinct = [], []
+    for row in texts:
+        for text in row:
+            blocks = [b for b in numbered_blocks(text, m, tag)[0] if b.strip()]
+            tagged.append(len(blocks))
+            distinct.append(len({normal_answer(b) for b in blocks}))
+    tagged_arr, distinct_arr = np.asarray(tagged, dtype=float), np.asarray(distinct, dtype=float)
+    if not tagged_arr.size:
+        return {"chains": 0, "parsed": None, "complete": None, "answers_per_chain": None, "distinct_per_chain": None}
+    return {"chains": int(tagged_arr.size), "parsed": float((tagged_arr >= 1).mean()),
+            "complete": float((distinct_arr == m).mean()), "answers_per_chain": float(tagged_arr.mean()),
+            "distinct_per_chain": float(distinct_arr.mean())}
+
+
+def sft_rows(task: Any, examples: Sequence[Any], picked: Sequence[Sequence[str]], m: int,
+             chat: bool) -> list[dict[str, Any]]:
+    """One prompt/completion row per example: the m-answer prompt training uses (chat turns, or one
+    string without a chat template) and the chain of its picked answers."""
+    from vpo.chains import format_chain
+
+    rows = []
+    tag = task.rewrite_rule.tag
+    for example, answers in zip(examples, picked, strict=True):
+        chain = format_chain(answers, tag)
+        if chat:
+            rows.append({"prompt": task.messages(example, m), "completion": [{"role": "assistant", "content": chain}],
+                         "chat_template_kwargs": {"enable_thinking": False}})   # as vpo train renders prompts
+        else:
+            rows.append({"prompt": task.prompt(example, m), "completion": chain})
+    return rows
+
+
+def sft(model: Any, tokenizer: Any, rows: list[dict[str, Any]], plan: ChainWarmup, out: str | Path, *,
+        log: Callable[[str], None] = print) -> tuple[Any, list[dict[str, float]]]:
+    """A short SFT of ``model`` on ``rows`` through TRL's ``SFTTrainer`` (loss on the completion
+    only, its scratch folder ``out/sft``); returns the trained model (a LoRA adapter merged in) and
+    the logged losses."""
+    import torch
+    from datasets import Dataset
+    from transformers import PrinterCallback, TrainerCallback
+    from trl import SFTConfig, SFTTrainer
+
+    losses: list[dict[str, float]] = []
+
+    class Lines(TrainerCallback):
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
+            if logs and "loss" in logs:
+                losses.append({"step": state.global_step, "loss": float(logs["loss"])})
+                if not plan.progress:
+                    log(f"sft step {state.global_step}/{plan.sft_steps}: loss {float(logs['loss']):.4f}")
+
+    cpu = plan.device == "cpu"
+    args = SFTConfig(output_dir=str(Path(out) / "sft"), max_steps=plan.sft_steps,
+                     per_device_train_batch_size=plan.batch_size, learning_rate=plan.learning_rate,
+                     logging_steps=max(1, plan.sft_steps // 10), save_strategy="no", report_to="none",
+                     use_cpu=cpu, bf16=not cpu and torch.cuda.is_bf16_supported(), seed=plan.seed,
+                     disable_tqdm=not plan.progress, dataset_num_proc=None, max_length=None)
+    peft_config = None
+    if plan.lora:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=plan.lora_rank, lora_alpha=plan.lora_alpha, target_modules="all-linear",
+                                 task_type="CAUSAL_LM")
+    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
+                         peft_config=peft_config, callbacks=[Lines()])
+    trainer.remove_callback(PrinterCallback)  # its dict per log; Lines prints one short line instead
+    trainer.train()
+    trained = trainer.model
+    if plan.lora:
+        trained = trained.merge_and_unload()
+    return trained, losses
+
+
+def pick_chains(task: Any, examples: Sequence[Any], singles: Sequence[Sequence[Any]], plan: ChainWarmup,
+                keys: Sequence[str]) -> tuple[list[Any], list[list[str]], list[dict[str, Any]]]:
+    """(kept examples, their m picked answers, a record per prompt) from each example's sampled
+    ``singles``: the prompts with m distinct complete answers, ranked by the task's scorer under
+    weights keyed on ``keys`` when ``plan.rank``."""
+    from vpo.weights import group_weights
+
+    m = plan.answers
+    kept, picked, choices = [], [], []
+    for i, (example, generations) in enumerate(zip(examples, singles, strict=True)):
+        texts = candidates(generations, task.rewrite_rule.tag)
+        choice: dict[str, Any] = {"prompt": i, "candidates": texts}
+        if len(texts) >= m:
+            vectors, weights = None, None
+            if plan.rank:
+                vectors = np.asarray(task.score_answers(texts, example), dtype=np.float64)
+                weights = group_weights([keys[i]], plan.num_weights, vectors.shape[1], seed=plan.seed)[0]
+                choice["scores"] = vectors.tolist()
+            choice["kept"] = pick_answers(vectors, m, weights)
+            kept.append(example)
+            picked.append([texts[j] for j in choice["kept"]])
+        choices.append(choice)
+    if plan.rank:
+        task.failures.end_step()  # RewardFailureError past the task's max_failure_rate
+    return kept, picked, choices
+
+
+def chain_warmup(model: Any, tokenizer: Any, task: Any, examples: Sequence[Any], plan: ChainWarmup,
+                 out: str | Path, *, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Sample, pick and write the warm-up chains of ``examples`` (``out/data/train.jsonl``), run the
+    SFT and save the model and tokenizer to ``out`` (unless ``plan.sft`` is False). Returns
+    {"model": the trained model, "rows", "prompts", "prompts_short", "singles_truncated", "choices",
+    and with the SFT "sft_losses", "final_loss"}; ValueError when no prompt had m distinct complete
+    answers."""
+    import json
+
+    from vpo.export import example_key
+    from vpo.formats import TaskFormat
+    from vpo.runs import atomic_write_text
+    from vpo.sampling import HFSampler
+
+    m = plan.answers
+    model.to(plan.device)
+    fmt = TaskFormat(task, chat=plan.chat, tokenizer=tokenizer)
+    sampler = HFSampler(model, tokenizer, seeding="chain")
+    log(f"sampling {plan.samples} single answers to each of {len(examples)} prompts, up to {plan.max_new_tokens} "
+        "tokens each")
+    singles = sampler.generate([[fmt.prompt(example, 1)] * plan.samples for example in examples],
+                               temperature=plan.temperature, top_p=plan.top_p, max_new_tokens=plan.max_new_tokens,
+                               seed=plan.seed, progress=plan.progress, desc="single answers")
+    keys = [example_key(example, "train", i) for i, example in enumerate(examples)]
+    kept, picked, choices = pick_chains(task, examples, singles, plan, keys)
+    truncated = float(np.mean([g.truncated for row in singles for g in row]))
+    log(f"{len(picked)} chains of m = {m} distinct answers; {len(examples) - len(picked)} of {len(examples)} prompts "
+        f"had fewer than {m} distinct complete answers and were left out ({truncated:.0%} of the answers ran out of "
+        "the token budget)")
+    if not picked:
+        raise ValueError(f"no prompt had {m} distinct complete answers among {plan.samples} samples: sample more "
+                         "answers or longer ones, or lower m")
+    rows = sft_rows(task, kept, picked, m, plan.chat)
+    atomic_write_text(Path(out) / DATA_FILE, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+    log(f"data: {Path(out) / DATA_FILE} ({len(rows)} rows, TRL's prompt-completion format)")
+    record = {"rows": len(rows), "prompts": len(examples), "prompts_short": len(examples) - len(picked),
+              "singles_truncated": truncated, "choices": choices}
+    if plan.sft:
+        log(f"SFT through TRL: {plan.sft_steps} steps of {plan.batch_size} chains, lr {plan.learning_rate:g}"
+            + (" (LoRA)" if plan.lora else ""))
+        model, losses = sft(model, tokenizer, rows, plan, out, log=log)
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        record.update(sft_losses=losses, final_loss=losses[-1]["loss"] if losses else float("nan"))
+    return {"model": model, **record}
