@@ -56,11 +56,11 @@ def test_dry_run_prints_the_plan_and_checks_the_listing(listing):
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("gpu_check plan")
-    for step in ("install", "a-gpu-tests", "b-train", "c-eval", "d-demo"):
+    for step in ("install", "p-pretrained", "a-gpu-tests", "b-train", "c-eval", "d-demo"):
         assert any(line.strip().startswith(step) for line in lines), step
     total = next(line for line in lines if line.strip().startswith("total"))
     assert float(total.split()[1]) < 25
-    assert "m-memory" in done.stdout and "lane B" in done.stdout
+    assert "m-memory" in done.stdout and "lane B" in done.stdout and "lane C" in done.stdout
     assert f"wheels: listing {listing}:" in done.stdout and "none of the" in done.stdout
     assert "nothing was run" in lines[-1] and "wheels ok" in lines[-1]
 
@@ -174,9 +174,17 @@ def test_gpu_tests_are_collected_and_skip_with_a_reason_without_cuda():
 def test_the_plan_fits_nine_minutes_and_reads_the_preset(tmp_path, monkeypatch):
     helper = _helper()
     steps = helper.plan_steps(tmp_path / "out", tmp_path / "wheels")
-    assert [s["name"] for s in steps] == ["install", "d-demo", "a-gpu-tests", "b-train", "c-eval", "m-memory"]
+    # the pretrained-model demo first (lane A starts with it), then the maze's steps beside it
+    assert [s["name"] for s in steps] == ["install", "p-pretrained", "d-demo", "a-gpu-tests", "b-train", "c-eval",
+                                          "m-memory"]
     assert helper.critical_minutes(steps, "limit") <= helper.BUDGET_MINUTES == 9
     assert all(s["limit"] > 0 for s in steps)
+    pretrained = steps[1]
+    assert pretrained["lane"] == "A" and pretrained["limit"] <= 8
+    assert "--preset smollm2" in pretrained["shell"] and "all four methods x 2 seeds" in pretrained["what"]
+    assert pretrained["expected"] <= pretrained["limit"], pretrained["what"]  # the preset is sized to the limit
+    assert helper.MODEL_FILE in pretrained["shell"]
+    assert str(tmp_path / "m.gguf") in helper.plan_steps(tmp_path, tmp_path, model=tmp_path / "m.gguf")[1]["shell"]
     demo = next(s for s in steps if s["name"] == "d-demo")
     assert "--preset paper-maze" in demo["shell"] and "all four methods x 2 seeds" in demo["what"]
     # step d's expectation follows vpo.demo.config's PRESETS (maze9's values apply): half the steps, less time

@@ -332,8 +332,8 @@ PRESETS["smollm2"] = {
     "seeds": 2,
     "warmup_examples": 50, "warmup_samples": 6, "warmup_steps": 24, "warmup_lr": 5e-5, "warmup_batch": 4,
     "answer_tokens": 48,
-    "rl_steps": 40, "rl_prompts": 8, "rl_generations": 8, "rl_lr": 2e-5, "rl_temperature": 1.0, "rl_beta": 0.0,
-    "rl_truncated": "keep",
+    "rl_steps": 12, "rl_prompts": 16, "rl_generations": 8, "rl_micro_batch": 32, "rl_lr": 2e-5,
+    "rl_temperature": 1.0, "rl_beta": 0.0, "rl_truncated": "keep",
     "eval_examples": 16, "pool": 30, "eval_weights": 64, "eval_batch": 480,
 }
 
@@ -343,7 +343,7 @@ PRESET_CPU: dict[str, dict[str, Any]] = {
         "out": "runs/demo-smollm2-cpu",
         "methods": "grpo,vpo", "seeds": 1,
         "warmup_examples": 32, "warmup_steps": 16,
-        "rl_steps": 16, "rl_generations": 4,
+        "rl_steps": 16, "rl_prompts": 8, "rl_generations": 4, "rl_micro_batch": 16,
         "eval_batch": 160,
     },
 }
