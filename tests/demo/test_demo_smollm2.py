@@ -66,7 +66,7 @@ def test_memory_plan_of_a_135m_model_with_chains():
 
     shape = ModelShape(parameters=134_515_008, layers=30, kv_heads=3, head_dim=64, vocab=49152, hidden=576, mlp=1536,
                        heads=9)
-    cfg = DemoConfig(preset="smollm2", device="cpu").resolved()
+    cfg = DemoConfig(preset="smollm2", device="cpu", rl_micro_batch=32).resolved()
     _, one, _ = pretrained_estimates(cfg, shape, 80, 16, device="cpu", m=1)
     _, three, sizes = pretrained_estimates(cfg, shape, 80, 16, device="cpu", m=3)
     assert three["rl"].total > one["rl"].total and sizes["tokens"] == 80 + 3 * cfg.answer_tokens

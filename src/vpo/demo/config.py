@@ -356,7 +356,7 @@ PRESET_QUICK["smollm2"] = {
     "methods": "grpo,vpo", "seeds": 1,
     "warmup_examples": 4, "warmup_samples": 4, "warmup_steps": 2, "warmup_batch": 2,
     "answer_tokens": 40,
-    "rl_steps": 2, "rl_prompts": 2, "rl_generations": 2, "save_steps": 2,
+    "rl_steps": 2, "rl_prompts": 2, "rl_generations": 2, "rl_micro_batch": 0, "save_steps": 2,
     "eval_examples": 2, "pool": 3, "eval_weights": 8, "eval_batch": 64,
     "workers": 1,
 }
