@@ -374,3 +374,31 @@ def test_the_listing_for_the_images_python_has_no_cuda_wheel(tmp_path):
     assert not [name for name in wheels if helper.CUDA_WHEELS.match(name)], sorted(wheels)
     assert "torch" in image and not set(image) & set(wheels)
     assert all("cp312" in file or "py3" in file or "abi3" in file for _, file in wheels.values()), wheels
+
+
+def test_the_model_travels_in_two_parts_and_is_checked_when_joined(tmp_path):
+    """scripts/carry_model.sh: step p's GGUF is over the 64 MiB a device call carries; split here,
+    joined there, its checksum checked (a damaged part is refused)."""
+    import shutil
+
+    model = tmp_path / "tiny.gguf"
+    model.write_bytes(bytes(range(256)) * 1001)
+    root = tmp_path / "repo"
+    (root / "scripts").mkdir(parents=True)
+    shutil.copy(SCRIPTS / "carry_model.sh", root / "scripts")
+    assert _run(root / "scripts" / "carry_model.sh", "split", model).returncode == 0
+    parts = [root / "models" / "part1", root / "models" / "part2"]
+    assert all(len(list(p.iterdir())) == 2 for p in parts)
+    there = tmp_path / "there"
+    there.mkdir()
+    for part in parts:  # one device call each
+        for f in part.iterdir():
+            shutil.copy(f, there / f.name)
+    done = _run(root / "scripts" / "carry_model.sh", "join", there)
+    assert done.returncode == 0 and (there / "tiny.gguf").read_bytes() == model.read_bytes()
+    (there / "tiny.gguf").unlink()
+    for part in parts:
+        for f in part.iterdir():
+            shutil.copy(f, there / f.name)
+    (there / "tiny.gguf.part2").write_bytes(b"damaged")
+    assert _run(root / "scripts" / "carry_model.sh", "join", there).returncode != 0
