@@ -1,7 +1,7 @@
 """Reward functions of TRL's contract for the own-rewards tests (imported as ``own_reward_funcs``:
 pytest puts tests/ on the path). They trade off: naming the row's keyword, brevity, enthusiasm."""
 
-from vpo.rewards import completion_text
+from vpo.rewards import chain_level, completion_text
 
 CALLS = []
 """(function name, number of answers, the keyword column) of every call, for the tests to read."""
@@ -37,3 +37,20 @@ def logits(prompts, completions, **kwargs):
 def copies(prompts, completions, **kwargs):
     """keyword and brevity again, scaled: collinear with them by construction (2 x keyword)."""
     return [2.0 * v for v in keyword(prompts, completions, **kwargs)]
+
+
+@chain_level
+def tokens_used(prompts, completions, completion_ids, **kwargs):
+    """Judges the whole completion: 1 / (1 + its tokens). Records (name, completions, their token counts)."""
+    CALLS.append(("tokens_used", len(completions), [len(ids) for ids in completion_ids]))
+    return [1.0 / (1 + len(ids)) for ids in completion_ids]
+
+
+FORMS = []
+"""The type of every completion ``plain_text`` saw."""
+
+
+def plain_text(completions, **kwargs):
+    """A reward written for text completions, as docs/own_rewards.md's examples are (``c.strip()``)."""
+    FORMS.extend(type(c).__name__ for c in completions)
+    return [1.0 / (1 + len(c.strip())) for c in completions]

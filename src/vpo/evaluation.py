@@ -11,7 +11,9 @@ docs/algorithm.md §5: k counts ANSWERS, not chains. A method with m answers per
 ``pool // m`` chains per example, a single-answer method ``pool`` samples, so every pool holds
 the same number of answers. Each answer of a chain is scored on its own with ``task.score``
 (a missing answer scores the zero vector); duplicates inside a chain are kept as answers,
-exactly as repeated samples of a single-answer method are, so neither format is favoured.
+exactly as repeated samples of a single-answer method are, so neither format is favoured. Your
+own reward functions score an example's chains as the trainer does (``score_pool``): a function
+that judges the whole completion once per chain, its value on every slot of the chain.
 
 Metrics per example (all estimators exact, from ``vpo.metrics``):
 
@@ -111,6 +113,27 @@ def score_generation(task: Task, fmt: PromptFormat, text: str, example: Example,
     return rows
 
 
+def score_pool(task: Task, fmt: PromptFormat, generations: Sequence[Generation | str], example: Example,
+               m: int) -> np.ndarray:
+    """(C * m, D) reward vectors of one example's C generations, answer slot by answer slot.
+
+    A task that scores chains together as a trainer does (``score_generations``: your own reward
+    functions, ``own_rewards``) gets them all at once in its own format, with each chain's tokens
+    (``Generation.ids``, else the format's tokenizer counts them): chain-level functions once per
+    chain, their value on each of its slots. Any other task: each generation by
+    ``score_generation``. Under the task's reward failure policy either way."""
+    texts = [g if isinstance(g, str) else g.text for g in generations]
+    whole = getattr(task, "score_generations", None)
+    if whole is None or not isinstance(fmt, TaskFormat):
+        return np.concatenate([score_generation(task, fmt, text, example, m) for text in texts]) if texts else \
+            np.zeros((0, task.num_objectives(example)))
+    ids = [getattr(g, "ids", None) for g in generations]
+    vectors = whole(texts, example, m, completion_ids=None if any(i is None for i in ids) else ids,
+                    tokenizer=fmt.tokenizer)
+    task.failures.tick()  # RewardFailureError when a window of calls fails past max_failure_rate
+    return vectors.reshape(len(texts) * m, -1)
+
+
 def pool_prompts(fmt: PromptFormat, examples: Sequence[Example], m: int, chains: int) -> list[list[str]]:
     """G lists of ``chains`` prompts: ``fmt.prompt(example, m)`` for every chain, or
     ``fmt.chain_prompt(example, m, chain)`` when the format prompts each chain on its own (the
@@ -167,8 +190,7 @@ def sample_pools(model: Any, tokenizer: Any, task: Task, examples: Sequence[Exam
                          seed=seed, sampler=sampler, progress=progress, desc=desc)
     vectors = np.zeros((len(examples), pool, dims.pop()), dtype=np.float64)
     for i, (example, row) in enumerate(zip(examples, rows, strict=True)):
-        for c, generation in enumerate(row):
-            vectors[i, c * m:(c + 1) * m] = score_generation(task, fmt, generation.text, example, m)
+        vectors[i] = score_pool(task, fmt, row, example, m)
     chains = [generation for row in rows for generation in row]
     return Pools(vectors=vectors, m=m, texts=[[generation.text for generation in row] for row in rows],
                  completion_tokens=float(np.mean([g.tokens for g in chains])),

@@ -42,11 +42,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FAILURE_METRIC", "NonFiniteReward", "RewardContractError", "RewardFailureError", "RewardFailurePolicy",
-           "RewardFailures", "run_limited"]
+__all__ = ["FAILED_CALL", "FAILURE_METRIC", "NonFiniteReward", "RewardContractError", "RewardFailureError",
+           "RewardFailurePolicy", "RewardFailures", "reward_list", "run_limited"]
 
 FAILURE_METRIC = "vpo/reward_failures"
 """The metric of failed reward calls; ``vpo/reward_failures/<name>`` per function."""
+
+FAILED_CALL = float("-inf")
+"""The raw value ``vpo.rewards`` gives a failed call (``RewardFailures.guard(..., failed_value=)``):
+below every real value, so that scaling (``vpo.rewards.finish_chains``) gives it the objective's
+worst value, never a better one than a real call's."""
 
 LOGGER = logging.getLogger("vpo.rewards")
 
@@ -235,10 +240,10 @@ class RewardFailures:
                 f"{summary}, {share(worst):.0%} of its {own[worst]} calls: more than max_failure_rate={rate} (see the "
                 "logged traceback; raise max_failure_rate, or fix the function)")
 
-    def clean_model_scores(self, name: str, values: Any) -> Any:
+    def clean_model_scores(self, name: str, values: Any, failed_value: float = 0.0) -> Any:
         """A reward model's (P,) or (P, H) scores of P answers with NaN and infinities (a model in
-        low precision can overflow) as 0, each such answer a failed call of ``name``; a model has
-        no ``None``. Records the P calls. Exceptions from a model (out of memory, a device
+        low precision can overflow) as ``failed_value``, each such answer a failed call of ``name``;
+        a model has no ``None``. Records the P calls. Exceptions from a model (out of memory, a device
         mismatch) are setup faults and are not caught."""
         import numpy as np
 
@@ -249,16 +254,18 @@ class RewardFailures:
         if failed:
             self.report(name, NonFiniteReward(f"the model scored NaN or an infinity for {failed} of {rows.size} "
                                               "answers"))
-            out[bad] = 0.0
+            out[bad] = failed_value
         self.record(name, int(rows.size), failed)
         return out
 
     # -- guarding ------------------------------------------------------------------------------
-    def guard(self, func: Callable[..., Any], name: str, width: int = 1) -> Callable[..., Any]:
+    def guard(self, func: Callable[..., Any], name: str, width: int = 1,
+              failed_value: float = 0.0) -> Callable[..., Any]:
         """``func`` (a reward function of TRL's contract, sync or async, with ``width`` heads) under
-        the policy: same arguments and result, a failed answer scores 0 (``width`` zeros for a
-        vector), ``None`` passes through."""
-        zero: Any = 0.0 if width == 1 else [0.0] * width
+        the policy: same arguments and result, a failed answer scores ``failed_value`` (``width`` of
+        them for a vector; ``vpo.rewards`` passes ``FAILED_CALL``, which scaling turns into the
+        objective's worst value), ``None`` passes through."""
+        zero: Any = failed_value if width == 1 else [failed_value] * width
         if inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None)):
             async def guarded_async(**kwargs: Any) -> list[Any]:
                 return await self._call_async(func, name, zero, kwargs)
@@ -276,7 +283,7 @@ class RewardFailures:
         n = len(kwargs["completions"])
         limit = self.policy.time_limit
         try:
-            return self._clean(name, _checked(run_limited(func, kwargs, limit), n, name), n)
+            return self._clean(name, reward_list(run_limited(func, kwargs, limit), n, name), n, zero)
         except RewardContractError:
             raise
         except Exception as err:  # noqa: BLE001 - every failure of a user's function is scored, not raised
@@ -292,7 +299,7 @@ class RewardFailures:
             results = []
             for row in rows:
                 try:
-                    results.append(_checked(run_limited(func, row, limit), 1, name)[0])
+                    results.append(reward_list(run_limited(func, row, limit), 1, name)[0])
                 except RewardContractError:
                     raise
                 except Exception as one:  # noqa: BLE001
@@ -304,10 +311,10 @@ class RewardFailures:
         limit = self.policy.time_limit
 
         async def run(args: dict[str, Any], size: int) -> list[Any]:
-            return _checked(await asyncio.wait_for(func(**args), limit), size, name)
+            return reward_list(await asyncio.wait_for(func(**args), limit), size, name)
 
         try:
-            return self._clean(name, await run(kwargs, n), n)
+            return self._clean(name, await run(kwargs, n), n, zero)
         except RewardContractError:
             raise
         except Exception as err:  # noqa: BLE001
@@ -319,7 +326,8 @@ class RewardFailures:
         return self._merge(name, zero, [out if isinstance(out, BaseException) else out[0] for out in outs])
 
     def _merge(self, name: str, zero: Any, results: Sequence[Any]) -> list[Any]:
-        """Per-answer results (a value, or the exception it raised) as one output, failures as 0."""
+        """Per-answer results (a value, or the exception it raised) as one output, failures as
+        ``zero`` (the failed value)."""
         failed = 0
         out: list[Any] = []
         for result in results:
@@ -328,18 +336,20 @@ class RewardFailures:
             if isinstance(result, BaseException):
                 self.report(name, result)
                 failed += 1
-                out.append(zero)
+                out.append(_RAISED)
             else:
                 out.append(result)
         self.record(name, 0, failed)
-        return self._clean(name, out, len(out))
+        return [zero if value is _RAISED else value for value in self._clean(name, out, len(out), zero)]
 
-    def _clean(self, name: str, values: list[Any], n: int) -> list[Any]:
-        """NaN and infinities (not ``None``) as 0, counted; records the ``n`` calls."""
+    def _clean(self, name: str, values: list[Any], n: int, zero: Any = 0.0) -> list[Any]:
+        """NaN and infinities (not ``None``) as the failed value (``zero``'s), counted; records the
+        ``n`` calls."""
         failed = 0
         out = []
+        fill = zero[0] if isinstance(zero, list) else zero
         for value in values:
-            bad, fixed = _non_finite(value)
+            bad, fixed = _non_finite(value, fill)
             failed += bad
             out.append(fixed)
         if failed:
@@ -348,29 +358,54 @@ class RewardFailures:
         return out
 
 
-def _checked(output: Any, n: int, name: str) -> list[Any]:
-    try:
-        values = list(output)
-    except TypeError:
-        raise RewardContractError(f"reward function {name!r} returned {type(output).__name__}, "
-                                  "expected a list") from None
+_RAISED = object()
+"""A call that raised, in ``_merge`` (its failed value is set after the NaN check)."""
+
+
+def reward_list(output: Any, n: int, name: str, expected: str | None = None) -> list[Any]:
+    """A reward function's ``output`` as the list of its ``n`` values: a list, a tuple, a numpy array
+    or a CPU tensor of length ``n``. ``RewardContractError`` naming what came back otherwise (a
+    generator, a dict, a string, a number, a tensor on another device, the wrong length);
+    ``expected`` words what was expected."""
+    expected = expected or f"{n} number{'s' * (n != 1)} (float, int, bool or None), one per completion"
+    kind = type(output).__name__
+    if type(output).__module__.startswith("torch") and hasattr(output, "device"):
+        if output.device.type != "cpu":
+            raise RewardContractError(f"reward function {name!r} returned a tensor on {output.device}; expected a list "
+                                      f"of {expected} (return .tolist(), or move it to the CPU)")
+        output = output.detach().tolist() if output.ndim else output
+    if (isinstance(output, str | bytes | Mapping) or not isinstance(output, Sequence | _ndarray())
+            or getattr(output, "ndim", 1) == 0):
+        what = ("a generator (return a list)" if kind == "generator" else
+                f"a dict with keys {list(output)[:5]!r}" if isinstance(output, Mapping) else
+                f"{output!r:.60}, a {kind}")
+        raise RewardContractError(f"reward function {name!r} returned {what}; expected a list of {expected}")
+    values = list(output)
     if len(values) != n:
-        raise RewardContractError(f"reward function {name!r} returned {len(values)} rewards for {n} answers")
+        raise RewardContractError(f"reward function {name!r} returned {len(values)} rewards for {n} answers; expected "
+                                  f"a list of {expected}")
     return values
 
 
-def _non_finite(value: Any) -> tuple[bool, Any]:
-    """(whether ``value`` holds NaN or an infinity, ``value`` with those as 0); ``None`` is fine."""
+def _ndarray() -> type:
+    """numpy's array type, imported when a reward output needs it (this module imports no numpy)."""
+    import numpy as np
+
+    return np.ndarray
+
+
+def _non_finite(value: Any, fill: float = 0.0) -> tuple[bool, Any]:
+    """(whether ``value`` holds NaN or an infinity, ``value`` with those as ``fill``); ``None`` is fine."""
     if value is None or isinstance(value, str | bytes):
         return False, value
     if isinstance(value, Sequence) or hasattr(value, "__len__") and hasattr(value, "__iter__"):
-        parts = [_non_finite(v) for v in value]
+        parts = [_non_finite(v, fill) for v in value]
         return any(bad for bad, _ in parts), [fixed for _, fixed in parts]
     try:
         number = float(value)
     except (TypeError, ValueError):
         return False, value
-    return (False, value) if math.isfinite(number) else (True, 0.0)
+    return (False, value) if math.isfinite(number) else (True, fill)
 
 
 def _row_kwargs(kwargs: Mapping[str, Any], p: int, n: int) -> dict[str, Any]:
@@ -397,7 +432,7 @@ def _run_parallel(func: Callable[..., Any], rows: Sequence[Mapping[str, Any]], l
     def work(i: int, row: Mapping[str, Any]) -> None:
         try:
             out = func(**row)
-            results[i] = out if raw else _checked(out, 1, name)[0]
+            results[i] = out if raw else reward_list(out, 1, name)[0]
         except Exception as err:  # noqa: BLE001
             results[i] = err
 

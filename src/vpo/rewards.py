@@ -22,6 +22,10 @@ A function that judges the whole completion (length, format, thinking tags: ``is
 declared with ``chain_level(f)`` or ``f.chain_level = True``; TRL's ``think_format_reward``, soft
 overlong punishment and repetition penalty are by nature) is called once per completion instead,
 and its value is a shared objective: the same on every row of the chain's matrix, padding included.
+A length budget is one answer's: a chain of m answers is judged against m times it (``at_answers``).
+Completions take the form of the data's prompt everywhere (``completion_form``): text for a string
+prompt, assistant turns for chat turns. Loading, arguments and outputs are checked by
+``vpo.reward_guard`` (one line naming the fault).
 
 ``None`` means "this function does not apply to this sample" (TRL's meaning): a function that
 returns ``None`` for every answer of a group (the rollouts of one prompt) is dropped from that
@@ -37,23 +41,22 @@ function is a model id or a model.
 from __future__ import annotations
 
 import asyncio
-import importlib
-import importlib.util
 import inspect
 import json
 import math
 import re
-import sys
 import warnings
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from vpo.chains import RewriteRule, finish_chain, parse_answers, rewrite_prompt
-from vpo.reward_failures import RewardContractError, RewardFailures
+from vpo.reward_failures import FAILED_CALL, RewardFailures
+from vpo.reward_guard import (TRL_CHAIN_LEVEL, TRL_HOOKS, LengthBudget, at_answers, chain_level, check_arguments,
+                              check_columns, checked_rewards, function_name, is_chain_level, is_reward_model,
+                              length_budget, load_reward_funcs)
 
 __all__ = [
     "CHAIN_RULE",
@@ -64,11 +67,17 @@ __all__ = [
     "TRL_HOOKS",
     "ChainRewards",
     "CollinearObjectivesWarning",
+    "LengthBudget",
     "RewardScaleWarning",
     "ScoredAnswers",
+    "at_answers",
+    "cached_reward_model",
     "call_reward_funcs",
     "chain_level",
+    "check_arguments",
+    "check_columns",
     "check_scaling",
+    "completion_form",
     "is_reward_model",
     "load_reward_model",
     "completion_text",
@@ -77,6 +86,7 @@ __all__ = [
     "function_name",
     "group_keys",
     "is_chain_level",
+    "length_budget",
     "load_reward_funcs",
     "objective_diagnostics",
     "objective_names",
@@ -108,16 +118,6 @@ SCALINGS = ("none", "sigmoid", "minmax")
 * ``minmax``: (x - min) / (max - min) over the batch's answers (0 when they are all equal);
 * ``(low, high)``: (x - low) / (high - low), clipped to [0, 1]: a fixed, known range.
 """
-
-TRL_HOOKS = ("trainer_state", "log_extra", "log_metric")
-"""What ``GRPOTrainer`` passes a reward function besides the dataset columns: passed on as they
-are (never repeated per answer); values given to ``log_extra`` per answer are grouped per completion."""
-
-TRL_CHAIN_LEVEL = ("think_format_reward", "soft_overlong_punishment_reward", "repetition_penalty_reward")
-"""TRL 1.16's shipped reward functions (``trl.rewards``, by ``__name__``) that judge the whole
-completion by nature: its format (``think_format_reward``), its token length
-(``get_soft_overlong_punishment``) and its repeated n-grams (``get_repetition_penalty_reward``).
-``is_chain_level`` treats them as chain-level unless they say otherwise."""
 
 COLLINEAR_EFFECTIVE_DIM = 1.2
 """An effective dimension below this (with D >= 2 objectives) counts as "near 1": the objectives
@@ -177,6 +177,16 @@ def completion_text(completion: str | Sequence[Mapping[str, Any]]) -> str:
     return "".join(parts)
 
 
+def completion_form(prompt: Any, completion: Any) -> Any:
+    """``completion`` in the form every path gives a reward function for ``prompt``, the data's own
+    prompt: text for a string prompt (TRL generates text for it; a chat template the model was
+    prompted in does not change what the data holds), one assistant turn for chat turns (TRL
+    generates assistant turns for them)."""
+    if isinstance(prompt, str):
+        return completion if isinstance(completion, str) else completion_text(completion)
+    return [{"role": "assistant", "content": completion}] if isinstance(completion, str) else completion
+
+
 def single_answer(completion: Any, answer: str) -> Any:
     """``answer`` in the form of ``completion``: a string, or one assistant message."""
     if isinstance(completion, str):
@@ -210,53 +220,6 @@ def prompt_key(prompt: str | Sequence[Mapping[str, Any]]) -> str:
 # ------------------------------------------------------------------------------------------------
 # reward functions: names, loading, the default call
 # ------------------------------------------------------------------------------------------------
-def is_reward_model(func: Any) -> bool:
-    """Whether ``func`` is a model (scored on its logits) rather than a callable."""
-    return hasattr(func, "config") and callable(getattr(func, "forward", None))
-
-
-def is_chain_level(func: Any) -> bool:
-    """Whether ``func`` judges the whole completion (called once per completion, its value shared by
-    every row of the chain) rather than one answer: its ``chain_level`` attribute when set, else
-    True for the functions of ``TRL_CHAIN_LEVEL`` (``trl.rewards``)."""
-    declared = getattr(func, "chain_level", None)
-    if declared is not None:
-        return bool(declared)
-    if isinstance(func, str) or is_reward_model(func):
-        return False
-    module = getattr(func, "__module__", "") if inspect.isfunction(func) else type(func).__module__
-    return str(module or "").startswith("trl.rewards") and function_name(func) in TRL_CHAIN_LEVEL
-
-
-def chain_level(func: Any) -> Any:
-    """Declare that reward function ``func`` judges the whole completion (length, format, thinking
-    tags): ``VPOTrainer``, ``score_chains`` and ``vpo rewards check`` call it once per completion and
-    give its value to every row of the chain (a shared objective; docs/own_rewards.md). Returns
-    ``func`` (usable as a decorator); a callable that takes no attributes is wrapped."""
-    try:
-        func.chain_level = True
-        return func
-    except (AttributeError, TypeError):
-        def judged(*args: Any, **kwargs: Any) -> Any:
-            return func(*args, **kwargs)
-
-        judged.__name__ = function_name(func)
-        judged.chain_level = True  # type: ignore[attr-defined]
-        return judged
-
-
-def function_name(func: Any) -> str:
-    """A reward function's name as TRL names it: ``__name__``, a model's checkpoint name."""
-    if isinstance(func, str):
-        return func.rstrip("/").split("/")[-1]
-    if is_reward_model(func):
-        return str(getattr(func.config, "_name_or_path", "") or type(func).__name__).rstrip("/").split("/")[-1]
-    name = getattr(func, "__name__", None)
-    if name is None and hasattr(func, "func"):  # functools.partial
-        name = getattr(func.func, "__name__", None)
-    return str(name or type(func).__name__)
-
-
 def _declared_heads(func: Any) -> tuple[str, ...] | None:
     """Head names a function declares: ``objective_names`` on a callable, or a model's
     ``id2label`` when it has more than one label (transformers' default ``LABEL_j`` become "j")."""
@@ -314,42 +277,6 @@ def objective_names(reward_funcs: Sequence[Any], reward_names: Sequence[Any] | N
     return tuple(names)
 
 
-def load_reward_funcs(spec: str | Sequence[str]) -> list[Any]:
-    """Reward functions from ``"pkg.mod:f1,pkg.mod:f2"`` (also dotted ``"pkg.mod.f"`` and
-    ``"path/to/file.py:f"``), or a list of such strings. An entry without ``:`` that contains a
-    ``/`` (or names an existing folder) is a reward-model id or path and is returned as is."""
-    entries = [spec] if isinstance(spec, str) else list(spec)
-    parts = [part.strip() for entry in entries for part in str(entry).split(",") if part.strip()]
-    if not parts:
-        raise ValueError(f"no reward functions in {spec!r}; write them as pkg.mod:f1,pkg.mod:f2")
-    return [_load_one(part) for part in parts]
-
-
-def _load_one(part: str) -> Any:
-    if ":" not in part and ("/" in part or Path(part).is_dir()):
-        return part  # a reward model id or folder, loaded like TRL loads one
-    module_name, sep, attr = part.rpartition(":") if ":" in part else part.rpartition(".")
-    if not module_name or not attr:
-        raise ValueError(f"reward function {part!r} must be written pkg.mod:name or pkg.mod.name")
-    try:
-        if module_name.endswith(".py"):
-            path = Path(module_name)
-            if not path.is_file():
-                raise ValueError(f"reward function {part!r}: no file {module_name}")
-            module_spec = importlib.util.spec_from_file_location(f"vpo_user_rewards.{path.stem}", path)
-            module = importlib.util.module_from_spec(module_spec)
-            sys.modules[module_spec.name] = module
-            module_spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise ValueError(f"reward function {part!r}: cannot import {module_name!r} ({err})") from None
-    func = getattr(module, attr, None)
-    if func is None or not callable(func):
-        raise ValueError(f"reward function {part!r}: {module_name!r} has no callable {attr!r}")
-    return func
-
-
 def load_reward_model(name: str) -> tuple[Any, Any]:
     """(model, tokenizer) of a sequence-classification checkpoint id or folder, in eval mode, with
     all of its labels (a multi-head checkpoint gives several objectives)."""
@@ -392,48 +319,34 @@ def score_with_model(model: Any, tokenizer: Any, prompts: Sequence[Any], complet
     return np.concatenate(out, axis=0) if out else np.zeros((0, labels))
 
 
-def _as_values(output: Any, n: int, name: str) -> np.ndarray:
-    """A function's output as (P,) or (P, H) float64, ``None`` as NaN."""
-    try:
-        values = list(output)
-    except TypeError:
-        raise ValueError(f"reward function {name!r} returned {type(output).__name__}, expected a list") from None
-    if len(values) != n:
-        raise ValueError(f"reward function {name!r} returned {len(values)} rewards for {n} answers "
-                         "(one per answer expected)")
-    if any(v is not None and np.ndim(v) > 0 for v in values):
-        widths = {np.size(v) for v in values if v is not None}
-        if len(widths) != 1:
-            raise ValueError(f"reward function {name!r} returned vectors of different lengths {sorted(widths)}")
-        width = widths.pop()
-        rows = [np.full(width, np.nan) if v is None else
-                np.array([np.nan if x is None else x for x in np.ravel(np.asarray(v, dtype=object))], dtype=np.float64)
-                for v in values]
-        return np.stack(rows) if rows else np.zeros((0, width))
-    return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
-
-
 def call_reward_funcs(reward_funcs: Sequence[Any], prompts: Sequence[Any], completions: Sequence[Any],
                       columns: Mapping[str, Sequence[Any]] | None = None, *,
                       reward_processing_classes: Sequence[Any] | Any = None,
                       completion_ids: Sequence[Any] | None = None,
-                      failures: RewardFailures | None = None) -> list[np.ndarray]:
+                      failures: RewardFailures | None = None, tokenizer: Any = None) -> list[np.ndarray]:
     """Each function once on all P answers: one (P,) or (P, H) array per function, ``None`` as NaN.
 
     Callables get ``prompts=, completions=, completion_ids=, **columns`` (async ones run together;
-    ``columns`` may hold ``TRL_HOOKS`` and ``completion_ids``, passed as they are). A callable with a
-    required argument that is none of these raises ``RewardContractError`` naming the missing
-    dataset column (``check_arguments``), before any call;
-    a model id is loaded once (``load_reward_model``) and a model scores prompt + answer with its
-    processing class, all heads. The default ``call`` of ``score_chains``. With ``failures``
+    ``columns`` may hold ``TRL_HOOKS`` and ``completion_ids``, passed as they are). Without
+    ``completion_ids``, a ``tokenizer`` gives each completion's tokens (its text, no special
+    tokens: what ``VPOTrainer`` passes an answer). A callable with a required argument that is none
+    of these raises ``RewardContractError`` naming the missing dataset column
+    (``check_arguments``), before any call, and an output that is not one number (or ``None``) per
+    answer raises it naming what came back (``vpo.reward_guard.checked_rewards``); a model id is
+    loaded once (``load_reward_model``) and a model scores prompt + answer with its processing
+    class, all heads. The default ``call`` of ``score_chains``. With ``failures``
     (``vpo.reward_failures``), callables run under its policy: a call that raises, returns NaN or
-    an infinity, or runs past the time limit scores 0 and is counted there; a model's NaN or
-    infinite scores count the same way (``RewardFailures.clean_model_scores``).
+    an infinity, or runs past the time limit is ``FAILED_CALL`` (``finish_chains`` gives it the
+    objective's worst value after scaling) and is counted there; a model's NaN or infinite scores
+    count the same way (``RewardFailures.clean_model_scores``).
     """
     columns = dict(columns or {})
     if "completion_ids" in columns:  # TRL passes the ids apart from the columns
         given_ids = columns.pop("completion_ids")
         completion_ids = given_ids if completion_ids is None else completion_ids
+    if completion_ids is None and tokenizer is not None:
+        tokens = getattr(tokenizer, "tokenizer", tokenizer)  # a processor's tokenizer
+        completion_ids = tokens(text=[completion_text(c) for c in completions], add_special_tokens=False)["input_ids"]
     funcs = list(reward_funcs)
     classes = reward_processing_classes
     if classes is None or not isinstance(classes, list | tuple):
@@ -445,52 +358,33 @@ def call_reward_funcs(reward_funcs: Sequence[Any], prompts: Sequence[Any], compl
     pending = []
     for i, func in enumerate(funcs):
         name = function_name(func)
-        if not isinstance(func, str) and not is_reward_model(func):
+        model = isinstance(func, str) or is_reward_model(func)
+        heads = None if model else _declared_heads(func)
+        if not model:
             check_arguments(func, name, columns)
-        if failures is not None and callable(func) and not isinstance(func, str) and not is_reward_model(func):
-            func = failures.guard(func, name, len(_declared_heads(func) or (None,)))
-        if isinstance(func, str) or is_reward_model(func):
-            tokenizer = classes[i]
+        if failures is not None and callable(func) and not model:
+            func = failures.guard(func, name, len(heads or (None,)), failed_value=FAILED_CALL)
+        if model:
+            tokenizer_i = classes[i]
             if isinstance(func, str):
-                func, loaded = _loaded_model(func)
-                tokenizer = tokenizer or loaded
-            scores = _model_output(score_with_model(func, tokenizer, prompts, completions))
-            outputs[i] = scores if failures is None else failures.clean_model_scores(name, scores)
+                func, loaded = cached_reward_model(func)
+                tokenizer_i = tokenizer_i or loaded
+            scores = _model_output(score_with_model(func, tokenizer_i, prompts, completions))
+            outputs[i] = scores if failures is None else failures.clean_model_scores(name, scores, FAILED_CALL)
         elif inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None)):
-            pending.append((i, name, func(prompts=list(prompts), completions=list(completions),
-                                          completion_ids=completion_ids, **columns)))
+            pending.append((i, name, heads, func(prompts=list(prompts), completions=list(completions),
+                                                 completion_ids=completion_ids, **columns)))
         else:
-            outputs[i] = _as_values(func(prompts=list(prompts), completions=list(completions),
-                                         completion_ids=completion_ids, **columns), n, name)
+            outputs[i] = checked_rewards(func(prompts=list(prompts), completions=list(completions),
+                                              completion_ids=completion_ids, **columns),
+                                         n, name, None if heads is None else len(heads))
     if pending:
         async def together() -> list[Any]:
-            return await asyncio.gather(*(coro for _, _, coro in pending))
+            return await asyncio.gather(*(coro for *_, coro in pending))
 
-        for (i, name, _), output in zip(pending, _run_async(together), strict=True):
-            outputs[i] = _as_values(output, n, name)
+        for (i, name, heads, _), output in zip(pending, _run_async(together), strict=True):
+            outputs[i] = checked_rewards(output, n, name, None if heads is None else len(heads))
     return outputs  # type: ignore[return-value]
-
-
-def check_arguments(func: Any, name: str, columns: Mapping[str, Any]) -> None:
-    """``RewardContractError`` when ``func`` has a required argument that a call with ``columns``
-    (dataset columns and ``TRL_HOOKS``) does not pass: a dataset column the data lacks, or a
-    trainer hook outside a trainer."""
-    try:
-        parameters = inspect.signature(func).parameters.values()
-    except (TypeError, ValueError):  # a builtin without a signature: nothing to check
-        return
-    given = {"prompts", "completions", "completion_ids", *columns}
-    required = [p.name for p in parameters if p.default is inspect.Parameter.empty and p.name not in given
-                and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
-    if not required:
-        return
-    missing = required[0]
-    data = sorted(k for k in columns if k not in TRL_HOOKS)
-    if missing in TRL_HOOKS:
-        raise RewardContractError(f"reward function {name!r} needs {missing!r}, which only a trainer passes "
-                                  f"(GRPOTrainer, VPOTrainer); give it a default (e.g. {missing}=None)")
-    raise RewardContractError(f"reward function {name!r} needs the dataset column {missing!r}, which the data does "
-                              f"not have (its columns: {', '.join(data) or 'none besides the prompt'})")
 
 
 def _model_output(logits: np.ndarray) -> np.ndarray:
@@ -500,7 +394,8 @@ def _model_output(logits: np.ndarray) -> np.ndarray:
 _LOADED_MODELS: dict[str, tuple[Any, Any]] = {}
 
 
-def _loaded_model(name: str) -> tuple[Any, Any]:
+def cached_reward_model(name: str) -> tuple[Any, Any]:
+    """``load_reward_model(name)``, loaded once per process (the default call loop scores with it)."""
     if name not in _LOADED_MODELS:
         _LOADED_MODELS[name] = load_reward_model(name)
     return _LOADED_MODELS[name]
@@ -542,9 +437,17 @@ class ScoredAnswers:
     """(D,) bool, the objectives of chain-level functions (``is_chain_level``). None: none."""
     chain_values: np.ndarray | None = None
     """(B, D) raw values of the chain-level objectives per completion (NaN elsewhere and for ``None``)."""
+    positions: np.ndarray | None = None
+    """(P,) each answer's slot in its chain (0-based; the i-th answer tag is slot i - 1). None: the
+    answers of a chain fill its first slots."""
 
     def __post_init__(self) -> None:
         dim = len(self.names)
+        if self.positions is None:
+            order = np.argsort(self.owners, kind="stable")
+            starts = np.searchsorted(self.owners[order], self.owners[order])
+            self.positions = np.empty(self.owners.size, dtype=np.int64)
+            self.positions[order] = np.arange(self.owners.size) - starts
         if self.tagged is None:
             self.tagged = np.bincount(self.owners, minlength=self.num_chains).astype(np.int64)
         if self.chain_level is None:
@@ -563,7 +466,8 @@ class ScoredAnswers:
         return cls(np.concatenate([part.owners + offset for part, offset in zip(parts, offsets, strict=True)]),
                    np.concatenate([part.values for part in parts]).reshape(-1, dim), first.names,
                    int(sum(part.num_chains for part in parts)), np.concatenate([part.tagged for part in parts]),
-                   first.chain_level, np.concatenate([part.chain_values for part in parts]).reshape(-1, dim))
+                   first.chain_level, np.concatenate([part.chain_values for part in parts]).reshape(-1, dim),
+                   np.concatenate([part.positions for part in parts]))
 
 
 @dataclass
@@ -592,11 +496,26 @@ class ChainRewards:
     """(P,) the completion of each row of ``vectors``."""
     correlation: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     """(D, D) the objectives' correlation over the answers (``objective_diagnostics``)."""
+    positions: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    """(P,) each row of ``vectors``' slot in its chain (``ScoredAnswers.positions``)."""
+    chain_values: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    """(B, D) each completion's scaled chain-level values (0 in answer-level and dropped columns)."""
+    duplicates: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    """(B,) answers of each chain that the dedup dropped."""
 
     def dense(self, i: int) -> np.ndarray:
         """Completion ``i``'s matrix with all D columns, zeros where an objective was dropped."""
         out = np.zeros((self.matrices[i].shape[0], len(self.names)))
         out[:, self.kept[i]] = self.matrices[i]
+        return out
+
+    def slots(self, answers: int) -> np.ndarray:
+        """(B, M, D) every answer slot of every chain, before dedup: an answer's scaled vector in its
+        slot, a slot without an answer zeros with the chain's chain-level values (as the rows that
+        pad a matrix), a dropped objective 0. An evaluation pool's rows (``vpo eval``, best-of-n)."""
+        out = np.repeat(self.chain_values[:, None, :], answers, axis=1) if self.chain_values.size else \
+            np.zeros((len(self.matrices), answers, len(self.names)))
+        out[self.owners, self.positions] = np.nan_to_num(self.vectors, nan=0.0)
         return out
 
 
@@ -677,7 +596,8 @@ def score_answers(reward_funcs: Sequence[Any], prompts: Sequence[Any], completio
                   reward_processing_classes: Any = None, call: Callable[..., Any] | None = None,
                   tag: str | None = CHAIN_TAG, failures: RewardFailures | None = None,
                   untagged_fallback: bool = False, completion_ids: Sequence[Any] | None = None,
-                  hooks: Mapping[str, Any] | None = None, **columns: Sequence[Any]) -> ScoredAnswers:
+                  hooks: Mapping[str, Any] | None = None, tokenizer: Any = None,
+                  **columns: Sequence[Any]) -> ScoredAnswers:
     """Split the B chains into their non-blank answers and score them all: the first half of
     ``score_chains`` (``finish_chains`` is the second). ``prompts`` are the single-answer prompts
     the functions see. ``call(prompts, completions, columns)`` evaluates the answer-level functions
@@ -685,10 +605,11 @@ def score_answers(reward_funcs: Sequence[Any], prompts: Sequence[Any], completio
     function; chain-level functions (``is_chain_level``) are evaluated once on the B completions
     (with ``completion_ids``), and with any of them ``call`` also gets ``funcs=`` (the functions of
     that call). ``columns`` (B,) are repeated per answer; ``hooks`` (``TRL_HOOKS``) passed as they
-    are. ``tag=None`` (with ``answers=1``) skips the chain format: each completion, as it is, is its
-    one answer (what ``GRPOTrainer`` scores). ``untagged_fallback``: a completion with no answer in
-    its tags counts as one answer, its whole (stripped) text. ``failures``: the default call's
-    failure tally (``call_reward_funcs``)."""
+    are (``environments``, one per completion: each answer gets its completion's). ``tag=None``
+    (with ``answers=1``) skips the chain format: each completion, as it is, is its one answer (what
+    ``GRPOTrainer`` scores). ``untagged_fallback``: a completion with no answer in its tags counts
+    as one answer, its whole (stripped) text. ``failures`` and ``tokenizer`` (the tokens of what has
+    no ``completion_ids``): the default call's (``call_reward_funcs``)."""
     funcs = list(reward_funcs) if isinstance(reward_funcs, list | tuple) else [reward_funcs]
     if not funcs:
         raise ValueError("reward_funcs is empty: give at least one reward function")
@@ -703,25 +624,32 @@ def score_answers(reward_funcs: Sequence[Any], prompts: Sequence[Any], completio
     if tag is None and answers != 1:
         raise ValueError(f"tag=None scores each whole completion as its one answer; it needs answers=1, got {answers}")
     owners: list[int] = []
+    positions: list[int] = []
     flat_completions: list[Any] = []
     tagged = np.zeros(num, dtype=np.int64)
     for b, completion in enumerate(completions):
         text = completion_text(completion)
         if tag is None:  # the completion is the answer, as GRPOTrainer scores it
             owners.append(b)
+            positions.append(0)
             flat_completions.append(completion)
             tagged[b] = int(bool(text.strip()))
             continue
-        found = [answer for answer in parse_answers(text, answers, tag=tag) if answer]
+        found = [(slot, answer) for slot, answer in enumerate(parse_answers(text, answers, tag=tag)) if answer]
         tagged[b] = len(found)
         if not found and untagged_fallback and text.strip():
-            found = [text.strip()]  # no answer in tags: the whole completion is one answer
+            found = [(0, text.strip())]  # no answer in tags: the whole completion is one answer
         owners.extend([b] * len(found))
-        flat_completions.extend(single_answer(completion, answer) for answer in found)
+        positions.extend(slot for slot, _ in found)
+        flat_completions.extend(single_answer(completion, answer) for _, answer in found)
     owner_array = np.asarray(owners, dtype=np.int64)
     chain_funcs = [i for i, f in enumerate(funcs) if is_chain_level(f)]
     answer_funcs = [i for i in range(len(funcs)) if i not in chain_funcs]
     passed = dict(hooks or {})
+    environments = passed.get("environments")
+    per_answer = dict(passed)
+    if isinstance(environments, list | tuple) and len(environments) == num:  # each answer: its completion's
+        per_answer["environments"] = [environments[b] for b in owners]
     extra = _ExtraLog(passed["log_extra"], owner_array, num) if tag is not None and passed.get("log_extra") else None
     if call is None:
         every = funcs
@@ -732,7 +660,8 @@ def score_answers(reward_funcs: Sequence[Any], prompts: Sequence[Any], completio
         def call(p: Sequence[Any], c: Sequence[Any], cols: Mapping[str, Sequence[Any]],
                  funcs: Sequence[Any] = every) -> list[np.ndarray]:
             mine = [classes[every.index(f)] for f in funcs] if isinstance(classes, list | tuple) else classes
-            return call_reward_funcs(funcs, p, c, cols, reward_processing_classes=mine, failures=failures)
+            return call_reward_funcs(funcs, p, c, cols, reward_processing_classes=mine, failures=failures,
+                                     tokenizer=tokenizer)
 
     def evaluate(indices: list[int], p: Sequence[Any], c: Sequence[Any], cols: dict[str, Any]) -> list[np.ndarray]:
         subset = {"funcs": [funcs[i] for i in indices]} if chain_funcs else {}
@@ -746,7 +675,7 @@ def score_answers(reward_funcs: Sequence[Any], prompts: Sequence[Any], completio
         cols = {key: [values[b] for b in owners] for key, values in columns.items()}
         if tag is None and completion_ids is not None:
             cols["completion_ids"] = list(completion_ids)
-        cols.update(passed, **({"log_extra": extra} if extra is not None else {}))
+        cols.update(per_answer, **({"log_extra": extra} if extra is not None else {}))
         for i, out in zip(answer_funcs, evaluate(answer_funcs, [prompts[b] for b in owners], flat_completions,
                                                  cols), strict=True):
             outputs[i] = out.reshape(len(flat_completions), -1) if out.ndim > 1 else out
@@ -772,7 +701,8 @@ def score_answers(reward_funcs: Sequence[Any], prompts: Sequence[Any], completio
         if out is not None:
             target[:, start:start + width] = out.reshape(target.shape[0], width)
         start += width
-    return ScoredAnswers(owner_array, values, names, num, tagged, level, chain_values)
+    return ScoredAnswers(owner_array, values, names, num, tagged, level, chain_values,
+                         np.asarray(positions, dtype=np.int64))
 
 
 def finish_chains(scored: ScoredAnswers, answers: int, group_ids: Sequence[Hashable], *,
@@ -783,7 +713,10 @@ def finish_chains(scored: ScoredAnswers, answers: int, group_ids: Sequence[Hasha
     a group has (its answers; a chain-level objective: its completions) is dropped from the
     group's matrices; other NaN become 0 after scaling. Each objective is scaled by its ``scaling``
     spec over the batch's values (answers, or completions for a chain-level one); one still
-    outside [0, 1] without a scaling warns once (``RewardScaleWarning``). Each chain is then
+    outside [0, 1] without a scaling warns once (``RewardScaleWarning``). A failed call
+    (``FAILED_CALL``) takes the objective's worst value after scaling, never a better one than a
+    real call's: 0 (the low end of a range, of the sigmoid, of minmax; without scaling, 0 or the
+    batch's lowest real value when that is below 0), and it never widens minmax's range. Each chain is then
     finished by ``vpo.chains.finish_chain`` (rows with equal vectors kept once, the first; rows of
     an absent answer up to ``answers``: zeros, with the chain's value in its chain-level
     objectives) and its metrics are ``vpo.step_metrics.chain_metrics``' (in ``stats``, without
@@ -816,7 +749,8 @@ def finish_chains(scored: ScoredAnswers, answers: int, group_ids: Sequence[Hasha
         group_of, raw_values, absent = ((chain_group, chain_values[:, j], chain_missing[:, j]) if level[j]
                                         else (answer_group, values[:, j], missing[:, j]))
         usable = ~dropped[group_of, j] if group_of.size else np.zeros(0, dtype=bool)
-        finite = usable & ~absent
+        failed = raw_values == FAILED_CALL
+        finite = usable & ~absent & ~failed
         spec = _spec_of(scaling, name)
         raw = raw_values[finite]
         if spec == "none" and raw.size and (raw.min() < 0.0 or raw.max() > 1.0):
@@ -826,6 +760,7 @@ def finish_chains(scored: ScoredAnswers, answers: int, group_ids: Sequence[Hasha
                 "(low, high)} (docs/own_rewards.md)", RewardScaleWarning, stacklevel=3)
         column = np.zeros(raw_values.shape[0])
         column[finite] = _scale(raw, spec)
+        column[usable & failed] = min(0.0, float(column[finite].min())) if spec == "none" and raw.size else 0.0
         column[~usable] = np.nan
         if level[j]:
             chain_scaled[:, j] = np.nan_to_num(column)
@@ -856,7 +791,8 @@ def finish_chains(scored: ScoredAnswers, answers: int, group_ids: Sequence[Hasha
     diagnostics = objective_diagnostics(complete)
     stats["effective_dim"] = diagnostics["effective_dim"]
     stats["mean_abs_correlation"] = diagnostics["mean_abs_correlation"]
-    return ChainRewards(matrices, names, kept, stats, vectors, owners, diagnostics["correlation"])
+    return ChainRewards(matrices, names, kept, stats, vectors, owners, diagnostics["correlation"], scored.positions,
+                        chain_scaled, duplicates)
 
 
 _DEFAULT_TAG = object()
@@ -868,27 +804,33 @@ def score_chains(reward_funcs: Any, prompts: Sequence[Any], completions: Sequenc
                  group_ids: Sequence[Hashable] | None = None, reward_processing_classes: Any = None,
                  call: Callable[..., Any] | None = None, tag: Any = _DEFAULT_TAG,
                  failures: RewardFailures | None = None, untagged_fallback: bool = False,
-                 completion_ids: Sequence[Any] | None = None, **columns: Sequence[Any]) -> ChainRewards:
+                 completion_ids: Sequence[Any] | None = None, tokenizer: Any = None,
+                 **columns: Sequence[Any]) -> ChainRewards:
     """The (M, D) reward matrix of each of B m-answer ``completions``, scored by ``reward_funcs``.
 
     ``prompts`` (B,) are the single-answer prompts the functions see; ``columns`` are dataset
     columns (B,) each, repeated per answer. ``group_ids`` (B,) defaults to ``group_keys`` (the
     ``example_id`` column, else the prompt). ``scaling``: see ``SCALINGS`` (None: no scaling).
-    ``call``, ``failures``, ``untagged_fallback`` and ``completion_ids`` (the completions' tokens,
-    for chain-level functions that read them): see ``score_answers``. ``tag``: the chains'
-    numbered tag; by default ``CHAIN_TAG`` for m > 1, and at m = 1 the whole completion is the one
-    answer, as ``GRPOTrainer`` and ``VPOTrainer`` score it (pass ``tag=CHAIN_TAG`` to read a tagged
-    single answer). Raises ValueError for misaligned inputs or bad options.
+    ``call``, ``failures``, ``untagged_fallback``, ``completion_ids`` (the completions' tokens,
+    for chain-level functions that read them) and ``tokenizer`` (tokens where none are given): see
+    ``score_answers``. ``tag``: the chains' numbered tag; by default ``CHAIN_TAG`` for m > 1, and at
+    m = 1 the whole completion is the one answer, as ``GRPOTrainer`` and ``VPOTrainer`` score it
+    (pass ``tag=CHAIN_TAG`` to read a tagged single answer). Length budgets are scaled for chains of
+    ``answers`` (``at_answers``), as the trainer scales them. Raises ValueError for misaligned
+    inputs or bad options.
     """
     check_scaling(scaling)
     if isinstance(answers, bool) or not isinstance(answers, int) or answers < 1:
         raise ValueError(f"answers must be a positive integer, got {answers!r}")
     if tag is _DEFAULT_TAG:
         tag = CHAIN_TAG if answers > 1 else None
-    scored = score_answers(reward_funcs, prompts, completions, answers, reward_names=reward_names,
+    funcs = list(reward_funcs) if isinstance(reward_funcs, list | tuple) else [reward_funcs]
+    if call is None:  # a caller's own call loop holds the functions it was given
+        funcs, _ = at_answers(funcs, answers)
+    scored = score_answers(funcs, prompts, completions, answers, reward_names=reward_names,
                            reward_processing_classes=reward_processing_classes, call=call, tag=tag,
                            failures=failures, untagged_fallback=untagged_fallback, completion_ids=completion_ids,
-                           **columns)
+                           tokenizer=tokenizer, **columns)
     groups = group_keys(prompts, columns) if group_ids is None else list(group_ids)
     return finish_chains(scored, answers, groups, scaling=scaling)
 

@@ -196,7 +196,7 @@ def best_of_n(model: Any, tokenizer: Any, task: Task, example: Example, *, n: in
     (row,) = sample_chains(model, tokenizer, [example], m=m, chains=n // m, fmt=fmt, temperature=temperature,
                            top_p=top_p, max_new_tokens=max_new_tokens, batch_size=batch_size, seeding=seeding,
                            seed=seed, sampler=sampler, progress=progress, desc="best-of-n")
-    return scored_result(task, fmt, example, [generation.text for generation in row], m, select)
+    return scored_result(task, fmt, example, row, m, select)
 
 
 def _check_n_m(n: Any, m: Any) -> None:
@@ -216,19 +216,21 @@ def _task_format(task: Task, fmt: Any, tokenizer: Any, chat: bool | None) -> Any
     return TaskFormat(task, chat=use_chat, tokenizer=tokenizer)
 
 
-def scored_result(task: Task, fmt: Any, example: Example, chains: Sequence[str], m: int,
+def scored_result(task: Task, fmt: Any, example: Example, chains: Sequence[Any], m: int,
                   select: Selector = "scalar") -> SearchResult:
-    """The ``SearchResult`` of an example's generated ``chains``: every answer parsed by ``fmt``
-    and scored on its own (``vpo.evaluation.score_generation``), the best under ``select``."""
-    from vpo.evaluation import score_generation
+    """The ``SearchResult`` of an example's generated ``chains`` (texts, or ``Generation``s with their
+    tokens): every answer parsed by ``fmt`` and scored as ``vpo eval`` scores it
+    (``vpo.evaluation.score_pool``), the best under ``select``."""
+    from vpo.evaluation import score_pool
 
+    texts = [c if isinstance(c, str) else c.text for c in chains]
     answers: list[str] = []
-    for text in chains:
+    for text in texts:
         parsed = list(fmt.answers(text, example, m))[:m]
         answers.extend(parsed + [""] * (m - len(parsed)))
-    vectors = np.concatenate([score_generation(task, fmt, text, example, m) for text in chains])
+    vectors = score_pool(task, fmt, chains, example, m)
     index, scores = select_best(vectors, select, task=task, answers=answers)
-    return SearchResult(best_index=index, answers=answers, vectors=vectors, scores=scores, chains=list(chains), m=m)
+    return SearchResult(best_index=index, answers=answers, vectors=vectors, scores=scores, chains=texts, m=m)
 
 
 # ----- curves -------------------------------------------------------------------------------
@@ -458,7 +460,7 @@ def run_search_eval(checkpoints: Sequence[tuple[str, Any]], task: Task, examples
         picks, pools = [], []
         before = task.failures.totals()
         for i, (example, row) in enumerate(zip(examples, rows, strict=True)):
-            result = scored_result(task, fmt, example, [generation.text for generation in row], m_label, select)
+            result = scored_result(task, fmt, example, row, m_label, select)
             pools.append(result.vectors)
             picks.append({"example": report["examples"][i], "best_index": result.best_index,
                           "best_score": result.best_score, "best_vector": result.best_vector.tolist(),

@@ -204,6 +204,14 @@ def my_reward(prompts, completions, **kwargs):
     return [float(len(c) < 20) for c in completions]
 prompts, completions = ["Name a fruit."] * 2, ["apple", "a rather long answer, too long"]
 """,
+    "vpo.reward_guard": """
+from pathlib import Path
+Path("my_rewards.py").write_text(
+    "from trl.rewards import get_soft_overlong_punishment\\n"
+    "overlong = get_soft_overlong_punishment(96, 32)\\n"
+    "def accuracy(completions, solution, **kwargs):\\n"
+    "    return [float(s in c) for c, s in zip(completions, solution)]\\n")
+""",
     "vpo.rewards": """
 def is_red(prompts, completions, **kwargs):
     return [float("apple" in c or "cherry" in c) for c in completions]
@@ -280,7 +288,7 @@ shutil.copy(BFCL_FIXTURE.parent / "possible_answer" / BFCL_FIXTURE.name,
 NEEDS = {"vpo.tasks.math": "math_verify", "vpo.tasks.math.verify": "math_verify", "vpo.tasks.math.task": "math_verify",
          "vpo.tasks": "math_verify", "vpo.integrations.trl_config": "trl", "vpo.integrations.trl.config": "trl", "vpo.models": "transformers",
          "vpo.checkpoints": "transformers", "vpo.formats": "transformers", "vpo.workload": "transformers",
-         "vpo.sampling": "transformers", "vpo.commands.advantages": "math_verify"}
+         "vpo.sampling": "transformers", "vpo.commands.advantages": "math_verify", "vpo.reward_guard": "trl"}
 """Optional dependencies a block imports (skipped where they are not installed)."""
 
 

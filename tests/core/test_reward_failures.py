@@ -172,6 +172,8 @@ def test_a_task_under_the_policy_pickles_for_workers():
     task = OwnRewardsTask([picky], max_failure_rate=0.9, time_limit=5)
     copy = pickle.loads(pickle.dumps(task))
     assert copy.failures.policy == task.failures.policy
+    # one call that scores (a function failing its every call of a first step is a setup fault), one that fails
+    np.testing.assert_array_equal(copy.score_chain("<response_1>a</response_1>", {"prompt": "q"}, 1), [[1.0]])
     np.testing.assert_array_equal(copy.score_chain("<response_1>x</response_1>", {"prompt": "q"}, 1), [[0.0]])
     assert copy.failures.end_step()["vpo/reward_failures/picky"] == 1
 

@@ -337,10 +337,11 @@ def test_trls_shipped_chain_level_functions_are_recognised():
     overlong = get_soft_overlong_punishment(10, 4)
     overlong.chain_level = False  # a declaration wins
     assert not is_chain_level(overlong)
-    # a 9-token completion (past 10 - 4) is punished as a whole, never through one short answer
+    # an 18-token completion of 2 answers (past 2 x (10 - 4): the budget is one answer's, x m) is punished as a
+    # whole, never through one short answer
     scored = score_chains([length, get_soft_overlong_punishment(10, 4)], ["p"], [chain("a", "b")], answers=2,
-                          completion_ids=[list(range(9))], scaling={"soft_overlong_punishment_reward": (-1.0, 0.0)})
-    np.testing.assert_allclose(scored.matrices[0][:, 1], [0.25, 0.25])   # (10 - 4 - 9) / 4 = -0.75, scaled
+                          completion_ids=[list(range(18))], scaling={"soft_overlong_punishment_reward": (-1.0, 0.0)})
+    np.testing.assert_allclose(scored.matrices[0][:, 1], [0.25, 0.25])   # (20 - 8 - 18) / 8 = -0.75, scaled
 
 
 def test_the_untagged_fallback_scores_the_whole_completion_as_one_answer():

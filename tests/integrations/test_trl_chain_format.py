@@ -122,11 +122,11 @@ def test_a_missing_dataset_column_is_named(tmp_path, tok):
     def accuracy(completions, solution, **kwargs):
         return [float(completion_text(c).strip() == s) for c, s in zip(completions, solution, strict=True)]
 
-    trainer = VPOTrainer(build_tiny_qwen2(tok, seed=0), reward_funcs=[accuracy, a_rate], answers=1,
-                         args=config(tmp_path), train_dataset=dataset(), processing_class=tok)
+    # named at construction, before any step: the dataset's columns are known then
     with pytest.raises(RewardContractError, match=r"'accuracy' needs the dataset column 'solution', which the data "
                                                   r"does not have \(its columns: index, target\)"):
-        trainer.train()
+        VPOTrainer(build_tiny_qwen2(tok, seed=0), reward_funcs=[accuracy, a_rate], answers=1,
+                   args=config(tmp_path), train_dataset=dataset(), processing_class=tok)
 
 
 _TORCHRUN_SCRIPT = """

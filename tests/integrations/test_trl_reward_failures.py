@@ -18,7 +18,7 @@ from test_trl_own_rewards import PROMPTS, a_rate, b_rate, config, dataset, logge
 
 from vpo.integrations.trl import VPOTrainer  # noqa: E402
 from vpo.models import build_tiny_qwen2  # noqa: E402
-from vpo.reward_failures import RewardFailureError, RewardFailurePolicy  # noqa: E402
+from vpo.reward_failures import FAILED_CALL, RewardFailureError, RewardFailurePolicy  # noqa: E402
 
 HANG_S = 1.0
 
@@ -67,12 +67,13 @@ def test_failing_answers_score_zero_are_counted_and_logged_once(tmp_path, tok, c
     assert len(trainer.recorded) == 2
     expected_counts = []
     for index, (got_raises, got_nan, got_hangs), (a, b, short) in trainer.recorded:
-        # the failing answers score 0; the others keep their values; None stays "does not apply" (NaN)
-        np.testing.assert_allclose(got_raises, np.where(index % 2 == 0, 0.0, a))
-        np.testing.assert_allclose(got_nan[index == 1], 0.0)
+        # the failing answers are FAILED_CALL (the objective's worst value once scaled: 0 here); the others keep
+        # their values; None stays "does not apply" (NaN)
+        np.testing.assert_allclose(got_raises, np.where(index % 2 == 0, FAILED_CALL, a))
+        np.testing.assert_allclose(got_nan[index == 1], FAILED_CALL)
         assert np.isnan(got_nan[index == 3]).all()
         np.testing.assert_allclose(got_nan[(index != 1) & (index != 3)], np.asarray(b)[(index != 1) & (index != 3)])
-        np.testing.assert_allclose(got_hangs, np.where(index == 3, 0.0, short))  # timed out
+        np.testing.assert_allclose(got_hangs, np.where(index == 3, FAILED_CALL, short))  # timed out
         expected_counts.append({"raises": int((index % 2 == 0).sum()), "nan_or_none": int((index == 1).sum()),
                                 "hangs": int((index == 3).sum())})
     assert any(c["hangs"] for c in expected_counts) and any(c["nan_or_none"] for c in expected_counts)

@@ -17,7 +17,7 @@ import pytest
 
 from toy_tasks import LetterTask, RatesTask
 from vpo.chains import RewriteRule
-from vpo.reward_failures import RewardFailureError, RewardFailurePolicy, RewardFailures
+from vpo.reward_failures import FAILED_CALL, RewardFailureError, RewardFailurePolicy, RewardFailures
 from vpo.tasks import register_task
 
 SLEEP_S = 1.0
@@ -141,7 +141,7 @@ def test_a_reward_model_that_scores_nan_fails_those_answers():
     failures = RewardFailures(NEVER_STOP, names=[name])
     (out,) = call_reward_funcs([model], ["pq", "pq"], ["ab", "xyz"], reward_processing_classes=[tok],
                                failures=failures)
-    np.testing.assert_array_equal(out, [0.0, 0.0])
+    np.testing.assert_array_equal(out, [FAILED_CALL, FAILED_CALL])  # the objective's worst value once scaled: 0
     assert failures.end_step() == {"vpo/reward_failures": 2.0, f"vpo/reward_failures/{name}": 2.0}
 
 

@@ -138,6 +138,11 @@ def run_export(args: argparse.Namespace) -> int:
         if cfg.reward_time_limit is not None:
             task_params["time_limit"] = cfg.reward_time_limit
     _check_task(task_name, task_params, cfg.size)
+    if own_params is not None:  # a column your functions need and the rows lack: named before a row is written
+        from vpo.export import make_task
+
+        own, _ = make_task(task_name, task_params)
+        own.check_columns(own.examples("train", source=cfg.source))
     from vpo.runs import claim_out_dir
 
     claim_out_dir(cfg.out, command="data export", overwrite=cfg.overwrite, resume_flag="")

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vpo.commands.options import PoolOptions, RewardFuncsOptions, task_help
-from vpo.commands.rewards import apply_failure_policy, resolve_task
+from vpo.commands.rewards import apply_failure_policy, own_setup, resolve_task
 from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, parse_params
 from vpo.sampling import SamplingOptions
 
@@ -134,6 +134,7 @@ def run_eval(cfg: EvalConfig, args: argparse.Namespace | None = None) -> dict:
     examples = task.examples(cfg.split, cfg.examples, source=cfg.source or None)
     if not examples:
         raise ValueError(f"task {task.name!r} gave no examples for split {cfg.split!r}")
+    budgets = own_setup(task, examples, m)  # a column your functions need: named before the model loads
     format_dir = None if gguf or not info.format_applies else model_dir
     plain = load_format(format_dir, task, chat=False)
     budget = cfg.max_new_tokens or plain.completion_budget(examples, m)
@@ -194,12 +195,18 @@ def run_eval(cfg: EvalConfig, args: argparse.Namespace | None = None) -> dict:
         # the options this evaluation used (not --search's: --iterations belongs to openevolve)
         "config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__ if k not in ("search", "iterations")},
         "reward_failures": failures,
-        "notes": [f"{pools.truncated:.0%} of the chains hit the generation budget ({max_new} tokens) without EOS.",
+        **({"length_budgets": budgets} if budgets else {}),
+        "notes": [*budgets,
+                  f"{pools.truncated:.0%} of the chains hit the generation budget ({max_new} tokens) without EOS.",
                   f"{failures['failed']:,} of {failures['calls']:,} reward calls failed (raised, NaN, or no verdict in "
                   "time) and scored 0" + ("; the log has the first traceback of each kind" if failures["failed"] else "")
-                  + f". A reward call scores one non-empty answer (with --reward-funcs, one function on one answer): "
-                  f"the {len(examples) * cfg.pool // m:,} chains x m = {m} hold {len(examples) * cfg.pool:,} answers, "
-                  "and a missing or unparsed one is the zero vector without a call."],
+                  + (f". A reward call is one function on one answer (a function that judges the whole completion: "
+                     f"on one chain, its value on each of the chain's m = {m} slots, as in training); a slot with no "
+                     "answer is the zero vector, with the chain's value in those functions' objectives."
+                     if own_name is not None else
+                     f". A reward call scores one non-empty answer: the {len(examples) * cfg.pool // m:,} chains x m = "
+                     f"{m} hold {len(examples) * cfg.pool:,} answers, and a missing or unparsed one is the zero vector "
+                     "without a call.")],
     }
     if len(objectives) >= 2:
         from vpo.commands.rewards import diagnostics_of

@@ -5,15 +5,18 @@ Usage::
     vpo rewards check --reward-funcs mypkg.rewards:accuracy,mypkg.rewards:brevity --source samples.jsonl
     vpo rewards check --reward-funcs mypkg.rewards:accuracy,mypkg.rewards:brevity --source samples.jsonl \\
         --answers 3 --out runs/rewards-check
+    vpo rewards check --reward-funcs my_rewards.py:overlong --source samples.jsonl --tokenizer smollm2
 
 ``--source`` rows hold a ``prompt`` (a string or chat turns), a ``completion`` (the model's text,
 with m = ``--answers`` answers in ``<response_i>`` tags; a string or assistant turns) and any
 other columns, which the reward functions receive as TRL passes dataset columns. Every
 completion is scored as ``VPOTrainer(reward_funcs=...)`` scores it (``vpo.rewards.score_chains``;
 a string completion to a chat prompt reaches the functions as assistant turns, as TRL generates
-them): printed is each completion's (m, D) reward matrix, each function's failed calls, then per
-objective its mean, range and ``None`` count over the answers, then the objectives' correlation
-and effective dimension (1: collinear, D: independent). Any failed call (raised, NaN, past
+them; ``completion_ids`` are a ``completion_ids`` column's, or ``--tokenizer``'s tokens of the
+text; a chain-level length budget is scaled by m, and said): printed is each completion's (m, D)
+reward matrix, each function's failed calls, then per objective its mean, range and ``None``
+count over the answers, then the objectives' correlation and effective dimension (1: collinear,
+D: independent). Any failed call (raised, NaN, past
 ``--reward-time-limit``; a dataset column the samples lack is named as such) makes the command
 exit 1. ``--out`` gets report.md / report.html / metrics.json and the correlation heatmap (a
 folder holding an earlier check needs ``--overwrite``).
@@ -104,6 +107,21 @@ def apply_failure_policy(task: Any, opts: RewardFuncsOptions) -> Any:
     return task
 
 
+def own_setup(task: Any, examples: Sequence[Any], m: int, *, echo: bool = True) -> list[str]:
+    """For your own reward functions (the ``own_rewards`` task), before any model loads: a column a
+    function needs that a row of ``examples`` lacks is a one-line error, and the length budgets for
+    chains of ``m`` answers are built and said (one line each, printed with ``echo``). Returns
+    those lines; nothing for another task."""
+    if not hasattr(task, "functions_at"):
+        return []
+    task.check_columns(examples)
+    _, notes = task.functions_at(m)
+    if echo:
+        for line in notes:
+            print(line, flush=True)
+    return list(notes)
+
+
 def resolve_task(opts: Any, args: argparse.Namespace | None, *, source: str | None,
                  task_flag: str = "--task") -> tuple[str | None, dict[str, Any] | None]:
     """``(task name, parameters)`` when ``--reward-funcs`` replaces the task, else ``(None, None)``.
@@ -143,6 +161,11 @@ class CheckConfig(RewardFuncsOptions):
         "help": "samples: JSONL/JSON/parquet file (or saved Hugging Face dataset folder) with prompt and completion "
                 "columns (required)"})
     answers: int = field(default=3, metadata={"help": "answers per completion m", "min": 1})
+    tokenizer: str = field(default="", metadata={
+        "help": "the tokenizer of the model you train (a folder, a .gguf file, smollm2 or a cached hub id): "
+                "completion_ids are the completions' tokens, as training passes them; needed by functions that "
+                "count tokens (TRL's overlong, repetition and cosine rewards) unless the samples have a "
+                "completion_ids column"})
     examples: int = field(default=0, metadata={"help": "score at most this many rows (0: all)", "min": 0})
     show: int = field(default=10, metadata={"help": "matrices printed (0: none; the summary covers all rows)",
                                             "min": 0})
@@ -175,15 +198,12 @@ def read_samples(source: str, limit: int = 0) -> list[dict[str, Any]]:
 
 
 def as_trained(prompt: Any, completion: Any) -> Any:
-    """``completion`` in the form training passes it for ``prompt``: TRL generates assistant turns
-    for a chat prompt and text for a string prompt, so a file's string completion to a chat prompt
-    becomes one assistant turn, and turns to a string prompt become their text."""
-    from vpo.rewards import completion_text, single_answer
+    """``completion`` in the form training passes it for ``prompt`` (``vpo.rewards.completion_form``):
+    a file's string completion to a chat prompt becomes one assistant turn, and turns to a string
+    prompt become their text."""
+    from vpo.rewards import completion_form
 
-    form: Any = "" if isinstance(prompt, str) else [{"role": "assistant", "content": ""}]
-    if isinstance(completion, str) == isinstance(form, str):
-        return completion
-    return single_answer(form, completion_text(completion))
+    return completion_form(prompt, completion)
 
 
 def missing_columns(func: Any, error: BaseException, columns: Sequence[str]) -> list[str]:
@@ -274,12 +294,42 @@ def _failure_text(name: str, row: Mapping[str, Any]) -> str:
     return f"{name}: {row['failed']} of {row['calls']} reward calls failed (scored 0); {what}"
 
 
+def _check_tokens(funcs: Sequence[Any], cfg: CheckConfig, *, given: bool) -> None:
+    """Before any call: a function that counts tokens (``vpo.rewards.needs_completion_ids``) with no
+    tokens to count is refused in one line naming the flag (a ``completion_ids`` column holds a
+    whole completion's tokens: enough for a chain-level function, or at m = 1)."""
+    from vpo.rewards import function_name, is_chain_level
+    from vpo.reward_guard import needs_completion_ids
+
+    if cfg.tokenizer:
+        return
+    lacking = [function_name(f) for f in funcs if needs_completion_ids(f)
+               and not (given and (is_chain_level(f) or cfg.answers == 1))]
+    if lacking:
+        raise ValueError(f"{', '.join(lacking)} count(s) the completion's tokens (completion_ids), as training passes "
+                         "them: give --tokenizer MODEL (the model you train: a folder, a .gguf file or smollm2)"
+                         + ("" if given else " or a completion_ids column in --source"))
+
+
+def _load_tokenizer(model: str) -> Any:
+    """The tokenizer of ``model`` (a folder, a .gguf file, ``smollm2``, a cached hub id), nothing else."""
+    from vpo.models import check_model_path, checkpoint_tokenizer, resolve_model
+
+    path = resolve_model(model)
+    check_model_path(path, flag="--tokenizer")
+    if path.endswith(".gguf"):
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(Path(path).parent), gguf_file=Path(path).name)
+    return checkpoint_tokenizer(path)
+
+
 def check_rewards(cfg: CheckConfig, *, echo: bool = True) -> dict[str, Any]:
     """Score ``cfg.source``'s completions; print (``echo``) and return the matrices, the per-objective
     summary, each function's failed calls and the diagnostics (and write the report when ``cfg.out``
     is set). Every call runs and every failure is reported; then, when training would stop at
     its first step under ``--max-failure-rate``, the ``RewardFailureError`` training would raise."""
-    from vpo.rewards import RewardScaleWarning, load_reward_funcs, score_chains
+    from vpo.rewards import RewardScaleWarning, at_answers, check_columns, load_reward_funcs, score_chains
 
     check_fields(cfg)
     if not cfg.reward_funcs:
@@ -292,6 +342,12 @@ def check_rewards(cfg: CheckConfig, *, echo: bool = True) -> dict[str, Any]:
     rows = read_samples(cfg.source, cfg.examples)
     columns = {key: [row.get(key) for row in rows] for key in sorted({k for row in rows for k in row})
                if key not in ("prompt", COMPLETION_COLUMN)}
+    ids = columns.pop("completion_ids", None)  # TRL passes the tokens apart from the columns
+    check_columns(funcs, [{k: v for k, v in row.items() if k not in ("prompt", COMPLETION_COLUMN)} for row in rows],
+                  where=cfg.source)
+    _check_tokens(funcs, cfg, given=ids is not None)
+    funcs, budgets = at_answers(funcs, cfg.answers)
+    tokenizer = _load_tokenizer(cfg.tokenizer) if cfg.tokenizer else None
     scaling = parse_scaling(cfg.scaling)
     if cfg.out:
         from vpo.runs import claim_out_dir
@@ -304,7 +360,7 @@ def check_rewards(cfg: CheckConfig, *, echo: bool = True) -> dict[str, Any]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RewardScaleWarning)
         result = score_chains(funcs, prompts, completions, answers=cfg.answers, reward_names=cfg.reward_names or None,
-                              scaling=scaling, failures=errors, **columns)
+                              scaling=scaling, failures=errors, completion_ids=ids, tokenizer=tokenizer, **columns)
     totals = errors.totals()
     try:  # every call has run: the verdict training would reach on this step, raised after the report
         errors.end_step()
@@ -333,12 +389,15 @@ def check_rewards(cfg: CheckConfig, *, echo: bool = True) -> dict[str, Any]:
     report = {"objectives": list(names), "matrices": [np.asarray(m).tolist() for m in result.matrices],
               "kept": [np.asarray(k).tolist() for k in result.kept], "summary": summary, "stats": stats,
               "objective_diagnostics": diagnostics, "source": cfg.source, "answers": cfg.answers,
-              "completions": len(rows), "unscaled_outside_unit": leaves,
+              "completions": len(rows), "unscaled_outside_unit": leaves, "length_budgets": budgets,
+              "completion_ids": "column" if ids is not None else "tokenizer" if tokenizer is not None else None,
               "reward_failures": {"calls": totals["calls"], "failed": totals["failed"], "rate": rate,
                                   "max_failure_rate": cfg.max_failure_rate, "by_function": failures},
               "failed_functions": sorted(failed)}
     if echo:
         print(f"{len(rows)} completions of {cfg.source}, m = {cfg.answers}, objectives: {', '.join(names)}")
+        for line in budgets:
+            print(line)
         for i in range(min(cfg.show, len(rows))):
             print(f"\n# completion {i} (prompt {_short(rows[i]['prompt'])})")
             print(_matrix_text(result.matrices[i], names, result.kept[i]))
@@ -394,6 +453,8 @@ def write_check_report(report: Mapping[str, Any], out: str | Path) -> dict[str, 
     doc.h(1, "Reward check")
     doc.p(f"{report['completions']} completions of {report['source']} with m = {report['answers']} answers each, "
           f"scored as VPOTrainer scores them (vpo.rewards.score_chains).")
+    for line in report.get("length_budgets") or []:
+        doc.p(f"Length budget: {line}.")
     failures = report.get("reward_failures") or {}
     by_function = failures.get("by_function") or {}
     doc.h(2, "Reward functions")

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from vpo.commands.options import PoolOptions, RewardFuncsOptions, task_help
-from vpo.commands.rewards import apply_failure_policy, resolve_task
+from vpo.commands.rewards import apply_failure_policy, own_setup, resolve_task
 from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, parse_params
 from vpo.sampling import DeviceOptions, SamplingOptions
 
@@ -184,6 +184,8 @@ def run_best_of_n(cfg: BestOfNConfig, args: argparse.Namespace | None = None) ->
     _, infos = check_checkpoints(paths, task=own_name or cfg.task, given=given_params)
     chosen = [chain_answers(info, given[i] if given else None) for i, info in enumerate(infos)]
     answers = [m for m, _ in chosen]
+    for m in sorted(set(answers)):  # your functions: a missing column named, the length budgets said, before loading
+        own_setup(task, examples, m)
     if any(cfg.pool % m for m in answers):
         raise ValueError(f"--pool ({cfg.pool}) must be a multiple of every checkpoint's m "
                          f"({', '.join(f'{label}: m = {m}, {why}' for label, (m, why) in zip(labels, chosen))})")

@@ -41,7 +41,7 @@ from typing import Any
 
 from vpo.commands.options import (EstimatorOptions, RewardFuncsOptions, answers_for, check_estimator_options,
                                   estimator_options, resolve_answers, task_help)
-from vpo.commands.rewards import apply_failure_policy, resolve_task
+from vpo.commands.rewards import apply_failure_policy, own_setup, resolve_task
 from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, parse_params
 from vpo.estimators.options import WeightOptions
 from vpo.integrations.trl.config import (TASK_EPOCHS, VPO_OWNED, RLConfig, TRLOptions, check_engine, estimator_scale,
@@ -479,6 +479,7 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
         rows = select(rows, n=cfg.examples, seed=cfg.data_seed if cfg.examples is not None else None)
         if not rows:
             raise ValueError(f"--source {cfg.source}: no training rows")
+        own_setup(task, rows, answers, echo=False)  # a column your functions need: named before the model loads
     else:
         rows = build_train_rows(task, answers, data=cfg.source, n=cfg.examples, seed=cfg.data_seed,
                                 goals=weight_options if spec.conditions_prompt else None, chat=True,
@@ -506,14 +507,15 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     model, tokenizer = load_pretrained(cfg.model)
     fmt = load_format(model_dir, task, tokenizer=tokenizer, chat=False)
     grpo_overrides: dict[str, Any] = {}
+    chat_prompts = False
     if own_name is not None:
         if not isinstance(fmt, TaskFormat):
             raise ValueError(f"--reward-funcs trains on the prompts of --source, but {cfg.model} was trained on the "
                              f"{fmt.name!r} prompt format; start from a checkpoint without {FORMAT_FILE}")
         if cfg.chat_template and getattr(tokenizer, "chat_template", None):
-            for row in rows:  # conversational, as TRL applies the chat template to it
-                if isinstance(row["prompt"], str):
-                    row["prompt"] = [{"role": "user", "content": row["prompt"]}]
+            # a string prompt goes to the model as one user turn (TRL applies the chat template); your
+            # functions still get the string and text completions, as the check and eval give them
+            chat_prompts = True
             grpo_overrides["chat_template_kwargs"] = {"enable_thinking": False}
         elif any(not isinstance(row["prompt"], str) for row in rows):
             raise ValueError(f"--source {cfg.source} has chat-turn prompts, but "
@@ -549,7 +551,7 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
         objectives: dict[str, Any] = (
             {"task": task} if own_name is None else  # your functions, each called once per step on all answers
             {"reward_funcs": task.reward_funcs, "reward_names": task.reward_names, "scaling": scaling,
-             "reward_failures": task.failures.policy})
+             "reward_failures": task.failures.policy, "chat_prompts": chat_prompts})
         trainer = VPOTrainer(model, answers=answers, estimator=cfg.method, estimator_options=options,
                              args=args, train_dataset=dataset, processing_class=tokenizer,
                              peft_config=peft_config, untagged_fallback=cfg.untagged_fallback, **objectives)
@@ -563,6 +565,8 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     trainer.add_callback(format_record_callback(record))
     length = (f"{args.max_steps} steps" if args.max_steps > 0 else
               f"{args.num_train_epochs:g} epoch(s) of {len(rows)} rows")
+    for line in getattr(trainer, "vpo_length_budgets", ()):  # chain-level length budgets scaled by m
+        print(line, flush=True)
     print(f"training: {length}, a line every {args.logging_steps} step(s) (the full log: "
           f"{Path(cfg.out) / 'train_log.jsonl'})", flush=True)
     with _quiet_tied_keys(trainer.model):  # a resume's harmless lm_head "missing keys" warning

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from vpo.commands.rewards import RewardFuncsOptions, apply_failure_policy, resolve_task
+from vpo.commands.rewards import RewardFuncsOptions, apply_failure_policy, own_setup, resolve_task
 from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, field_like, parse_params
 from vpo.commands.options import task_help
 from vpo.estimators.options import WeightOptions
@@ -169,6 +169,7 @@ def _check(cfg: WarmupConfig, args: argparse.Namespace | None) -> tuple[Any, lis
         raise ValueError(f"--source {cfg.source}: no prompts" if cfg.source else f"task {cfg.task}: no examples")
     if cfg.holdout >= len(examples):
         raise ValueError(f"--holdout {cfg.holdout} leaves no prompt to warm up on ({len(examples)} prompts)")
+    own_setup(task, examples, 1)  # single answers are ranked: a column your functions need is named before loading
     cut = len(examples) - cfg.holdout
     return task, examples[:cut], examples[cut:], scores if cfg.rank is None else bool(cfg.rank)
 

@@ -258,11 +258,20 @@ def check_sampling_memory(model: str | Path, options: SamplingOptions, *, prompt
 @dataclass
 class Generation:
     """One chain: its text (decoded without special tokens), its new tokens up to EOS, and
-    whether it hit ``max_new_tokens`` without EOS."""
+    whether it hit ``max_new_tokens`` without EOS; ``ids``: its token ids as TRL passes a reward
+    function ``completion_ids`` (the new tokens, the EOS included when one was generated), or
+    None when the backend does not keep them."""
 
     text: str
     tokens: int
     truncated: bool
+    ids: list[int] | None = None
+
+
+def completion_ids(new: Sequence[int], truncated: bool, eos_id: int | None) -> list[int]:
+    """A chain's ``completion_ids`` as TRL's ``GRPOTrainer`` gives them to reward functions: the new
+    tokens (``finish_chain``'s) and the EOS that ended them."""
+    return list(new) + ([eos_id] if not truncated and eos_id is not None else [])
 
 
 class Sampler(Protocol):
@@ -496,7 +505,8 @@ class HFSampler:
         rows = []
         for row in ids[:, enc["input_ids"].shape[1]:].tolist():
             new, truncated = finish_chain(row, eos_id, pad_id)
-            rows.append(Generation(tokenizer.decode(new, skip_special_tokens=True), len(new), truncated))
+            rows.append(Generation(tokenizer.decode(new, skip_special_tokens=True), len(new), truncated,
+                                   completion_ids(new, truncated, eos_id)))
         return rows
 
 
@@ -551,6 +561,8 @@ def open_sampler(model: str | Path, options: SamplingOptions) -> tuple[Sampler, 
 
 
 __all__ = ["BACKENDS", "KV_CACHES", "MEMORY_SHARE", "SEEDINGS", "ChainDraw", "DeviceOptions", "Generation",
-           "HFSampler", "Sampler", "SamplingOptions", "chain_seed", "chain_uniforms", "check_sampling", "check_sampling_memory", "check_vllm", "check_vllm_inputs", "finish_chain",
+           "HFSampler", "Sampler", "SamplingOptions", "chain_seed", "chain_uniforms", "check_sampling",
+           "check_sampling_memory", "check_vllm", "check_vllm_inputs", "completion_ids",
+           "finish_chain",
            "hide_library_progress", "kv_bytes_per_token", "model_shape", "open_sampler", "release_cuda_cache",
            "resolve_kv_cache", "sampling_chains", "sampling_share"]

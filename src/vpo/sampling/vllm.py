@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from vpo.sampling import Generation, chain_seed, check_sampling, finish_chain
+from vpo.sampling import Generation, chain_seed, check_sampling, completion_ids, finish_chain
 
 
 def plan_requests(prompts: Sequence[Sequence[str]]) -> list[tuple[int, list[int], tuple[int, ...]]]:
@@ -48,7 +48,9 @@ def read_completion(token_ids: Sequence[int], finish_reason: str | None, tokeniz
     when vLLM stopped on the length limit."""
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     ids, _ = finish_chain(token_ids, tokenizer.eos_token_id, pad_id)
-    return Generation(tokenizer.decode(ids, skip_special_tokens=True), len(ids), finish_reason == "length")
+    truncated = finish_reason == "length"
+    return Generation(tokenizer.decode(ids, skip_special_tokens=True), len(ids), truncated,
+                      completion_ids(ids, truncated, tokenizer.eos_token_id))
 
 
 class VLLMSampler:

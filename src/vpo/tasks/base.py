@@ -212,6 +212,14 @@ class Task(ABC):
                                       f"expected ({n}, {dim})")
         return out
 
+    def score_parsed(self, text: str, answers: Sequence[str], example: Example,
+                     m: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """The (n, D) vectors of an m-answer chain's ``n`` non-blank ``answers`` (``score_answers``)
+        and the (D,) row its absent answers take (None: zeros), for ``score_chain``. A task with
+        objectives that judge the whole chain ``text`` (``own_rewards``' chain-level functions)
+        overrides it."""
+        return self.score_answers(answers, example), None
+
     def dedup_key(self, answer: str, vector: np.ndarray, example: Example) -> Hashable:
         """Answers of one chain with equal keys count once (default: identical reward vectors)."""
         return vector.tobytes()
@@ -243,8 +251,9 @@ class Task(ABC):
                 stats["parsed"] = stats.get("parsed", 0) + int(bool(text.strip()))
             return self.score_answers([text], example).reshape(1, dim)
         answers = [a for a in self.parse_chain(text, m) if isinstance(a, str) and a.strip()]
-        vectors = self.score_answers(answers, example).reshape(len(answers), dim) + 0.0  # -0.0 -> 0.0 for the keys
-        matrix, duplicates = finish_chain(vectors, m, pad=self.pad_chains,
+        vectors, fill = self.score_parsed(text, answers, example, m)
+        vectors = np.asarray(vectors, dtype=np.float64).reshape(len(answers), dim) + 0.0  # -0.0 -> 0.0 for the keys
+        matrix, duplicates = finish_chain(vectors, m, pad=self.pad_chains, fill=fill,
                                           keys=[self.dedup_key(a, v, example) for a, v in zip(answers, vectors)])
         if stats is not None:
             stats["answers"] = stats.get("answers", 0) + min(self.tagged_answers(text, m), len(answers))

@@ -7,6 +7,7 @@ Usage::
     examples = task.examples("train", source="prompts.jsonl")   # rows with a `prompt` column
     task.messages(examples[0], m=3)                              # the prompt asking for 3 answers
     task.score_chain(text, examples[0], 3)                       # (3, D): what vpo.rewards.score_chains gives
+    task.score_generations([text], examples[0], 3)               # (1, 3, D): every answer slot, as vpo eval pools
 
 ``vpo train``, ``vpo eval``, ``vpo search best-of-n`` and ``vpo data export`` build it from
 ``--reward-funcs ... --source ...``; its parameters are JSON, so an export records them and verl's
@@ -15,17 +16,19 @@ the row.
 
 Examples are the dataset's rows as they are: a ``prompt`` (a string, or chat turns as TRL's
 conversational format has them) and any other columns, which every reward function receives
-as keyword arguments, one value per answer, as TRL passes dataset columns. The answers of a
-chain are scored together by ``vpo.rewards``' own machinery (``call_reward_funcs``: each function
-once on all of them; ``finish_chains``: names, scaling, the ``None`` rule), so the objectives,
-their scaling and the chain's (M, D) matrix are what ``score_chains`` gives the trainer. A ``None``
-scores 0 here (a task scores one chain, it has no group to drop an objective for), and the
-batch-relative ``minmax`` scaling is refused (one chain is not the trainer's batch: give a
-``(low, high)`` range). D is the number of objectives the functions give, read from one scoring
-of an example when ``reward_names`` does not name them. ``max_failure_rate`` and ``time_limit``
-are the reward failure policy (``vpo.reward_failures``): a call that raises, returns NaN or runs
-too long scores 0 and is counted in ``task.failures``, per function; the engine that scores the
-task closes its steps (``vpo.tasks.base``).
+as keyword arguments, one value per answer, as TRL passes dataset columns. Chains are scored by
+the trainer's own functions (``score_generations``: ``vpo.rewards.score_answers`` and
+``finish_chains``, what ``VPOTrainer`` runs): each function once on all the answers given, a
+chain-level one once per chain with its value on every row, length budgets scaled by m
+(``vpo.rewards.at_answers``), completions in the form of the row's prompt, ``completion_ids``
+from the sampler or a tokenizer, the scaling and the failure policy. An example's chains are one
+group of the ``None`` rule; a ``None`` left in a row scores 0. The batch-relative ``minmax``
+scaling is refused (the chains of one example are not the trainer's batch: give a ``(low,
+high)`` range). D comes from the functions' declarations (a callable: one objective, or its
+``objective_names``; a reward model: its labels). ``max_failure_rate`` and ``time_limit`` are the
+reward failure policy (``vpo.reward_failures``): a call that raises, returns NaN or runs too long
+takes the objective's worst value and is counted in ``task.failures``, per function; the engine
+that scores the task closes its steps (``vpo.tasks.base``).
 
 Shape glossary: M answers per chain (m), D objectives.
 """
@@ -39,8 +42,9 @@ from typing import Any
 import numpy as np
 
 from vpo.reward_failures import RewardFailurePolicy, RewardFailures
-from vpo.rewards import (CHAIN_RULE, ScoredAnswers, call_reward_funcs, check_scaling, finish_chains,
-                         function_name, is_chain_level, load_reward_funcs, objective_names, single_answer)
+from vpo.rewards import (CHAIN_RULE, CHAIN_TAG, ChainRewards, at_answers, check_columns, check_scaling,
+                         completion_form, finish_chains, function_name, load_reward_funcs,
+                         objective_names, score_answers)
 from vpo.tasks import register_task
 from vpo.tasks.base import Example, FileTask
 
@@ -138,68 +142,82 @@ class OwnRewardsTask(FileTask):
         return turns
 
     # ----- scoring -------------------------------------------------------------------------
-    def _score(self, answers: Sequence[str], example: Example) -> np.ndarray:
-        """(n, D) scaled vectors of ``answers`` to ``example``, each function called once on all of
-        them; a ``None`` (or an objective ``None`` for all of them) scores 0."""
-        n = len(answers)
-        prompt = example[PROMPT_COLUMN]
-        form: Any = "" if isinstance(prompt, str) else [{"role": "assistant", "content": ""}]
-        columns = {k: [v] * n for k, v in self.columns(example).items()}
-        outputs = call_reward_funcs(self.reward_funcs, [prompt] * n, [single_answer(form, a) for a in answers],
-                                    columns, reward_processing_classes=self.reward_processing_classes,
-                                    failures=self.failures)
-        widths = [1 if np.ndim(out) == 1 else np.shape(out)[1] for out in outputs]
-        names = objective_names(self.reward_funcs, self.reward_names, widths)
-        if self._names is None:
-            self._names = names
-        elif names != self._names:
-            raise ValueError(f"{self.name}: the reward functions gave objectives {list(names)}, earlier "
-                             f"{list(self._names)}; every call must return the same heads")
-        values = np.concatenate([np.asarray(out, dtype=np.float64).reshape(n, -1) for out in outputs], axis=1)
-        scored = ScoredAnswers(np.arange(n, dtype=np.int64), values, names, n)
-        chains = finish_chains(scored, 1, list(range(n)), scaling=self.scaling)  # one chain per answer
-        return np.stack([chains.dense(i)[0] for i in range(n)]) if n else np.zeros((0, len(names)))
+    def functions_at(self, m: int) -> tuple[list[Any], list[str]]:
+        """The reward functions for chains of ``m`` answers (length budgets x m,
+        ``vpo.rewards.at_answers``) and one line per budget scaled, built once per m."""
+        built = self.__dict__.setdefault("_at", {})
+        if m not in built:
+            built[m] = at_answers(self.reward_funcs, m)
+        return built[m]
 
-    def parse_chain(self, text: str, m: int) -> list[str]:
-        """The chain's answers; ValueError for m > 1 when a function judges the whole completion
-        (``vpo.rewards.is_chain_level``): a task scores a chain's answers one by one, so its value
-        would become a per-answer one. ``VPOTrainer``, ``vpo train`` and ``vpo rewards check`` score
-        such functions once per completion."""
-        chain_level = [function_name(f) for f in self.reward_funcs if is_chain_level(f)] if m > 1 else []
-        if chain_level:
-            raise ValueError(f"{self.name}: {', '.join(chain_level)} judge(s) the whole completion, but this path "
-                             f"scores the {m} answers of a chain one by one; train with `vpo train` / VPOTrainer "
-                             "(once per completion), or evaluate single answers (m = 1)")
-        return super().parse_chain(text, m)
+    def check_columns(self, examples: Sequence[Example], where: str = "--source") -> None:
+        """Before any work: ``RewardContractError`` naming a column a function needs that a row of
+        ``examples`` lacks (``vpo.rewards.check_columns``)."""
+        check_columns(self.reward_funcs, [self.columns(example) for example in examples], where=where)
+
+    def score_chains_of(self, texts: Sequence[str], example: Example, m: int, *,
+                        completion_ids: Sequence[Sequence[int]] | None = None, tokenizer: Any = None) -> ChainRewards:
+        """The C chains ``texts`` generated for ``example`` scored as ``VPOTrainer`` scores a group of
+        rollouts (``vpo.rewards.score_answers``, ``finish_chains``): the functions for m answers, the
+        row's prompt and columns, each completion in the prompt's form, ``completion_ids`` (C,) the
+        chains' tokens (from ``tokenizer`` when not given), the scaling and the failure policy."""
+        funcs, _ = self.functions_at(m)
+        prompt = example[PROMPT_COLUMN]
+        columns = {k: [v] * len(texts) for k, v in self.columns(example).items()}
+        scored = score_answers(funcs, [prompt] * len(texts), [completion_form(prompt, t) for t in texts], m,
+                               reward_names=self.reward_names, reward_processing_classes=self.reward_processing_classes,
+                               tag=CHAIN_TAG if m > 1 else None, failures=self.failures,
+                               completion_ids=None if completion_ids is None else list(completion_ids),
+                               tokenizer=tokenizer, **columns)
+        if self._names is None:
+            self._names = scored.names
+        elif scored.names != self._names:
+            raise ValueError(f"{self.name}: the reward functions gave objectives {list(scored.names)}, earlier "
+                             f"{list(self._names)}; every call must return the same heads")
+        return finish_chains(scored, m, [0] * len(texts), scaling=self.scaling)  # one example: one group
+
+    def score_generations(self, texts: Sequence[str], example: Example, m: int, *,
+                          completion_ids: Sequence[Sequence[int]] | None = None, tokenizer: Any = None) -> np.ndarray:
+        """(C, m, D) every answer slot of the C chains ``texts`` (``score_chains_of``), before dedup: an
+        answer's vector in its slot, a slot without one zeros with the chain's chain-level values,
+        a dropped objective 0 (``ChainRewards.slots``). What ``vpo eval`` and best-of-n pool."""
+        if not texts:
+            return np.zeros((0, m, self.num_objectives(example)))
+        return self.score_chains_of(texts, example, m, completion_ids=completion_ids, tokenizer=tokenizer).slots(m)
+
+    def score_parsed(self, text: str, answers: Sequence[str], example: Example,
+                     m: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """The chain's answers and its padding row as the trainer scores them (``score_chains_of``:
+        a chain-level function once on ``text``, its value on every row), for ``score_chain``."""
+        chains = self.score_chains_of([text], example, m)
+        return np.nan_to_num(chains.vectors, nan=0.0), chains.chain_values[0]
 
     def tagged_answers(self, text: str, m: int) -> int:
-        """As the default parser counts them (``parse_chain`` above only adds a refusal): the tags
-        are counted, not the chain parsed a second time."""
+        """As the default parser counts them: the tags are counted, not the chain parsed a second time."""
         return self._tagged_blocks(text, m)
 
     def score(self, text: str, example: Example) -> np.ndarray:
         if not isinstance(text, str) or not text.strip():
             return np.zeros(self.num_objectives(example))
-        return self._score([text], example)[0]
+        return self.score_generations([text], example, 1)[0, 0]
 
     def score_batch(self, answers: Sequence[str], example: Example) -> np.ndarray:
+        """(n, D): each non-blank answer scored as a single-answer completion (m = 1, one group)."""
         dim = self.num_objectives(example)
         texts = [a if isinstance(a, str) else "" for a in answers]
         live = [i for i, a in enumerate(texts) if a.strip()]
         out = np.zeros((len(texts), dim), dtype=np.float64)
         if live:
-            out[live] = self._score([texts[i] for i in live], example)
+            out[live] = self.score_generations([texts[i] for i in live], example, 1)[:, 0]
         return out
 
     def objective_names(self, example: Example | None = None) -> tuple[str, ...]:
-        """The D names: declared by every function (``objective_names``), else what one scoring
-        of ``example`` (the answer "probe") reports, with ``reward_names`` applied."""
-        if self._names is None and all(getattr(f, "objective_names", None) is not None and not hasattr(f, "forward")
-                                       for f in self.reward_funcs):
-            self._names = objective_names(self.reward_funcs, self.reward_names)  # declared: no call needed
+        """The D names, from the functions' declarations (a callable gives one objective, or its
+        ``objective_names``; a reward model its labels: a model id is loaded for them), with
+        ``reward_names`` applied."""
         if self._names is None:
-            if example is None:
-                raise ValueError(f"{self.name}: the objective names come from scoring an example; pass one (or "
-                                 "give the functions an objective_names attribute)")
-            self._score(["probe"], example)
-        return self._names or ()
+            from vpo.rewards import cached_reward_model
+
+            funcs = [cached_reward_model(f)[0] if isinstance(f, str) else f for f in self.reward_funcs]
+            self._names = objective_names(funcs, self.reward_names)
+        return self._names

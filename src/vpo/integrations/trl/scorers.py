@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 
 from vpo.chains import finish_chain
-from vpo.rewards import (CHAIN_TAG, TRL_HOOKS, ScoredAnswers, completion_text, finish_chains, prompt_key,
-                         rewrite_chain_prompt, score_answers)
+from vpo.rewards import (CHAIN_TAG, TRL_HOOKS, ScoredAnswers, completion_form, completion_text, finish_chains,
+                         prompt_key, rewrite_chain_prompt, score_answers)
 from vpo.step_metrics import chain_metrics, pool_metrics
 from vpo.tasks.base import Example, Task
 
@@ -193,7 +193,10 @@ class FunctionScorer:
     together (``vpo.rewards.finish_chains``: the ``None`` rule per group, ``scaling`` over the
     batch, dedup, padding), so every process holds the same batch and takes its own rows
     (``rank``). ``keep_columns``: matrices keep only a group's objectives (estimators that draw
-    weights over them); otherwise a dropped objective is a zero column (sums, TRL's nansum)."""
+    weights over them); otherwise a dropped objective is a zero column (sums, TRL's nansum).
+    ``chat_prompts``: a string prompt is sent as one user turn (TRL applies the chat template to
+    it); the functions still get the string, and each completion as its text
+    (``vpo.rewards.completion_form``: the data's form, as every other path gives it)."""
 
     name = "reward_funcs"
     """The name TRL logs the estimator's score under (``rewards/reward_funcs/mean``)."""
@@ -201,8 +204,9 @@ class FunctionScorer:
     def __init__(self, funcs: list[Any], answers: int, *, names: tuple[str, ...], call: Callable[..., Any],
                  gather: Callable[[list[Any]], list[Any]], rank: Callable[[], int], log: Log | None = None,
                  failures: Any = None, reward_names: Sequence[Any] | None = None, scaling: Any = None,
-                 keep_columns: bool = True, untagged_fallback: bool = False) -> None:
+                 keep_columns: bool = True, untagged_fallback: bool = False, chat_prompts: bool = False) -> None:
         self.funcs, self.answers, self.names = funcs, answers, names
+        self.chat_prompts = chat_prompts
         self.call, self.gather, self.rank, self.log, self.failures = call, gather, rank, log, failures
         self.reward_names, self.scaling, self.keep_columns = reward_names, scaling, keep_columns
         self.untagged_fallback = untagged_fallback
@@ -210,11 +214,13 @@ class FunctionScorer:
 
     def chain_prompt(self, prompt: Any) -> Any:
         """The m-answer prompt of a dataset prompt (``vpo.rewards.rewrite_chain_prompt``), remembered
-        so the functions get the dataset's own prompt back."""
-        if self.answers == 1:
-            return prompt
-        chain = rewrite_chain_prompt(prompt, self.answers)
-        self._singles.setdefault(prompt_key(chain), prompt)
+        so the functions get the dataset's own prompt back (a string one, with ``chat_prompts``, as one
+        user turn)."""
+        chain = prompt if self.answers == 1 else rewrite_chain_prompt(prompt, self.answers)
+        if self.chat_prompts and isinstance(chain, str):
+            chain = [{"role": "user", "content": chain}]
+        if chain is not prompt:
+            self._singles.setdefault(prompt_key(chain), prompt)
         return chain
 
     def score(self, prompts: Sequence[Any], completions: Sequence[Any], completion_ids: Sequence[Any],
@@ -222,6 +228,7 @@ class FunctionScorer:
         """Score this process's completions (``prompts`` as the model saw them; ``columns``: what TRL
         passes a reward function, its hooks included, all passed on)."""
         singles = [self._singles.get(prompt_key(p), p) for p in prompts]
+        completions = [completion_form(single, c) for single, c in zip(singles, completions, strict=True)]
         hooks = {k: v for k, v in columns.items() if k in TRL_HOOKS}
         data = {k: v for k, v in columns.items() if k not in TRL_HOOKS}
         scored = score_answers(self.funcs, singles, completions, self.answers, reward_names=self.reward_names,

@@ -40,7 +40,6 @@ from vpo.estimators import (WEIGHT_OPTIONS, WeightOptions, advantages_from_score
 from vpo.integrations.trl.config import map_trl_options
 from vpo.integrations.trl.scorers import FunctionScorer, ScoredChains, TaskScorer
 from vpo.reward_failures import RewardFailurePolicy, RewardFailures
-from vpo.rewards import completion_text
 from vpo.step_metrics import ParseWatch, score_metrics
 from vpo.tasks.base import Example, Task
 
@@ -118,6 +117,20 @@ def _function_width(func: Any) -> int:
     return len(declared) if declared is not None else 1
 
 
+def _cut_budgets(funcs: Sequence[Any], args: Any) -> list[str]:
+    """A line for each of TRL's overlong punishments whose length budget lies past the completion
+    length the trainer generates: a chain is cut before it could be punished in full."""
+    limit = getattr(args, "max_completion_length", None)
+    lines = []
+    for func in funcs:
+        budget = getattr(func, "max_completion_len", None)
+        if isinstance(limit, int) and isinstance(budget, int) and budget > limit:
+            lines.append(f"warning: {getattr(func, '__name__', 'overlong')} punishes past {budget} tokens, but "
+                         f"completions stop at max_completion_length {limit}: raise it to {budget} or more, or the "
+                         "punishment never reaches its full value")
+    return lines
+
+
 def _reward_funcs(reward_funcs: Any, classes: Any) -> tuple[list[Any], list[Any]]:
     """The functions as a list, model ids loaded with all their labels (TRL would keep the first),
     and one processing class each (a model without one gets its checkpoint's tokenizer, as in TRL)."""
@@ -171,7 +184,11 @@ class VPOTrainer(GRPOTrainer):
     defaults are the authors'; TRL's normalisation is ``TRL_NORM``).
 
     ``untagged_fallback``: a completion with no parseable answer counts as one answer, its whole
-    text (docs/own_rewards.md). ``reward_failures``: the ``RewardFailurePolicy`` of the functions
+    text (docs/own_rewards.md). ``chat_prompts``: string prompts are sent as one user turn (the
+    chat template), while the functions get the strings and text completions, as in the data. A
+    chain-level length budget is one answer's, scaled by m (``vpo.rewards.at_answers``; said in
+    ``vpo_length_budgets``), and a column a function requires and ``train_dataset`` lacks is named
+    at construction. ``reward_failures``: the ``RewardFailurePolicy`` of the functions
     (or of the task's scorers). TRL options with a VPO meaning are mapped, the others refused
     (``vpo.integrations.trl.config.map_trl_options``).
     """
@@ -181,7 +198,7 @@ class VPOTrainer(GRPOTrainer):
                  estimator: str = "vpo", estimator_options: Mapping[str, Any] | None = None,
                  scaling: Any = None, reward_names: Sequence[Any] | None = None,
                  reward_processing_classes: Any = None, reward_failures: Any = None,
-                 untagged_fallback: bool = False, **kwargs: Any) -> None:
+                 untagged_fallback: bool = False, chat_prompts: bool = False, **kwargs: Any) -> None:
         check_trl_hooks(GRPOTrainer)
         if (task is None) == (reward_funcs is None):
             raise ValueError("VPOTrainer takes exactly one of task= (a vpo task scores the chains) and "
@@ -198,8 +215,11 @@ class VPOTrainer(GRPOTrainer):
         if reward_failures is not None and not isinstance(reward_failures, RewardFailurePolicy):
             raise ValueError("reward_failures must be a vpo.reward_failures.RewardFailurePolicy, got "
                              f"{type(reward_failures).__name__}")
-        if not isinstance(untagged_fallback, bool):
-            raise ValueError(f"untagged_fallback must be True or False, got {untagged_fallback!r}")
+        for flag, value in (("untagged_fallback", untagged_fallback), ("chat_prompts", chat_prompts)):
+            if not isinstance(value, bool):
+                raise ValueError(f"{flag} must be True or False, got {value!r}")
+        if chat_prompts and task is not None:
+            raise ValueError("chat_prompts= applies to reward_funcs=; a task's data holds its own chat turns")
         self.vpo_task, self.vpo_answers, self.vpo_spec = task, answers, spec
         self.vpo_estimator_name, self.vpo_estimator = estimator, spec.fn
         self.vpo_options = dict(estimator_options or {})
@@ -235,9 +255,15 @@ class VPOTrainer(GRPOTrainer):
             self.vpo_scorer = TaskScorer(task, answers, log=self.log_metric, rollouts=self.score_rollouts,
                                          untagged_fallback=untagged_fallback, goals=spec.conditions_prompt)
         else:
-            from vpo.rewards import check_scaling, function_name, objective_names
+            from vpo.rewards import at_answers, check_columns, check_scaling, function_name, objective_names
 
             self.vpo_funcs, self.vpo_classes = _reward_funcs(reward_funcs, reward_processing_classes)
+            columns = getattr(train_dataset, "column_names", None)
+            if columns is not None:  # a column a function needs and the data lacks: named before any step
+                check_columns(self.vpo_funcs, columns, trainer=True, where="train_dataset")
+            # a chain-level length budget is one answer's: m answers are judged against m times it
+            self.vpo_funcs, self.vpo_length_budgets = at_answers(self.vpo_funcs, answers)
+            self.vpo_length_budgets += _cut_budgets(self.vpo_funcs, args)
             self.vpo_failures = RewardFailures(reward_failures, names=[function_name(f) for f in self.vpo_funcs])
             self.vpo_objective_names = objective_names(self.vpo_funcs, reward_names)
             scaling = check_scaling(scaling, self.vpo_objective_names)
@@ -248,7 +274,8 @@ class VPOTrainer(GRPOTrainer):
                 self.vpo_funcs, answers, names=self.vpo_objective_names, call=self.call_reward_funcs,
                 gather=gather_object, rank=lambda: self.accelerator.process_index, log=self.log_metric,
                 failures=self.vpo_failures, reward_names=reward_names, scaling=scaling,
-                keep_columns=spec.weights is not None or spec.conditions_prompt, untagged_fallback=untagged_fallback)
+                keep_columns=spec.weights is not None or spec.conditions_prompt, untagged_fallback=untagged_fallback,
+                chat_prompts=chat_prompts)
         # TRL sees one reward function, the estimator's score: its reward_weights were mapped above
         kept_weights = getattr(args, "reward_weights", None)
         if kept_weights is not None:
@@ -318,14 +345,9 @@ class VPOTrainer(GRPOTrainer):
 
         if funcs is None:
             funcs = [f for f in self.vpo_funcs if not is_chain_level(f)]
-        columns = dict(columns)
-        if "completion_ids" not in columns:
-            tokenizer = getattr(self.processing_class, "tokenizer", self.processing_class)
-            columns["completion_ids"] = tokenizer(text=[completion_text(c) for c in completions],
-                                                  add_special_tokens=False)["input_ids"]
         classes = [self.vpo_classes[next(i for i, f in enumerate(self.vpo_funcs) if f is func)] for func in funcs]
         return call_reward_funcs(funcs, prompts, completions, columns, reward_processing_classes=classes,
-                                 failures=self.vpo_failures)
+                                 failures=self.vpo_failures, tokenizer=self.processing_class)
 
     def score_completions(self, prompts: Sequence[Any], completions: Sequence[Any], completion_ids: Sequence[Any],
                           columns: Mapping[str, Any]) -> list[float]:

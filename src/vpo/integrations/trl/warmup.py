@@ -187,11 +187,21 @@ def sft(model: Any, tokenizer: Any, rows: list[dict[str, Any]], plan: ChainWarmu
     return trained, losses
 
 
+def ranking_vectors(task: Any, texts: Sequence[str], example: Any, tokenizer: Any) -> np.ndarray:
+    """(n, D) reward vectors of single answers, to rank them: your functions score each as the
+    completion it was (m = 1, every function on it, as training at m = 1 and ``vpo eval`` score it,
+    with its tokens); a task's scorer scores each answer (``Task.score_answers``)."""
+    whole = getattr(task, "score_generations", None)
+    if whole is not None:
+        return np.asarray(whole(list(texts), example, 1, tokenizer=tokenizer), dtype=np.float64)[:, 0]
+    return np.asarray(task.score_answers(texts, example), dtype=np.float64)
+
+
 def pick_chains(task: Any, examples: Sequence[Any], singles: Sequence[Sequence[Any]], plan: ChainWarmup,
-                keys: Sequence[str]) -> tuple[list[Any], list[list[str]], list[dict[str, Any]]]:
+                keys: Sequence[str], tokenizer: Any = None) -> tuple[list[Any], list[list[str]], list[dict[str, Any]]]:
     """(kept examples, their m picked answers, a record per prompt) from each example's sampled
-    ``singles``: the prompts with m distinct complete answers, ranked by the task's scorer under
-    weights keyed on ``keys`` when ``plan.rank``."""
+    ``singles``: the prompts with m distinct complete answers, ranked (``ranking_vectors``, with
+    ``tokenizer`` for your functions' token ids) under weights keyed on ``keys`` when ``plan.rank``."""
     from vpo.weights import group_weights
 
     m = plan.answers
@@ -202,7 +212,7 @@ def pick_chains(task: Any, examples: Sequence[Any], singles: Sequence[Sequence[A
         if len(texts) >= m:
             vectors, weights = None, None
             if plan.rank:
-                vectors = np.asarray(task.score_answers(texts, example), dtype=np.float64)
+                vectors = ranking_vectors(task, texts, example, tokenizer)
                 weights = group_weights([keys[i]], plan.num_weights, vectors.shape[1], seed=plan.seed)[0]
                 choice["scores"] = vectors.tolist()
             choice["kept"] = pick_answers(vectors, m, weights)
@@ -238,7 +248,7 @@ def chain_warmup(model: Any, tokenizer: Any, task: Any, examples: Sequence[Any],
                                temperature=plan.temperature, top_p=plan.top_p, max_new_tokens=plan.max_new_tokens,
                                seed=plan.seed, progress=plan.progress, desc="single answers")
     keys = [example_key(example, "train", i) for i, example in enumerate(examples)]
-    kept, picked, choices = pick_chains(task, examples, singles, plan, keys)
+    kept, picked, choices = pick_chains(task, examples, singles, plan, keys, tokenizer)
     truncated = float(np.mean([g.truncated for row in singles for g in row]))
     log(f"{len(picked)} chains of m = {m} distinct answers; {len(examples) - len(picked)} of {len(examples)} prompts "
         f"had fewer than {m} distinct complete answers and were left out ({truncated:.0%} of the answers ran out of "
