@@ -343,7 +343,7 @@ PRESET_CPU: dict[str, dict[str, Any]] = {
         "out": "runs/demo-smollm2-cpu",
         "methods": "grpo,vpo", "seeds": 1,
         "warmup_examples": 32, "warmup_steps": 16,
-        "rl_steps": 16, "rl_prompts": 8, "rl_generations": 4, "rl_micro_batch": 16,
+        "rl_steps": 16, "rl_prompts": 8, "rl_generations": 4, "rl_micro_batch": 8,
         "eval_batch": 160,
     },
 }
