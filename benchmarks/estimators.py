@@ -1,36 +1,37 @@
-"""Timing of the estimators: each derived from its two halves, against the batched functions they
-replaced, and VPO against a per-group Python loop and the batched-matmul floor.
+"""Timing of the estimators: each derived from its two halves, against the batched functions the
+baselines replaced, and VPO against a per-group Python loop and the batched-matmul floor.
 
-Usage: ``python benchmarks/estimators.py [--repeats 7] [--groups 1024]``
+Usage: ``python benchmarks/estimators.py [--repeats 7] [--groups 1024] [--clock cpu]``
 
 Shapes: G groups x 8 rollouts (G = 1024 by default: 8,192 rollouts), m = 3 answers for the
 multi-answer estimators and 1 for the others, D objectives, K = 100 weights, all float64; the
 rewards come as a list of B (m, D) arrays, as the adapters pass them.
 
-Table 1, every estimator with a reduction, same run:
-* ``derived``: ``get_estimator(name)`` (for ``vpo``, ``spec.derived``: the function derived from
-  ``set_score`` and ``group_norm``, without the fast path): validation, group context, the
-  reduction's batched form, the rule, diagnostics;
+Table 1, every baseline with a reduction, same run:
+* ``derived``: ``get_estimator(name)``, the function derived from its reduction and its rule:
+  validation, group context, the reduction's batched form, the rule, diagnostics;
 * ``batched``: the estimator as one hand-written batched function, as the package had it before
-  its estimators became their halves (``REFERENCE`` below; for ``vpo``, its fast path
-  ``vpo_blocked``). Kept here only, as the yardstick; the ``same`` column is the largest
-  difference between its advantages and the derived ones;
+  its estimators became their halves (``REFERENCE`` below). Kept here only, as the yardstick;
+  the ``same`` column is the largest difference between its advantages and the derived ones;
 * ``per-rollout``: the derived function with the reduction's batched form hidden, so the
   reduction runs once per rollout (what a contributor's reduction without a batched form costs).
 Target: derived / batched <= 1.5 for every baseline.
 
 Table 2, VPO (G x 8 x 3 x D, K = 100):
-* ``vpo``: ``get_estimator("vpo")(rewards, group_ids, seed=0, step=1)`` (its fast path):
-  keying, weight sampling, validation, scoring and normalisation included;
-* ``derived``: ``get_spec("vpo").derived``, the same call without the fast path;
+* ``vpo``: ``get_estimator("vpo")(rewards, group_ids, seed=0, step=1)``, the function derived from
+  ``set_score`` and ``group_norm`` (VPO has no other definition): keying, weight sampling,
+  validation, scoring and normalisation included;
+* ``batch``, ``keys``, ``draw``: three of its parts alone, for where the time goes: the
+  ``RewardBatch`` of the list of arrays, the G blake2b stream keys, and the G K D keyed
+  exponentials (``vpo.weights.keyed_exponentials``: two rounds of a 32-bit hash and a float32
+  log each, the same numbers on every engine) drawn in one call;
 * ``floor``: one batched float64 matmul of ready arrays, (G, 8*3, D) @ (G, D, K), then max over
   answers and mean over K (no sampling, no validation);
 * ``blocked``: the same floor in blocks of about ``vpo.objective._BLOCK_VALUES`` products, as
-  ``vpo`` does (so that each block's products stay in cache); for reference, not the target's floor;
+  ``vpo`` scores (so that each block's products stay in cache); for reference, not the floor;
 * ``loop``: a plain implementation, one Python iteration per group.
-Target at G = 1024: vpo / floor <= 1.5. The floor draws no weights; ``vpo`` draws G K D keyed
-exponentials (``vpo.weights.keyed_exponentials``: two rounds of a 32-bit hash and a log each,
-the same numbers on every engine), which weighs more as D grows.
+Target at G = 1024, D = 4 and D = 16: vpo / floor <= 1.5. The floor draws no weights; ``vpo``
+draws G K D keyed exponentials, which weighs more as D grows.
 
 Also times ``vpo.chains.parse_answers`` on 1 MB adversarial texts (target < 1 s each).
 Times are the minimum over repeats, in milliseconds of wall-clock time (``--clock cpu``: of this
@@ -54,11 +55,12 @@ from vpo import objective
 from vpo.chains import parse_answers
 from vpo.estimators import get_estimator, get_spec
 from vpo.estimators.common import apply_scalar, make_result, require_single_answer
-from vpo.estimators.group_weights import draw_group_weights, explicit_goal_weights, random_source
+from vpo.estimators.context import explicit_goal_weights
 from vpo.estimators.normalize import group_normalize, group_stats
-from vpo.estimators.options import GRPO_NORM, MAX_AT_K_NORM, WeightOptions
+from vpo.estimators.options import GRPO_NORM, MAX_AT_K_NORM
 from vpo.estimators.rules import max_at_k_rule, maxrl_rule
 from vpo.objective import RewardBatch
+from vpo.weights import keyed_exponentials, keyed_simplex, stream_keys
 
 ROLLOUTS, ANSWERS, NUM_WEIGHTS = 8, 3, 100
 
@@ -123,21 +125,15 @@ def _one_weight_per_group(name: str, rewards: Any, group_ids: Any, goal_weights:
     batch = RewardBatch.from_rewards(rewards, group_ids)
     require_single_answer(batch, name)
     scores = np.zeros(batch.num_rollouts)
-    if goal_weights is not None:
-        rows = explicit_goal_weights(batch, goal_weights)
-        for bucket in batch.buckets:
-            scores += np.bincount(bucket.row_rollout, minlength=batch.num_rollouts,
-                                  weights=np.einsum("rd,rd->r", bucket.rows, rows[bucket.row_rollout, :bucket.dim]))
-    else:
-        drawn = draw_group_weights(batch, WeightOptions(num_weights=1), seed=seed, rng=random_source(seed, None, None))
-        for bucket, weights in zip(batch.buckets, drawn):
-            w, scale = weights.block(0, bucket.groups.size)
-            w = w[:, :, 0] * (scale if scale is not None else 1.0)
-            by_group = np.zeros((batch.num_groups, bucket.dim))
-            by_group[bucket.groups] = w
-            rollout_w = by_group[batch.group_index[bucket.row_rollout]]
-            scores += np.bincount(bucket.row_rollout, minlength=batch.num_rollouts,
-                                  weights=np.einsum("rd,rd->r", bucket.rows, rollout_w))
+    goals = (explicit_goal_weights(batch, goal_weights) if goal_weights is not None else
+             [keyed_simplex(stream_keys([batch.group_labels[g] for g in bucket.groups.tolist()], seed=seed), 1,
+                            bucket.dim)[:, 0] for bucket in batch.buckets])
+    for bucket, goal in zip(batch.buckets, goals):
+        by_group = np.zeros((batch.num_groups, bucket.dim))
+        by_group[bucket.groups] = goal
+        rollout_w = by_group[batch.group_index[bucket.row_rollout]]
+        scores += np.bincount(bucket.row_rollout, minlength=batch.num_rollouts,
+                              weights=np.einsum("rd,rd->r", bucket.rows, rollout_w))
     return _normalised(batch, scores, name)
 
 
@@ -174,12 +170,8 @@ def baseline_case(name: str, groups: int, dim: int, repeats: int) -> dict[str, f
         options["goal_weights"] = {g: w for g, w in enumerate(rng.dirichlet(np.ones(dim), size=groups))}
     elif "seed" in spec.options:
         options["seed"] = 0
-    if name == "vpo":
-        derived = functools.partial(spec.derived, rewards, group_ids, **options)
-        batched = functools.partial(spec.fast, rewards, group_ids, **{**spec.defaults, **options})
-    else:
-        derived = functools.partial(spec.fn, rewards, group_ids, **options)
-        batched = functools.partial(REFERENCE[name], rewards, group_ids, **options)
+    derived = functools.partial(spec.fn, rewards, group_ids, **options)
+    batched = functools.partial(REFERENCE[name], rewards, group_ids, **options)
     slow = per_rollout(spec).derived
     return {
         "derived": best_of(derived, repeats),
@@ -208,9 +200,10 @@ def vpo_case(groups: int, dim: int, repeats: int) -> dict[str, float]:
     dense = rng.random((groups * ROLLOUTS, ANSWERS, dim))
     rewards = list(dense)
     group_ids = [b // ROLLOUTS for b in range(len(rewards))]
-    estimator, derived = get_estimator("vpo"), get_spec("vpo").derived
+    estimator = get_estimator("vpo")
     padded = dense.reshape(groups, ROLLOUTS * ANSWERS, dim)
     ready_weights = rng.dirichlet(np.ones(dim), size=(groups, NUM_WEIGHTS)).transpose(0, 2, 1).copy()
+    keys = stream_keys(range(groups), seed=0, step=1)
 
     def floor(start: int = 0, stop: int = groups) -> np.ndarray:
         values = np.matmul(padded[start:stop], ready_weights[start:stop])
@@ -223,7 +216,9 @@ def vpo_case(groups: int, dim: int, repeats: int) -> dict[str, float]:
 
     return {
         "vpo": best_of(lambda: estimator(rewards, group_ids, seed=0, step=1), repeats),
-        "derived": best_of(lambda: derived(rewards, group_ids, seed=0, step=1), repeats),
+        "batch": best_of(lambda: RewardBatch.from_rewards(rewards, group_ids), repeats),
+        "keys": best_of(lambda: stream_keys(range(groups), seed=0, step=1), repeats),
+        "draw": best_of(lambda: keyed_exponentials(keys, NUM_WEIGHTS, dim), repeats),
         "floor": best_of(floor, repeats),
         "blocked": best_of(blocked, repeats),
         "loop": best_of(lambda: loop_vpo(rewards, group_ids, np.random.default_rng(1)), max(2, repeats // 3)),
@@ -252,19 +247,20 @@ def main() -> None:
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; {args.clock} time")
     print(f"\n{args.groups} x 8 rollouts, D = {args.dim} (m = 3 for multi-answer estimators, else 1)")
     print(f"{'estimator':<18} {'derived ms':>10} {'batched ms':>10} {'ratio':>6} {'per-rollout ms':>14} {'same':>8}")
-    for name in ("grpo", "multi_rlvr", "max_at_k", "maxrl", "random_weight", "goal_conditioned", "vpo"):
+    for name in REFERENCE:
         t = baseline_case(name, args.groups, args.dim, args.repeats)
         print(f"{name:<18} {t['derived']:>10.2f} {t['batched']:>10.2f} {t['derived'] / t['batched']:>6.2f} "
               f"{t['per-rollout']:>14.1f} {t['same']:>8.1e}")
-    print("target: derived / batched <= 1.5 for every baseline (vpo: derived against its fast path, for reference)")
+    print("target: derived / batched <= 1.5 for every baseline")
 
-    print(f"\n{'VPO, G x 8 x 3 x D, K=100':<26} {'vpo ms':>7} {'derived':>8} {'floor ms':>9} {'blocked':>8} "
-          f"{'loop ms':>8} {'vpo/floor':>9}")
+    print(f"\n{'VPO, G x 8 x 3 x D, K=100':<26} {'vpo ms':>7} {'batch':>6} {'keys':>5} {'draw':>5} {'floor ms':>9} "
+          f"{'blocked':>8} {'loop ms':>8} {'vpo/floor':>9}")
     for groups, dim in [(128, 4), (args.groups, 4), (args.groups, 16)]:
         t = vpo_case(groups, dim, args.repeats)
-        print(f"{f'{groups} x 8 x 3 x {dim}':<26} {t['vpo']:>7.1f} {t['derived']:>8.1f} {t['floor']:>9.1f} "
-              f"{t['blocked']:>8.1f} {t['loop']:>8.1f} {t['vpo'] / t['floor']:>9.2f}")
-    print(f"target at {args.groups} x 8: vpo/floor <= 1.5")
+        print(f"{f'{groups} x 8 x 3 x {dim}':<26} {t['vpo']:>7.1f} {t['batch']:>6.1f} {t['keys']:>5.1f} "
+              f"{t['draw']:>5.1f} {t['floor']:>9.1f} {t['blocked']:>8.1f} {t['loop']:>8.1f} "
+              f"{t['vpo'] / t['floor']:>9.2f}")
+    print(f"target at {args.groups} x 8, D = 4 and D = 16: vpo/floor <= 1.5")
     print()
     print(f"{'parse_answers on 1 MB':<30} {'ms':>8}  (target < 1000)")
     for name, text in adversarial_texts().items():

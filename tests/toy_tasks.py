@@ -35,6 +35,12 @@ class RatesTask(Task):
         parts = [p.strip() for p in text.split("|")][:m]
         return parts + [""] * (m - len(parts))
 
+    def format_chain(self, answers):
+        """``parse_chain``'s inverse: the answers joined by '|'."""
+        if any(not a.strip() or "|" in a for a in answers):
+            raise ValueError("an answer of a '|'-separated chain is non-blank and holds no '|'")
+        return "|".join(answers)
+
     def score(self, text, example):
         s = text.strip()
         if not s:

@@ -6,6 +6,7 @@ Usage::
     prompt_m = rewrite_prompt(prompt, 3, rule)            # ValueError naming "maze" if no match
     answers = parse_answers(text, 3, tag="route", fallbacks=True)   # exactly 3 strings
     text = format_chain(["UP", "LEFT"], tag="route")      # "<route_1>UP</route_1>\n<route_2>LEFT</route_2>"
+    written_answers(text + "<route_3>DOWN<route_4>UP", "route")   # 4: more answers than m = 3 asked for
     kept = dedup(answers, key=normalise)                  # first occurrences, in order
     matrix = pad_rows(vectors, 3, dim=4)                  # (3, 4), zero rows appended
     matrix, dropped = finish_chain(vectors, 3)            # dedup (equal vectors) + padding: one chain
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import re
 import string
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -152,39 +153,52 @@ def holds_numbered_tag(text: str, tag: str) -> bool:
     return _numbered_tag_re(_check_tag(tag)).search(text) is not None
 
 
+def _numbered_block_spans(text: str, tag: str) -> Iterator[tuple[int, int, int]]:
+    """``(j, start, end)`` of each numbered block of ``text``, in order, one per opening tag
+    ``<tag_j>`` (any j): the block's body runs from that tag to its own ``</tag_j>``, the next
+    numbered opening tag or the end of the text (stray closing tags are ignored). One
+    left-to-right scan over the numbered tags (a single linear regex, no nested quantifiers)."""
+    open_index: int | None = None   # number of the open block
+    body_start = 0
+    for match in _numbered_tag_re(tag).finditer(text):
+        closing, index = match.group(1), int(match.group(2))
+        if closing:
+            if index == open_index:
+                yield open_index, body_start, match.start()
+                open_index = None
+            continue
+        if open_index is not None:
+            yield open_index, body_start, match.start()
+        open_index, body_start = index, match.end()
+    if open_index is not None:
+        yield open_index, body_start, len(text)
+
+
 def numbered_blocks(text: str, m: int, tag: str) -> tuple[list[str], bool]:
     """Contents of ``<tag_1>..<tag_m>``; the flag says whether any numbered opening tag
     ``<tag_j>`` (any j, also j > m) occurs.
 
-    One left-to-right scan over the numbered tags (a single linear regex with no nested
-    quantifiers): an opening tag ``<tag_j>`` starts block j and implicitly ends the block
-    that is open; ``</tag_j>`` ends block j if it is the open one (stray closing tags are
-    ignored); a block still open at the end runs to the end of the text. For each i the
-    first block with non-blank content wins (so ``<tag_1><tag_1>UP</tag_1>`` gives "UP").
-    O(len(text)) time whatever m is.
+    An opening tag ``<tag_j>`` starts block j and implicitly ends the block that is open;
+    ``</tag_j>`` ends block j if it is the open one (stray closing tags are ignored); a block
+    still open at the end runs to the end of the text. For each i the first block with non-blank
+    content wins (so ``<tag_1><tag_1>UP</tag_1>`` gives "UP"). O(len(text)) time whatever m is.
     """
-    tag_re = _numbered_tag_re(tag)
     answers = [""] * m
     found_any = False
-    open_index: int | None = None   # number of the open block
-    body_start = 0
-
-    def close_block(end: int) -> None:
-        if open_index is not None and 1 <= open_index <= m and not answers[open_index - 1]:
-            answers[open_index - 1] = text[body_start:end].strip()
-
-    for match in tag_re.finditer(text):
-        closing, index = match.group(1), int(match.group(2))
-        if closing:
-            if index == open_index:
-                close_block(match.start())
-                open_index = None
-            continue
+    for index, start, end in _numbered_block_spans(text, tag):
         found_any = True
-        close_block(match.start())
-        open_index, body_start = index, match.end()
-    close_block(len(text))
+        if 1 <= index <= m and not answers[index - 1]:
+            answers[index - 1] = text[start:end].strip()
     return answers, found_any
+
+
+def written_answers(text: Any, tag: str) -> int:
+    """How many non-blank numbered blocks ``<tag_j>`` (any j, a repeated j counted again) ``text``
+    holds: a chain asked for m answers that wrote more than m (``numbered_blocks`` reads the
+    first of each j up to m and drops the rest). 0 for a non-string. O(len(text)) time."""
+    if not isinstance(text, str):
+        return 0
+    return sum(1 for _, start, end in _numbered_block_spans(text, _check_tag(tag)) if text[start:end].strip())
 
 
 def _answer_tag_blocks(text: str) -> list[str]:
@@ -311,7 +325,7 @@ def finish_chain(rows: Sequence[Sequence[float]] | np.ndarray, m: int, *, keys: 
     return matrix, arr.shape[0] - len(kept)
 
 
-def score_answers(answers: Sequence[str], score: Callable[[str], Any], m: int, dim: int, *,
+def chain_matrix(answers: Sequence[str], score: Callable[[str], Any], m: int, dim: int, *,
                   key: Callable[[str, np.ndarray], Hashable] | None = None, pad: bool = True) -> np.ndarray:
     """Score answer strings, drop blank answers and duplicates, and pad: the chain's matrix.
 
@@ -324,7 +338,7 @@ def score_answers(answers: Sequence[str], score: Callable[[str], Any], m: int, d
     """
     m = _check_m(m)
     if isinstance(dim, bool) or not isinstance(dim, int | np.integer) or dim < 1:
-        raise ValueError(f"score_answers: dim must be a positive integer, got {dim!r}")
+        raise ValueError(f"chain_matrix: dim must be a positive integer, got {dim!r}")
     texts: list[str] = []
     vectors: list[np.ndarray] = []
     for answer in answers:
@@ -332,7 +346,7 @@ def score_answers(answers: Sequence[str], score: Callable[[str], Any], m: int, d
             continue
         vector = np.asarray(score(answer), dtype=np.float64).reshape(-1) + 0.0
         if vector.shape != (dim,):
-            raise ValueError(f"score_answers: score returned {vector.size} values, expected dim={dim}")
+            raise ValueError(f"chain_matrix: score returned {vector.size} values, expected dim={dim}")
         texts.append(answer)
         vectors.append(vector)
     rows = np.array(vectors, dtype=np.float64).reshape(len(vectors), dim)
@@ -340,4 +354,14 @@ def score_answers(answers: Sequence[str], score: Callable[[str], Any], m: int, d
     try:
         return finish_chain(rows, m, keys=keys, pad=pad)[0]
     except ValueError as err:
-        raise ValueError(str(err).replace("finish_chain:", "score_answers:")) from None
+        raise ValueError(str(err).replace("finish_chain:", "chain_matrix:")) from None
+
+
+def __getattr__(name: str) -> Any:
+    """``score_answers``: the earlier name of ``chain_matrix`` (dated deprecation; a task's
+    ``Task.score_answers`` and ``vpo.rewards.score_every_answer`` are other things)."""
+    if name == "score_answers":
+        from vpo.deprecation import deprecated
+
+        return deprecated(chain_matrix, f"{__name__}.score_answers", f"{__name__}.chain_matrix")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

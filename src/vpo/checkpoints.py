@@ -10,8 +10,9 @@ Usage::
 Every command that reads a checkpoint (``vpo eval``, ``vpo search``, ``vpo train``, the demo's
 resume) calls ``check_checkpoint`` first. It reads only headers: the safetensors header of each
 weight file (whose tensor sizes must add up to the file's length, so a truncated file is caught),
-``config.json``, the tokenizer (loaded: it is small), and ``vpo_format.json``. A fault raises
-``CheckpointError`` (a ``ValueError``): one line naming the folder and what is wrong.
+``config.json``, the tokenizer (loaded: it is small), and ``vpo_format.json`` (each field checked:
+``vpo.formats.read_format_record``). A fault raises ``CheckpointError`` (a ``vpo.records.RecordError``,
+so a ``ValueError``): one line naming the folder or file and what is wrong.
 """
 
 from __future__ import annotations
@@ -23,20 +24,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vpo.formats import FORMAT_FILE, format_record
+from vpo.formats import FORMAT_FILE, format_record, read_format_record, recorded_format
+from vpo.records import Field, RecordError, first_line, read_json, read_record
+from vpo.runs import TRAIN_RECORD, read_train_record
 
-__all__ = ["CheckpointError", "CheckpointInfo", "chain_answers", "check_checkpoint", "check_checkpoints",
-           "checkpoint_answers", "describe_record", "format_record_callback", "latest_complete_checkpoint",
-           "read_safetensors_header"]
+__all__ = ["CheckpointError", "CheckpointInfo", "TRAINER_STATE_FIELDS", "chain_answers", "check_checkpoint",
+           "check_checkpoints", "check_resume_checkpoint", "checkpoint_answers", "describe_record",
+           "format_record_callback", "latest_complete_checkpoint", "read_safetensors_header"]
 
-TRAIN_RECORD = "vpo_train.json"
-"""What ``vpo train`` writes beside the model it saves (its options and a summary with m)."""
+TRAINER_STATE_FIELDS = {"global_step": Field(int, required=True, low=0), "max_steps": Field(int, low=0),
+                        "num_train_epochs": Field(float, low=0), "log_history": Field(list)}
+"""What a resume reads from a TRL checkpoint's ``trainer_state.json`` (transformers' ``TrainerState``)."""
 
 _SAFETENSORS_DTYPE_BYTES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2,
                             "I16": 2, "U16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
 
 
-class CheckpointError(ValueError):
+class CheckpointError(RecordError):
     """A checkpoint that cannot be used: the message is one line naming the folder and the fault."""
 
 
@@ -78,7 +82,7 @@ def read_safetensors_header(path: Path) -> dict[str, Any]:
                              "the file is cut short, or not safetensors")
         try:
             header = json.loads(fh.read(length))
-        except (UnicodeDecodeError, json.JSONDecodeError):
+        except (ValueError, RecursionError):  # not UTF-8, not JSON, nested past the parser's depth
             raise ValueError(f"{path.name}: the safetensors header is not JSON") from None
     if not isinstance(header, dict):
         raise ValueError(f"{path.name}: the safetensors header is not a JSON object")
@@ -103,16 +107,11 @@ def read_safetensors_header(path: Path) -> dict[str, Any]:
     return header
 
 
-def _read_json(path: Path, folder: Path) -> Any:
+def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{folder}: {path.name} is not readable JSON ({_first_line(err)})") from None
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
+        return read_json(path)
+    except RecordError as err:
+        raise CheckpointError(str(err)) from None
 
 
 def _check_weights(folder: Path, stem: str) -> None:
@@ -123,7 +122,8 @@ def _check_weights(folder: Path, stem: str) -> None:
     if single.is_file():
         files = [single]
     elif index.is_file():
-        weight_map = _read_json(index, folder).get("weight_map")
+        listed = _read_json(index)
+        weight_map = listed.get("weight_map") if isinstance(listed, Mapping) else None
         if not isinstance(weight_map, Mapping) or not weight_map:
             raise CheckpointError(f"{folder}: {index.name} has no weight_map")
         files = [folder / name for name in sorted(set(map(str, weight_map.values())))]
@@ -164,7 +164,7 @@ def _check_tokenizer(folder: Path) -> None:
                       + (f" (only {', '.join(present)})" if present else "")
                       + "; save the tokenizer beside the model (tokenizer.save_pretrained)")
         else:
-            detail = f"{_first_line(err)}; its tokenizer files: {', '.join(present)}"
+            detail = f"{first_line(err)}; its tokenizer files: {', '.join(present)}"
         raise CheckpointError(f"{folder}: the tokenizer does not load: {detail}") from None
 
 
@@ -197,9 +197,14 @@ def check_checkpoint(model: str | Path, *, task: str | None = None, params_given
             if fh.read(4) != b"GGUF":
                 raise CheckpointError(f"{path}: not a GGUF file (its first bytes are not GGUF)")
         return CheckpointInfo(path=path, kind="gguf")
-    train_record = _read_json(path / TRAIN_RECORD, path) if (path / TRAIN_RECORD).is_file() else None
+    try:
+        train_record = read_train_record(path / TRAIN_RECORD) if (path / TRAIN_RECORD).is_file() else None
+    except RecordError as err:
+        raise CheckpointError(str(err)) from None
     if (path / "adapter_config.json").is_file():
-        adapter = _read_json(path / "adapter_config.json", path)
+        adapter = _read_json(path / "adapter_config.json")
+        if not isinstance(adapter, Mapping):
+            raise CheckpointError(f"{path / 'adapter_config.json'} is not a JSON object")
         _check_weights(path, "adapter_model")
         base = ((train_record or {}).get("train") or {}).get("model") or adapter.get("base_model_name_or_path")
         if not base:
@@ -213,7 +218,7 @@ def check_checkpoint(model: str | Path, *, task: str | None = None, params_given
     else:
         if not (path / "config.json").is_file():
             raise CheckpointError(f"{flag} {path}: no config.json (not a transformers checkpoint folder)")
-        config = _read_json(path / "config.json", path)
+        config = _read_json(path / "config.json")
         if not isinstance(config, Mapping) or "model_type" not in config:
             raise CheckpointError(f"{path}: config.json names no model_type")
         _check_weights(path, "model")
@@ -223,12 +228,11 @@ def check_checkpoint(model: str | Path, *, task: str | None = None, params_given
     info = CheckpointInfo(path=path, kind=kind, train_record=train_record)
     record_path, inherited = format_record(path)
     if record_path is not None:
-        record = _read_json(record_path, path)
-        if not isinstance(record, Mapping) or not isinstance(record.get("format"), str):
-            raise CheckpointError(f"{path}: {record_path} names no prompt format")
+        try:
+            record = read_format_record(record_path)
+        except RecordError as err:
+            raise CheckpointError(str(err)) from None
         params = record.get("task_params") or {}
-        if not isinstance(params, Mapping):
-            raise CheckpointError(f"{path}: {record_path} has task_params that are not a mapping")
         info.record, info.task = dict(record), record.get("task")
         info.task_params = dict(params)
         info.record_path, info.inherited = record_path, inherited
@@ -244,7 +248,26 @@ def check_checkpoint(model: str | Path, *, task: str | None = None, params_given
                     f"{path} was trained on task {info.task!r} ({record_path.name}), not {task!r}: pass --task "
                     f"{info.task}, or give --task-params to use it on {task} anyway")
             info.task_params, info.format_applies = {}, False
+        if task is not None and info.format_applies and info.task_params:
+            _check_task_params(task, info.task_params, record_path)
+        if info.format_applies and record["format"] != "task":
+            try:
+                recorded_format(record, record_path)  # the format's own fields (the compact maze's max_answers)
+            except RecordError as err:
+                raise CheckpointError(str(err)) from None
     return info
+
+
+def _check_task_params(task: str, params: Mapping[str, Any], record_path: Path) -> None:
+    """The recorded ``task_params`` build the task (a value the task refuses, or a parameter it
+    does not take, is the record's fault, named as such)."""
+    from vpo.tasks import get_task
+
+    try:
+        get_task(task, **params)
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(f"{record_path}: field 'task_params' does not build task {task!r} "
+                              f"({first_line(err)})") from None
 
 
 def describe_record(info: CheckpointInfo) -> str:
@@ -280,7 +303,8 @@ def format_record_callback(record: Mapping[str, Any]) -> Any:
 def checkpoint_answers(info: CheckpointInfo) -> tuple[int, str]:
     """``(m, why)``: the answers per chain the checkpoint was trained for, and where that comes
     from: ``vpo_format.json``'s ``answers``, else ``vpo_train.json``'s summary, else the default
-    m of the recorded method (a demo checkpoint records its method), else 1."""
+    m of the recorded method (a demo checkpoint records its method), else 1. CheckpointError when
+    ``vpo_train.json`` records an m the recorded format has no place for (more than its ``max_answers``)."""
     from vpo.estimators import get_spec
 
     record = info.record if info.format_applies else None
@@ -288,6 +312,10 @@ def checkpoint_answers(info: CheckpointInfo) -> tuple[int, str]:
         return int(record["answers"]), f"recorded in {describe_record(info)}"
     summary = (info.train_record or {}).get("summary") or {}
     if isinstance(summary.get("answers"), int) and summary["answers"] >= 1:
+        most = (record or {}).get("max_answers")
+        if most is not None and summary["answers"] > most:  # m the recorded format has no place for
+            raise CheckpointError(f"{info.path / TRAIN_RECORD}: field 'summary.answers' is {summary['answers']}, more "
+                                  f"than the 'max_answers' {most} of {describe_record(info)}")
         return int(summary["answers"]), f"recorded in {info.path / TRAIN_RECORD}"
     method = (record or {}).get("method")
     if isinstance(method, str):
@@ -339,12 +367,22 @@ def latest_complete_checkpoint(folder: str | Path) -> Path | None:
             found.append((int(step), child))
     for _, child in sorted(found, reverse=True):
         try:
-            state = json.loads((child / "trainer_state.json").read_text())
-            if not isinstance(state, Mapping) or "global_step" not in state:
-                continue
-            stem = "adapter_model" if (child / "adapter_config.json").is_file() else "model"
-            _check_weights(child, stem)
+            check_resume_checkpoint(child)
         except (OSError, ValueError):
             continue
         return child
     return None
+
+
+def check_resume_checkpoint(folder: str | Path) -> dict[str, Any]:
+    """The trainer state of the TRL checkpoint ``folder`` a run resumes from (``trainer_state.json``,
+    which the trainer writes last, its fields checked: ``TRAINER_STATE_FIELDS``), once its weight
+    headers are whole; CheckpointError naming the file and the field otherwise."""
+    folder = Path(folder)
+    try:
+        state = read_record(folder / "trainer_state.json", TRAINER_STATE_FIELDS,
+                            hint="the checkpoint was not written to the end: resume from an earlier one")
+    except RecordError as err:
+        raise CheckpointError(str(err)) from None
+    _check_weights(folder, "adapter_model" if (folder / "adapter_config.json").is_file() else "model")
+    return state

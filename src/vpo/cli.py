@@ -77,12 +77,24 @@ def version() -> str:
         return __version__
 
 
+def one_line_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                     line: str | None = None) -> str:
+    """A warning as a command shows it: ``warning: Category: message`` on one line, without the
+    file and the source line Python adds (code inside vpo or a library, which the user of a command
+    cannot act on; ``vpo rewards check`` prints its warnings the same way)."""
+    return f"warning: {category.__name__}: {message}\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    import warnings
+
+    shown = warnings.formatwarning
+    warnings.formatwarning = one_line_warning
     try:
         result = args.func(args)
     except (ValueError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError,
@@ -100,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         from vpo.runs import release_out_dir
 
+        warnings.formatwarning = shown
         release_out_dir()  # the --out lock lasts as long as the command
     return int(result or 0)
 

@@ -88,15 +88,49 @@ class Pools:
 
     @classmethod
     def load(cls, path: str | Path) -> Pools:
+        """The pools ``save`` wrote to ``path``; RecordError naming the file and the array or line
+        that is damaged or impossible (vectors not (G, P, D) finite numbers, P not a multiple of m,
+        texts not G lists of P // m strings)."""
+        import zipfile
+        import zlib
+
+        from vpo.records import RecordError, first_line, read_jsonl
+
         path = Path(path)
-        with np.load(path) as data:
-            vectors = data["vectors"]
-            m = int(data["m"])
-            tokens = float(data["completion_tokens"])
-            truncated = float(data["truncated"])
+        hint = "delete it to sample the pool again"
+        names = ("vectors", "m", "completion_tokens", "truncated")
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                arrays = {name: np.asarray(data[name]) for name in names if name in data.files}
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError) as err:
+            raise RecordError(f"{path} is not a readable pool file ({first_line(err)}); {hint}") from None
+        for name in names:
+            if name not in arrays:
+                raise RecordError(f"{path}: array {name!r} is missing; {hint}")
+        vectors, m = arrays["vectors"], arrays["m"]
+        if m.shape != () or m.dtype.kind not in "iu" or int(m) < 1:
+            raise RecordError(f"{path}: array 'm' is {m.tolist()!r}, expected one integer >= 1; {hint}")
+        m = int(m)
+        if vectors.ndim != 3 or vectors.dtype.kind not in "fiu" or not np.isfinite(vectors).all() \
+                or vectors.shape[1] % m:
+            raise RecordError(f"{path}: array 'vectors' has shape {vectors.shape} of {vectors.dtype}, expected "
+                              f"(G, P, D) finite numbers with P a multiple of m = {m}; {hint}")
+        scalars = {}
+        for name in ("completion_tokens", "truncated"):
+            if arrays[name].shape != () or arrays[name].dtype.kind not in "fiu":
+                raise RecordError(f"{path}: array {name!r} is not one number; {hint}")
+            scalars[name] = float(arrays[name])
         texts_path = Path(str(path) + ".jsonl")
-        texts = [json.loads(line) for line in texts_path.read_text().splitlines()] if texts_path.is_file() else []
-        return cls(vectors=vectors, m=m, texts=texts, completion_tokens=tokens, truncated=truncated)
+        texts = read_jsonl(texts_path, hint=hint) if texts_path.is_file() else []
+        chains = vectors.shape[1] // m
+        for row, chain_texts in enumerate(texts, start=1):
+            if not isinstance(chain_texts, list) or len(chain_texts) != chains \
+                    or not all(isinstance(t, str) for t in chain_texts):
+                raise RecordError(f"{texts_path}: line {row} is not a list of {chains} generations; {hint}")
+        if texts and len(texts) != vectors.shape[0]:
+            raise RecordError(f"{texts_path}: {len(texts)} lines for {vectors.shape[0]} examples; {hint}")
+        return cls(vectors=vectors.astype(np.float64), m=m, texts=texts, completion_tokens=scalars["completion_tokens"],
+                   truncated=scalars["truncated"])
 
 
 def score_generation(task: Task, fmt: PromptFormat, text: str, example: Example, m: int) -> np.ndarray:

@@ -27,6 +27,8 @@ TRL rows (``GRPOTrainer`` passes the extra columns to reward functions as kwargs
                   (``--trl-prompt text``): one merged string, for tokenizers without a chat template
     example       JSON string of the example (a reward function json.loads it)
     task, answers, index, split, task_params (JSON string), example_id
+    method        the estimator, when the export names one (``--method``): what
+                  ``vpo.integrations.trl.estimator_reward`` trains each row with
 
 The example is stored whole, so scoring needs nothing but the row:
 ``get_task(row task, **json.loads(task_params)).score_chain(text, example, answers)``.
@@ -41,11 +43,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from vpo.records import Field, read_record
+from vpo.runs import atomic_write_text
 from vpo.tasks import Example, Task, get_task, task_class
 from vpo.tasks.base import FileTask
+from vpo.weights import given_key
 
-__all__ = ["FORMATS", "example_from_row", "example_key", "export", "export_rows", "make_task",
-           "reads_shipped_sample", "test_seed", "trl_row", "verl_row", "write_parquet"]
+__all__ = ["EXPORT_FIELDS", "EXPORT_RECORD", "FORMATS", "example_from_row", "example_key", "export", "export_rows",
+           "make_task", "read_export_record", "reads_shipped_sample", "test_seed", "trl_row", "verl_row",
+           "write_parquet"]
 
 FORMATS = ("verl", "trl")
 
@@ -62,19 +68,25 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
+def _given_id(example: Any) -> str | None:
+    """An example's ``id`` as text, or None when it has none (absent, not a str or int, or blank)."""
+    ident = given_key(example.get("id")) if isinstance(example, Mapping) else None
+    return str(ident) if isinstance(ident, str | int) and not isinstance(ident, bool) else None
+
+
 def example_key(example: Mapping[str, Any], split: str, index: int) -> str:
     """A stable key of an example: its ``id``, else ``<split>-<index>`` (keys goal weights and groups)."""
-    ident = example.get("id") if isinstance(example, Mapping) else None
-    return str(ident) if isinstance(ident, str | int) and not isinstance(ident, bool) else f"{split}-{index}"
+    ident = _given_id(example)
+    return ident if ident is not None else f"{split}-{index}"
 
 
 def _identity(example: Mapping[str, Any], file_backed: bool) -> str | None:
     """What makes a train example the same as a test one: its ``id``; without one, for examples read
     from a file (a source may serve both splits the same rows), the whole row; None for a generated
     example without an id (each split draws its own from its seed)."""
-    ident = example.get("id") if isinstance(example, Mapping) else None
-    if isinstance(ident, str | int) and not isinstance(ident, bool):
-        return str(ident)
+    ident = _given_id(example)
+    if ident is not None:
+        return ident
     return "row " + _dumps(example) if file_backed else None
 
 
@@ -93,14 +105,18 @@ def verl_row(task: Task, example: Example, *, index: int, split: str, answers: i
 
 
 def trl_row(task: Task, example: Example, *, index: int, split: str, answers: int = 1,
-            task_params: Mapping[str, Any] | None = None, chat: bool = True) -> dict[str, Any]:
+            task_params: Mapping[str, Any] | None = None, chat: bool = True, method: str | None = None
+            ) -> dict[str, Any]:
     """One row of the TRL table (see the module docstring): the prompt as the task's chat turns,
-    or with ``chat=False`` as one string (``task.prompt``)."""
+    or with ``chat=False`` as one string (``task.prompt``); ``method`` adds the ``method`` column."""
     prompt = [dict(turn) for turn in task.messages(example, answers)] if chat else task.prompt(example, answers)
-    return {"prompt": prompt, "example": _dumps(example), "task": task.name,
-            "answers": int(answers), "index": int(index), "split": split,
-            "task_params": _dumps(dict(task_params or {})),
-            "example_id": example_key(example, split, index)}
+    row = {"prompt": prompt, "example": _dumps(example), "task": task.name,
+           "answers": int(answers), "index": int(index), "split": split,
+           "task_params": _dumps(dict(task_params or {})),
+           "example_id": example_key(example, split, index)}
+    if method:
+        row["method"] = method
+    return row
 
 
 def example_from_row(row: Mapping[str, Any]) -> Example:
@@ -116,8 +132,9 @@ def example_from_row(row: Mapping[str, Any]) -> Example:
 
 def export_rows(task: Task, examples: Sequence[Example], *, split: str, fmt: str = "verl", answers: int = 1,
                 task_params: Mapping[str, Any] | None = None, goals: Any = None,
-                chat: bool = True) -> list[dict[str, Any]]:
-    """Rows of one split in format ``fmt`` ("verl" or "trl"); ``chat`` (TRL): chat turns or one string.
+                chat: bool = True, method: str | None = None) -> list[dict[str, Any]]:
+    """Rows of one split in format ``fmt`` ("verl" or "trl"); ``chat`` (TRL): chat turns or one
+    string; ``method`` (TRL): the estimator's name in each row's ``method`` column.
 
     ``goals`` (a ``WeightOptions``; goal-conditioned GRPO): each example gets its keyed goal
     weights (``vpo.goals.attach_goal``, keyed on ``example_key``), stated in its prompt and
@@ -133,7 +150,7 @@ def export_rows(task: Task, examples: Sequence[Example], *, split: str, fmt: str
 
         examples = [attach_goal(task, ex, key=example_key(ex, split, i), seed=goals.seed, alpha=goals.alpha,
                                 sampler=goals.sampler) for i, ex in enumerate(examples)]
-    extra = {"chat": chat} if fmt == "trl" else {}
+    extra = {"chat": chat, "method": method} if fmt == "trl" else {}
     return [build(task, example, index=i, split=split, answers=answers, task_params=task_params, **extra)
             for i, example in enumerate(examples)]
 
@@ -195,10 +212,21 @@ def _examples(task: Task, split: str, n: int, seed: int, source: str | None) -> 
     return task.examples(split, n, **kwargs)
 
 
+def _all_taken_by_test(rows: int) -> str:
+    """Why train is empty when a source serving both splits the same ``rows`` rows gave them all to
+    test, and the flags that split it: a tenth (at least one row) held out for test."""
+    shared = (f"the source serves both splits the same rows and the test split took every one of them ({rows})")
+    if rows < 2:
+        return f"{shared}; pass --test 0 (no test split) or --overlap (both splits share it)"
+    test = max(1, rows // 10)
+    return (f"{shared}; pass --train {rows - test} --test {test} (a tenth held out for test), --test 0 (no test "
+            "split), or --overlap (both splits share them)")
+
+
 def export(task_name: str, out_dir: str | os.PathLike[str], *, fmt: str = "verl", train: int = 1000,
            test: int = 100, seed: int = 42, answers: int = 1, source: str | None = None,
            task_params: Mapping[str, Any] | None = None, size: int | None = 9, goals: Any = None,
-           overlap: bool = False, chat: bool = True) -> dict[str, Any]:
+           overlap: bool = False, chat: bool = True, method: str | None = None) -> dict[str, Any]:
     """Write ``train.parquet`` and ``test.parquet`` for ``task_name`` into ``out_dir``, and
     ``export.json`` (what was asked, what was written, and why any split is short).
 
@@ -209,7 +237,7 @@ def export(task_name: str, out_dir: str | os.PathLike[str], *, fmt: str = "verl"
     fixtures, HumanEval), the test split is drawn first and train gets the rest. A split may
     hold fewer rows than asked (a small source); the result's ``short`` says so. Returns
     ``{"train": path, "test": path, "counts": {...}, "requested": {...}, "short": [...],
-    "task_params": {...}, "seeds": {...}}``. ``goals`` as in ``export_rows``.
+    "task_params": {...}, "seeds": {...}}``. ``goals``, ``method`` as in ``export_rows``.
     """
     task, params = make_task(task_name, task_params, size=size)
     seeds = {"train": int(seed), "test": test_seed(seed)}
@@ -234,13 +262,11 @@ def export(task_name: str, out_dir: str | os.PathLike[str], *, fmt: str = "verl"
         if split not in chosen:
             continue
         if not chosen[split]:
-            why = (f"the source serves both splits the same rows and the test split took every one of them "
-                   f"({result['overlap_removed']}); ask for fewer with --test, or pass --overlap to share them"
-                   if split == "train" and result["overlap_removed"] else
+            why = (_all_taken_by_test(result["overlap_removed"]) if split == "train" and result["overlap_removed"] else
                    f"the source has no {split} examples" + (f" ({source})" if source else ""))
             raise ValueError(f"nothing to write to {Path(out_dir) / f'{split}.parquet'}: {why}")
         rows = export_rows(task, chosen[split], split=split, fmt=fmt, answers=answers, task_params=params, chat=chat,
-                           goals=goals)
+                           goals=goals, method=method)
         result[split] = write_parquet(rows, Path(out_dir) / f"{split}.parquet")
         result["counts"][split] = len(rows)
         if len(rows) < requested[split]:
@@ -250,6 +276,21 @@ def export(task_name: str, out_dir: str | os.PathLike[str], *, fmt: str = "verl"
                                       "out") + ")")
     meta = {k: (str(v) if isinstance(v, Path) else v) for k, v in result.items()}
     meta.update(task=task.name, format=fmt, answers=int(answers), source=source, overlap=bool(overlap))
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    (Path(out_dir) / "export.json").write_text(json.dumps(meta, indent=1, default=str))
+    atomic_write_text(Path(out_dir) / EXPORT_RECORD, json.dumps(meta, indent=1, default=str))
     return result
+
+
+EXPORT_RECORD = "export.json"
+"""What ``export`` writes beside the tables: what was asked, what was written, and why a split is short."""
+
+_SPLIT_COUNTS = Field(dict, fields={"train": Field(int, low=0), "test": Field(int, low=0)})
+EXPORT_FIELDS = {"task": Field(str, required=True), "format": Field(str, choices=FORMATS), "source": Field(str),
+                 "answers": Field(int, low=1), "counts": _SPLIT_COUNTS, "requested": _SPLIT_COUNTS,
+                 "task_params": Field(dict), "short": Field(list, items=Field(str))}
+"""What ``export.json`` holds that is read back (the verl recipe checks the data against it)."""
+
+
+def read_export_record(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """``export.json`` at ``path``, its fields checked (``EXPORT_FIELDS``); RecordError naming the
+    file and the field."""
+    return read_record(path, EXPORT_FIELDS, hint="export the data again (vpo data export ... --overwrite)")

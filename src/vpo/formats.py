@@ -20,17 +20,18 @@ Shape glossary: M answers per chain (m).
 from __future__ import annotations
 
 import importlib
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from vpo.records import Field, RecordError, read_record
 from vpo.runs import FORMAT_FILE
 from vpo.tasks.base import Example, Task
 
-__all__ = ["DEFAULT_TOKENS_PER_ANSWER", "FORMAT_FILE", "PromptFormat", "TaskFormat", "format_record", "load_format",
-           "recorded_method", "recorded_task_params", "register_format", "resolve_task_params"]
+__all__ = ["DEFAULT_TOKENS_PER_ANSWER", "FORMAT_FIELDS", "FORMAT_FILE", "PromptFormat", "TaskFormat", "format_record",
+           "load_format", "read_format_record", "recorded_format", "recorded_method", "recorded_task_params",
+           "register_format", "resolve_task_params"]
 
 DEFAULT_TOKENS_PER_ANSWER = 256
 """Generation budget per answer of the task's own format (``vpo train``'s preset)."""
@@ -116,12 +117,29 @@ def format_record(model_dir: str | Path | None) -> tuple[Path | None, bool]:
     return None, False
 
 
+FORMAT_FIELDS = {"format": Field(str, required=True), "task": Field(str), "task_params": Field(dict),
+                 "method": Field(str), "answers": Field(int, low=1), "max_answers": Field(int, low=1),
+                 "seed": Field(int)}
+"""What ``vpo_format.json`` holds: the prompt format's name, the task it was trained on and its
+parameters, the RL method, m (``answers``; at most the format's ``max_answers``) and the seed."""
+
+
+def read_format_record(path: str | Path) -> dict[str, Any]:
+    """The ``vpo_format.json`` at ``path``, each field checked (``FORMAT_FIELDS``); RecordError
+    naming the file and the field when it is damaged or holds an impossible value."""
+    hint = "the checkpoint's format record is damaged: restore it, or delete it to use the task's own prompts"
+    record = read_record(path, FORMAT_FIELDS, hint=hint)
+    answers, most = record.get("answers"), record.get("max_answers")
+    if answers is not None and most is not None and answers > most:
+        raise RecordError(f"{path}: field 'answers' is {answers}, more than its 'max_answers' {most}; {hint}")
+    return record
+
+
 def _read_record(model_dir: str | Path | None) -> tuple[Path | None, dict[str, Any] | None]:
     path, _ = format_record(model_dir)
     if path is None:
         return None, None
-    spec = json.loads(path.read_text())
-    return path, spec if isinstance(spec, dict) else None
+    return path, read_format_record(path)
 
 
 def load_format(model_dir: str | Path | None, task: Task, *, tokenizer: Any = None,
@@ -140,17 +158,27 @@ def load_format(model_dir: str | Path | None, task: Task, *, tokenizer: Any = No
     if spec is not None and task is not None and spec.get("task") not in (None, task.name):
         spec = None
     if spec is not None and spec.get("format") != TaskFormat.name:
-        name = spec.get("format")
-        if name not in _FORMATS and name in _BUILTIN_FORMATS:
-            for known, cls in importlib.import_module(_BUILTIN_FORMATS[name]).PROMPT_FORMATS.items():
-                _FORMATS.setdefault(known, cls.from_dict)
-        if name not in _FORMATS:
-            raise ValueError(f"{spec_path}: unknown prompt format {name!r} (known: "
-                             f"{', '.join(sorted(set(_FORMATS) | set(_BUILTIN_FORMATS) | {TaskFormat.name}))})")
-        return _FORMATS[name](spec)
+        return recorded_format(spec, spec_path)
     if chat is None:
         chat = bool(getattr(tokenizer, "chat_template", None))
     return TaskFormat(task, chat=chat, tokenizer=tokenizer)
+
+
+def recorded_format(spec: Mapping[str, Any], spec_path: str | Path | None) -> PromptFormat:
+    """The registered prompt format a ``vpo_format.json`` record (``spec``, read from ``spec_path``)
+    names, built from its fields; RecordError naming the file when the name is unknown or the
+    format refuses its fields (the task's own format, ``"task"``, is ``load_format``'s)."""
+    name = spec.get("format")
+    if name not in _FORMATS and name in _BUILTIN_FORMATS:
+        for known, cls in importlib.import_module(_BUILTIN_FORMATS[name]).PROMPT_FORMATS.items():
+            _FORMATS.setdefault(known, cls.from_dict)
+    if name not in _FORMATS:
+        raise RecordError(f"{spec_path}: field 'format' names an unknown prompt format {name!r} (known: "
+                          f"{', '.join(sorted(set(_FORMATS) | set(_BUILTIN_FORMATS) | {TaskFormat.name}))})")
+    try:
+        return _FORMATS[name](spec)
+    except (TypeError, ValueError) as err:  # a registered format's own reading of its fields
+        raise RecordError(f"{spec_path}: the {name!r} format does not read it: {err}") from None
 
 
 def recorded_task_params(model_dir: str | Path, task: str | None = None) -> dict[str, Any] | None:

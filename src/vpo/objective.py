@@ -313,24 +313,60 @@ def check_weights(weights: Any, name: str, dim: int | None = None, rollout: int 
     return arr
 
 
-@dataclass
+@dataclass(frozen=True)
 class GroupWeights:
-    """K weight vectors per group of a bucket, produced a block of groups at a time.
+    """The K weight vectors of each of G groups with D objectives: a (G, K, D) array-like produced
+    a block of groups at a time (what a reduction's batched form gets as its ``weights``).
 
-    ``block(start, stop)`` gives ``(w, scale)`` for the bucket's groups start..stop-1: ``w``
-    (c, D, K) non-negative, ``scale`` (c, K) positive or None (all ones). Weight vector k of
-    group g is ``scale[g, k] * w[g, :, k]``; the scale is applied after the max over answers,
-    since max_i (s w) . r_i = s max_i w . r_i for s > 0, so normalising unnormalised draws costs
-    (c, K) work instead of a pass over the weights.
+    ``block(start, stop)`` gives ``(w, scale)`` for groups start..stop-1: ``w`` (c, D, K)
+    non-negative, ``scale`` (c, K) positive or None (all ones). Weight vector k of group g is
+    ``scale[g, k] * w[g, :, k]``; the scale is applied after the max over answers, since
+    max_i (s w) . r_i = s max_i w . r_i for s > 0, so normalising unnormalised draws costs
+    (c, K) work instead of a pass over the weights (``bucket_scores`` takes a block of groups at a
+    time, so its products stay in cache). ``rows(start, stop)`` gives the same groups'
+    weights as a (c, K, D) array (default: from ``block``). ``np.asarray(weights)`` is the whole
+    (G, K, D) array and ``weights[g]`` group g's (K, D).
     """
 
     num: int
-    block: Callable[[int, int], tuple[np.ndarray, np.ndarray | None]]
+    """K, weight vectors per group."""
+    groups: int
+    """G."""
+    dim: int
+    """D."""
+    block: Callable[[int, int], tuple[np.ndarray, np.ndarray | None]] = field(repr=False)
+    rows: Callable[[int, int], np.ndarray] | None = field(default=None, repr=False)
 
     @classmethod
     def stacked(cls, weights: np.ndarray) -> GroupWeights:
-        """From a ready (Gb, K, D) array."""
-        return cls(weights.shape[1], lambda start, stop: (weights[start:stop].transpose(0, 2, 1), None))
+        """From a ready (G, K, D) array."""
+        return cls(weights.shape[1], weights.shape[0], weights.shape[2],
+                   lambda start, stop: (weights[start:stop].transpose(0, 2, 1), None),
+                   lambda start, stop: weights[start:stop])
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return self.groups, self.num, self.dim
+
+    def __len__(self) -> int:
+        return self.groups
+
+    def dense(self, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """(c, K, D) float64 weights of groups start..stop-1 (all by default)."""
+        stop = self.groups if stop is None else stop
+        if self.rows is not None:
+            return np.asarray(self.rows(start, stop), dtype=np.float64)
+        w, scale = self.block(start, stop)
+        return (w if scale is None else w * scale[:, None, :]).transpose(0, 2, 1)
+
+    def __getitem__(self, g: int) -> np.ndarray:
+        """Group ``g``'s (K, D) weights."""
+        g = range(self.groups)[g]  # IndexError past the end; negative indices count from it
+        return self.dense(g, g + 1)[0]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = self.dense()
+        return out if dtype is None else out.astype(dtype)
 
 
 _BLOCK_VALUES = 1 << 17

@@ -57,6 +57,7 @@ from vpo.reward_failures import FAILED_CALL, RewardFailures
 from vpo.reward_guard import (TRL_CHAIN_LEVEL, TRL_HOOKS, LengthBudget, at_answers, chain_level, check_arguments,
                               check_columns, checked_rewards, function_name, is_chain_level, is_reward_model,
                               length_budget, load_reward_funcs)
+from vpo.weights import given_key
 
 __all__ = [
     "CHAIN_RULE",
@@ -92,8 +93,8 @@ __all__ = [
     "objective_names",
     "prompt_key",
     "rewrite_chain_prompt",
-    "score_answers",
     "score_chains",
+    "score_every_answer",
     "score_with_model",
     "single_answer",
 ]
@@ -203,7 +204,7 @@ def group_keys(prompts: Sequence[Any], columns: Mapping[str, Sequence[Any]] | No
         raise ValueError(f"column 'example_id' has {len(ids)} values for {len(prompts)} completions")
     keys: list[Hashable] = []
     for row, prompt in enumerate(prompts):
-        if ids is not None and ids[row] is not None:
+        if ids is not None and given_key(ids[row]) is not None:
             keys.append(str(ids[row]))
         else:
             keys.append(prompt_key(prompt))
@@ -591,7 +592,7 @@ class _ExtraLog:
             self.log_extra(column, grouped)
 
 
-def score_answers(reward_funcs: Sequence[Any], prompts: Sequence[Any], completions: Sequence[Any],
+def score_every_answer(reward_funcs: Sequence[Any], prompts: Sequence[Any], completions: Sequence[Any],
                   answers: int = 3, *, reward_names: Sequence[Any] | None = None,
                   reward_processing_classes: Any = None, call: Callable[..., Any] | None = None,
                   tag: str | None = CHAIN_TAG, failures: RewardFailures | None = None,
@@ -813,7 +814,7 @@ def score_chains(reward_funcs: Any, prompts: Sequence[Any], completions: Sequenc
     ``example_id`` column, else the prompt). ``scaling``: see ``SCALINGS`` (None: no scaling).
     ``call``, ``failures``, ``untagged_fallback``, ``completion_ids`` (the completions' tokens,
     for chain-level functions that read them) and ``tokenizer`` (tokens where none are given): see
-    ``score_answers``. ``tag``: the chains' numbered tag; by default ``CHAIN_TAG`` for m > 1, and at
+    ``score_every_answer``. ``tag``: the chains' numbered tag; by default ``CHAIN_TAG`` for m > 1, and at
     m = 1 the whole completion is the one answer, as ``GRPOTrainer`` and ``VPOTrainer`` score it
     (pass ``tag=CHAIN_TAG`` to read a tagged single answer). Length budgets are scaled for chains of
     ``answers`` (``at_answers``), as the trainer scales them. Raises ValueError for misaligned
@@ -827,7 +828,7 @@ def score_chains(reward_funcs: Any, prompts: Sequence[Any], completions: Sequenc
     funcs = list(reward_funcs) if isinstance(reward_funcs, list | tuple) else [reward_funcs]
     if call is None:  # a caller's own call loop holds the functions it was given
         funcs, _ = at_answers(funcs, answers)
-    scored = score_answers(funcs, prompts, completions, answers, reward_names=reward_names,
+    scored = score_every_answer(funcs, prompts, completions, answers, reward_names=reward_names,
                            reward_processing_classes=reward_processing_classes, call=call, tag=tag,
                            failures=failures, untagged_fallback=untagged_fallback, completion_ids=completion_ids,
                            tokenizer=tokenizer, **columns)
@@ -880,3 +881,12 @@ def objective_diagnostics(vectors: Any) -> dict[str, Any]:
     off = corr[~np.eye(dim, dtype=bool)]
     return {"correlation": corr, "effective_dim": effective_dimension(rows),
             "mean_abs_correlation": float(np.abs(off).mean()) if off.size else float("nan")}
+
+
+def __getattr__(name: str) -> Any:
+    """``score_answers``: the earlier name of ``score_every_answer`` (dated deprecation)."""
+    if name == "score_answers":
+        from vpo.deprecation import deprecated
+
+        return deprecated(score_every_answer, f"{__name__}.score_answers", f"{__name__}.score_every_answer")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -22,8 +22,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FORMAT_FILE", "LOCK_FILE", "RUN_FILE", "atomic_write_text", "check_claim", "claim_out_dir", "lock_folder",
-           "release_out_dir", "run_record"]
+from vpo.records import Field, RecordError, read_record
+
+__all__ = ["FORMAT_FILE", "LOCK_FILE", "RUN_FIELDS", "RUN_FILE", "TRAIN_RECORD", "atomic_write_text", "check_claim",
+           "claim_out_dir", "lock_folder", "read_train_record", "release_out_dir", "run_record"]
 
 LOCK_FILE = ".lock"
 FORMAT_FILE = "vpo_format.json"
@@ -40,6 +42,19 @@ RESULT_FILES = ("report.md", "metrics.json", "pool.npz", "search.json", "openevo
 
 RESUME_KEYS = ("method", "task", "answers")
 """What a resumed run must share with the recorded one."""
+
+RUN_FIELDS = {"command": Field(str, required=True), "method": Field(str), "task": Field(str),
+              "answers": Field(int, low=1)}
+"""What a run record holds (besides the command's other options, which are not read back)."""
+
+TRAIN_RECORD = "vpo_train.json"
+"""What ``vpo train`` writes beside the model it saves: its options and a summary with m."""
+
+TRAIN_FIELDS = {"train": Field(dict, fields={"model": Field(str)}), "rl": Field(dict), "trl": Field(dict),
+                "summary": Field(dict, fields={"task": Field(str), "method": Field(str), "answers": Field(int, low=1),
+                                               "steps": Field(int, low=0)})}
+"""What ``vpo_train.json`` holds that is read back: the starting model (a LoRA adapter's base) and
+the summary (what a resume must agree with, and m)."""
 
 _HELD: dict[Path, Any] = {}
 
@@ -82,15 +97,23 @@ def lock_folder(out: str | os.PathLike[str], what: str = "vpo run") -> Any:
     return handle
 
 
+def read_train_record(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """``vpo_train.json`` at ``path``, its fields checked (``TRAIN_FIELDS``); RecordError naming the
+    file and the field."""
+    return read_record(path, TRAIN_FIELDS)
+
+
 def run_record(out: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The run record of ``out``; for a ``vpo train`` folder written before run records, its
-    ``vpo_train.json`` summary (method, task, answers); None when there is neither."""
+    ``vpo_train.json`` summary (method, task, answers); None when there is neither. A damaged one
+    is a RecordError naming the file and the field."""
     out = Path(out)
-    for name, pick in ((RUN_FILE, lambda d: d), ("vpo_train.json", lambda d: {"command": "train", **d["summary"]})):
-        try:
-            return dict(pick(json.loads((out / name).read_text())))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
+    if (out / RUN_FILE).is_file():
+        return read_record(out / RUN_FILE, RUN_FIELDS)
+    if (out / TRAIN_RECORD).is_file():
+        summary = read_train_record(out / TRAIN_RECORD).get("summary")
+        if summary:
+            return {"command": "train", **summary}
     return None
 
 
@@ -159,9 +182,15 @@ def check_claim(out: str | os.PathLike[str], *, command: str, record: Mapping[st
 
 def _check_claim(folder: Path, command: str, record: dict[str, Any], resume: bool, overwrite: bool, flag: str,
                  resume_flag: str, overwrite_flag: str) -> None:
-    previous = run_record(folder)
+    if overwrite:  # whatever the folder holds, even a damaged run record, is replaced
+        return
+    try:
+        previous = run_record(folder)
+    except RecordError as err:
+        raise RecordError(f"{err}; pass {overwrite_flag} to replace the run in {folder}, or choose another "
+                          f"{flag}") from None
     results = _results_in(folder)
-    if (previous is None and not results) or overwrite:
+    if previous is None and not results:
         return
     if previous is None and resume:  # a folder from before run records: the command's own checks apply
         return

@@ -1,19 +1,23 @@
 """One metric vocabulary for every engine: the per-step chain and score metrics TRL, verl and
-OpenRLHF log, made by one function each, under the same names, and the watch on the chain format.
+OpenRLHF log, made by one function each, under the same names, and the watches on the chain format
+and on objectives that never move.
 
 Usage::
 
-    from vpo.step_metrics import ParseWatch, chain_metrics, score_metrics
+    from vpo.step_metrics import ParseWatch, StillObjectiveWatch, chain_metrics, score_metrics
     chain_metrics(answers=[3, 1], parsed=[3, 2], duplicates=[1, 0], best=[[1, 0.5], [0, 1]], names=["a", "b"])
     # {"vpo/answers_parsed": 2.0, "vpo/duplicate_rate": 0.2, "vpo/objective/a": 0.5, "vpo/objective/b": 0.75}
     score_metrics([0.2, 0.4, 0.9, 0.9], ["p", "p", "q", "q"])
     # {"vpo/score_mean": 0.6, "vpo/group_std": 0.05, "vpo/frac_zero_std": 0.5}
     watch = ParseWatch(answers=3)
     watch.update(parsed=1, total=16)       # warns once (ChainFormatWarning): few chains parse at the start
+    still = StillObjectiveWatch()
+    still.update([[0.0, 0.3], [0.0, 0.7]], ["accuracy", "brevity"])   # after STILL_BATCHES such batches:
+    # warns once (StillObjectiveWarning) that 'accuracy' never moved
 
 ``METRICS`` names and explains each (``docs/algorithm.md`` §9 lists them per engine).
 
-Shape glossary: B rollouts, G groups, D objectives.
+Shape glossary: B rollouts, G groups, D objectives, P answers.
 """
 
 from __future__ import annotations
@@ -26,14 +30,17 @@ import numpy as np
 
 from vpo.estimators.common import ZERO_STD
 
-__all__ = ["LOW_PARSE_RATE", "METRICS", "PARSE_WATCH_BATCHES", "ChainFormatWarning", "ParseWatch", "chain_metrics",
-           "pool_metrics", "score_metrics"]
+__all__ = ["LOW_PARSE_RATE", "METRICS", "PARSE_WATCH_BATCHES", "STILL_BATCHES", "ChainFormatWarning", "ParseWatch",
+           "StillObjectiveWarning", "StillObjectiveWatch", "chain_metrics", "over_m_metrics", "pool_metrics",
+           "score_metrics"]
 
 METRICS: dict[str, str] = {
     "vpo/answers_parsed": "answers per rollout found in the chain's numbered tags (m = 1: 1 for non-blank text)",
     "vpo/parse_rate": "share of rollouts whose chain parsed: at least one answer in its numbered tags (m = 1: "
                       "non-blank text); the untagged fallback's whole-completion answers do not count",
     "vpo/duplicate_rate": "share of the step's non-blank answers that the task's dedup drops",
+    "vpo/over_m_rate": "share of rollouts whose chain wrote more than m non-blank answers in numbered tags (m > 1; "
+                       "the answers past m are not scored)",
     "vpo/objective/<name>": "mean over rollouts of the best answer's value on objective <name>",
     "vpo/mean_pool_size": "mean over groups of the answers (matrix rows, padding included) their rollouts hold",
     "vpo/score_mean": "mean per-rollout score: the estimator's objective (its registered reduction)",
@@ -49,19 +56,31 @@ PARSE_WATCH_BATCHES = 3
 """How many generation batches at the start of a run ``ParseWatch`` watches."""
 
 
+STILL_BATCHES = 5
+"""Generation batches with scored answers at the start of a run over which an objective that
+keeps one value warns (``StillObjectiveWatch``)."""
+
+
 class ChainFormatWarning(UserWarning):
     """Few completions wrote a parseable m-answer chain at the start of a run."""
 
 
+class StillObjectiveWarning(UserWarning):
+    """An objective kept one value on every answer at the start of a run: it gives no gradient."""
+
+
 def chain_metrics(*, answers: Sequence[float], parsed: Sequence[float], duplicates: Sequence[float],
-                  best: Any = None, names: Sequence[str] | None = None, parse_rate: bool = False) -> dict[str, float]:
+                  best: Any = None, names: Sequence[str] | None = None, parse_rate: bool = False,
+                  written: Sequence[int] | None = None, m: int = 1) -> dict[str, float]:
     """Chain metrics of one step's B rollouts.
 
     ``answers`` (B,) answers found in each chain's tags, ``parsed`` (B,) non-blank answers
     scored, ``duplicates`` (B,) those the dedup dropped, ``best`` (B, D) the best answer's value
     per objective (rows of D = ``len(names)``; NaN where a rollout has no value for the objective,
     left out of its mean; None or ragged D: no objective metrics). ``parse_rate`` adds
-    ``vpo/parse_rate``, the share of rollouts with at least one answer in their tags.
+    ``vpo/parse_rate``, the share of rollouts with at least one answer in their tags. ``written``
+    (B,) the non-blank answers each chain wrote in numbered tags, past m too
+    (``vpo.chains.written_answers``), adds ``vpo/over_m_rate`` for m > 1.
     """
     answers = np.asarray(answers, dtype=np.float64).reshape(-1)
     parsed_total = float(np.sum(parsed))
@@ -69,6 +88,8 @@ def chain_metrics(*, answers: Sequence[float], parsed: Sequence[float], duplicat
            "vpo/duplicate_rate": float(np.sum(duplicates)) / parsed_total if parsed_total else 0.0}
     if parse_rate:
         out["vpo/parse_rate"] = float(np.mean(answers > 0)) if answers.size else 0.0
+    if written is not None:
+        out.update(over_m_metrics(written, m))
     if best is not None and names:
         rows = [np.asarray(b, dtype=np.float64).reshape(-1) for b in best]
         if rows and all(r.shape == (len(names),) for r in rows):
@@ -79,6 +100,16 @@ def chain_metrics(*, answers: Sequence[float], parsed: Sequence[float], duplicat
             means = np.divide(sums, counts, out=np.zeros(len(names)), where=counts > 0)
             out.update({f"vpo/objective/{name}": float(v) for name, v in zip(names, means, strict=True)})
     return out
+
+
+def over_m_metrics(written: Sequence[int], m: int) -> dict[str, float]:
+    """``vpo/over_m_rate``: the share of B chains that wrote more than ``m`` answers, from
+    ``written`` (B,) each chain's non-blank answers in numbered tags (``vpo.chains.written_answers``);
+    nothing for m = 1 (no tags)."""
+    counts = np.asarray(written, dtype=np.float64).reshape(-1)
+    if m < 2:
+        return {}
+    return {"vpo/over_m_rate": float(np.mean(counts > m)) if counts.size else 0.0}
 
 
 def pool_metrics(rows: Sequence[int], group_ids: Sequence[Hashable]) -> dict[str, float]:
@@ -143,3 +174,48 @@ class ParseWatch:
             "chains of its own samples (`vpo warmup`)" + ("" if self.fallback else ", or ask for fewer answers")
             + " (docs/own_rewards.md, 'A model that does not write m answers')",
             ChainFormatWarning, stacklevel=3)
+
+
+class StillObjectiveWatch:
+    """Warns once (``StillObjectiveWarning``) naming each objective that had one value on every
+    scored answer over the first ``STILL_BATCHES`` generation batches of a run (TRL's
+    ``accuracy_reward`` at 0 when the model never writes ``\\boxed{}``): such an objective gives
+    no gradient, under any method, until it moves. Batches without a scored answer are not
+    counted (``ParseWatch`` speaks for those); an objective with no value yet is not judged.
+    ``where`` names the caller in the message."""
+
+    def __init__(self, *, where: str = "VPOTrainer") -> None:
+        self.where = where
+        self.names: tuple[str, ...] | None = None
+        self.batches = self.answers = 0
+        self.low = self.high = np.zeros(0)
+        self.done = False
+
+    def update(self, values: Any, names: Sequence[str]) -> None:
+        """Count one generation batch: ``values`` (P, D) its scored answers' values on the D
+        objectives ``names`` (NaN: no value)."""
+        names = tuple(names)
+        rows = np.asarray(values, dtype=np.float64).reshape(-1, len(names)) if names else np.zeros((0, 0))
+        if self.done or not rows.shape[0]:
+            return
+        if self.names is None:
+            self.names, self.low, self.high = names, np.full(len(names), np.inf), np.full(len(names), -np.inf)
+        elif names != self.names:  # the objectives changed under the watch: nothing to say
+            self.done = True
+            return
+        present = ~np.isnan(rows)
+        self.low = np.minimum(self.low, np.where(present, rows, np.inf).min(axis=0))
+        self.high = np.maximum(self.high, np.where(present, rows, -np.inf).max(axis=0))
+        self.batches += 1
+        self.answers += rows.shape[0]
+        if self.batches < STILL_BATCHES:
+            return
+        self.done = True
+        still = [f"{name!r} ({self.low[j]:g})" for j, name in enumerate(self.names)
+                 if np.isfinite(self.low[j]) and self.low[j] == self.high[j]]
+        if still:
+            warnings.warn(
+                f"{self.where}: objective{'s' if len(still) > 1 else ''} {', '.join(still)} had one value on every "
+                f"one of the {self.answers} answers of the first {self.batches} batches: it gives no gradient until "
+                "it moves (a reward the model never earns, or one that reads a format the answers do not have; "
+                "check it on the model's own answers with `vpo rewards check`)", StillObjectiveWarning, stacklevel=3)

@@ -42,6 +42,7 @@ __all__ = [
     "SAMPLERS",
     "counter_uniforms",
     "encode_key",
+    "given_key",
     "group_weights",
     "keyed_exponentials",
     "keyed_rng",
@@ -60,6 +61,15 @@ _DOMAIN = b"vpo.weights/v1"  # bumping it changes every keyed stream: do so only
 # --------------------------------------------------------------------------------------
 # keys
 # --------------------------------------------------------------------------------------
+def given_key(value: Any) -> Any:
+    """The group key a row gives (its ``example_id``), or None when it gives none: absent, None, or
+    a string that is empty or only whitespace. Every engine falls back on None (verl and OpenRLHF
+    to the row's ``index``, TRL to the prompt), so blank ids never make one group of many prompts."""
+    if isinstance(value, str) and not value.strip():
+        return None
+    return value
+
+
 _U32 = struct.Struct("<I").pack
 
 
@@ -121,12 +131,13 @@ def stream_keys(labels: Iterable[Any], *, seed: Any, step: Any = 0) -> np.ndarra
     A group's key depends only on its own label, the seed and the step, so its weights do not
     depend on which other groups share the batch.
     """
-    # encode_key(seed, label, step) assembled from a shared prefix and suffix: one blake2b per label
+    # encode_key(seed, label, step) assembled from a shared prefix and suffix: the hash state of the
+    # prefix is copied for each label (cheaper than a fresh blake2b per label)
     head = bytearray(_DOMAIN + b"t" + _U32(3))
     _encode_part(seed, head, "seed")
     tail = bytearray()
     _encode_part(step, tail, "step")
-    head, tail = bytes(head), bytes(tail)
+    prefix, tail = hashlib.blake2b(bytes(head), digest_size=8), bytes(tail)
     digests = []
     for label in labels:
         kind = type(label)
@@ -136,7 +147,9 @@ def stream_keys(labels: Iterable[Any], *, seed: Any, step: Any = 0) -> np.ndarra
             buffer = bytearray()
             _encode_part(label, buffer, "label")
             middle = bytes(buffer)
-        digests.append(hashlib.blake2b(head + middle + tail, digest_size=8).digest())
+        state = prefix.copy()
+        state.update(middle + tail)
+        digests.append(state.digest())
     return np.frombuffer(b"".join(digests), dtype="<u8").astype(np.uint64)
 
 
@@ -235,31 +248,41 @@ _S9, _S15, _S16 = np.uint32(9), np.uint32(15), np.uint32(16)
 _GOLDEN32 = np.uint32(0x9E3779B9)
 
 
-def _mix32(x: np.ndarray) -> np.ndarray:
-    """In-place 32-bit avalanche mixer ("lowbias32", C. Wellons): a bijection on uint32."""
-    x ^= x >> _S16
+def _mix32(x: np.ndarray, spare: np.ndarray) -> np.ndarray:
+    """In-place 32-bit avalanche mixer ("lowbias32", C. Wellons): a bijection on uint32
+    (``spare``, an array of x's shape, holds the shifted words: no temporary per step)."""
+    x ^= np.right_shift(x, _S16, out=spare)
     x *= _M1
-    x ^= x >> _S15
+    x ^= np.right_shift(x, _S15, out=spare)
     x *= _M2
-    x ^= x >> _S16
+    x ^= np.right_shift(x, _S16, out=spare)
     return x
 
 
-def _keyed_uniforms(keys: np.ndarray, counters: np.ndarray) -> np.ndarray:
+_ONE_BITS = np.uint32(0x3F800000)  # float32 1.0
+_BELOW_ONE = np.float32(1.0 - 2.0**-24)
+
+
+def _keyed_uniforms(keys: np.ndarray, counters: np.ndarray, words: np.ndarray | None = None,
+                    spare: np.ndarray | None = None) -> np.ndarray:
     """float32 (G, *counters.shape): entry [g, *i] is the uniform of counter ``counters[i]``
     under ``keys[g]`` (see ``counter_uniforms``). ``keys`` (G,) uint64; ``counters`` uint32,
-    in whatever layout the caller wants the uniforms in."""
-    low = (keys & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-    high = (keys >> np.uint64(32)).astype(np.uint32)
+    in whatever layout the caller wants the uniforms in. ``words`` and ``spare``: uint32 buffers
+    of the result's shape to work in (the uniforms are a float32 view of ``words``)."""
     expand = (slice(None),) + (None,) * counters.ndim
-    bits = (counters * _GOLDEN32)[None] ^ low[expand]  # broadcast allocates the (G, ...) block once
-    _mix32(bits)
-    bits ^= high[expand]
-    _mix32(bits)
-    bits >>= _S9
-    uniforms = bits.astype(np.float32)
-    uniforms += np.float32(0.5)
-    uniforms *= np.float32(2.0**-23)
+    shape = (keys.size, *counters.shape)
+    words = np.empty(shape, dtype=np.uint32) if words is None else words
+    spare = np.empty(shape, dtype=np.uint32) if spare is None else spare
+    np.bitwise_xor((counters * _GOLDEN32)[None], (keys & np.uint64(0xFFFFFFFF)).astype(np.uint32)[expand], out=words)
+    _mix32(words, spare)
+    words ^= (keys >> np.uint64(32)).astype(np.uint32)[expand]
+    _mix32(words, spare)
+    # u = (b + 1/2) 2**-23 for the top 23 bits b, exactly: the float32 with b as mantissa is
+    # 1 + b 2**-23, and minus (1 - 2**-24) its difference is representable, so no rounding
+    words >>= _S9
+    words |= _ONE_BITS
+    uniforms = words.view(np.float32)
+    uniforms -= _BELOW_ONE
     return uniforms
 
 
@@ -276,6 +299,10 @@ def counter_uniforms(keys: np.ndarray, count: int) -> np.ndarray:
         raise ValueError(f"count must be in [0, 2**32), got {count}")
     keys = np.asarray(keys, dtype=np.uint64).reshape(-1)
     return _keyed_uniforms(keys, np.arange(count, dtype=np.uint32))
+
+
+_CHUNK_VALUES = 1 << 15
+"""Uniforms hashed per chunk of groups in ``keyed_exponentials``: 128 KiB of words, in a core's L2 cache."""
 
 
 def _check_keys(keys: Any) -> np.ndarray:
@@ -300,9 +327,16 @@ def keyed_exponentials(keys: np.ndarray | Sequence[int], num: int, dim: int) -> 
     if num * dim >= 2**32:
         raise ValueError(f"num * dim must be < 2**32, got {num * dim}")
     counters = np.arange(0, num * dim, dim, dtype=np.uint32)[None, :] + np.arange(dim, dtype=np.uint32)[:, None]
-    logs = _keyed_uniforms(keys, counters)
-    np.log(logs, out=logs)
-    return np.negative(logs, dtype=np.float64)
+    out = np.empty((keys.size, dim, num))
+    step = max(1, _CHUNK_VALUES // (num * dim))
+    # one pair of buffers for every chunk: a chunk's words stay in cache through the dozen passes over them
+    words, spare = (np.empty((min(step, keys.size), dim, num), dtype=np.uint32) for _ in range(2))
+    for start in range(0, keys.size, step):
+        chunk = keys[start:start + step]
+        logs = _keyed_uniforms(chunk, counters, words[:chunk.size], spare[:chunk.size])
+        np.log(logs, out=logs)
+        np.negative(logs, out=out[start:start + step])
+    return out
 
 
 def keyed_simplex(keys: np.ndarray | Sequence[int], num: int, dim: int, *, alpha: float = 1.0,

@@ -42,3 +42,46 @@ def test_python_dash_m():
     out = subprocess.run([sys.executable, "-m", "vpo", "advantages", "--estimator", "multi_rlvr", "--groups", "1"],
                          capture_output=True, text=True, check=True).stdout
     assert "estimator multi_rlvr" in out and out.count("\np0 ") == 4
+
+
+def test_a_task_without_oracle_answers_is_refused_in_one_line_and_scores_completions(tmp_path, monkeypatch, capsys):
+    """docs/extending.md's task template without ``oracle_answers``: ``--task`` alone names what is
+    missing (exit 2, one line, before any scoring); ``--completions`` needs no oracle answers."""
+    import json
+
+    import numpy as np
+
+    import vpo.tasks as tasks
+    from vpo.chains import RewriteRule
+    from vpo.tasks import Task, list_tasks, register_task
+
+    list_tasks()
+    monkeypatch.setattr(tasks, "_REGISTRY", tasks._REGISTRY.copy())
+
+    @register_task("vowels_without_gold")
+    class Vowels(Task):
+        objectives = ("a", "e", "i", "o", "u")
+        rewrite_rule = RewriteRule("vowels", template="Give {m} different answers, each in <{tag}_i> tags.",
+                                   pattern=r"Answer:", tag="answer")
+
+        def prompt_single(self, example):
+            return f"Write a word for {example['topic']}. Answer:"
+
+        def score(self, text, example):
+            return np.array([float(v in text.lower()) for v in "aeiou"])
+
+        def examples(self, split="train", n=None, *, seed=None, source=None):
+            return [{"id": f"{split}-{i}", "topic": t} for i, t in enumerate(["sea", "food"][:n])]
+
+    assert main(["advantages", "--task", "vowels_without_gold"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "has no oracle answers for example 'test-0'" in err and "Vowels.oracle_answers(example)" in err
+    assert "--completions FILE" in err
+    rows = [{"example": {"id": "q", "topic": "sea"}, "completion": c}
+            for c in ("<answer_1>ocean</answer_1><answer_2>sky</answer_2>", "<answer_1>sky</answer_1>", "none")]
+    path = tmp_path / "samples.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["advantages", "--task", "vowels_without_gold", "--completions", str(path), "--answers", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "3 completions of" in out and "p0 = example q" in out

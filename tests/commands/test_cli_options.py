@@ -176,7 +176,7 @@ def test_the_trl_choices_are_the_installed_libraries():
     from transformers.trainer_utils import SchedulerType
     from trl import GRPOConfig
 
-    from vpo.integrations.trl_config import LOSS_TYPES, LR_SCHEDULERS
+    from vpo.integrations.trl.config import LOSS_TYPES, LR_SCHEDULERS
 
     assert set(LR_SCHEDULERS) == {s.value for s in SchedulerType}
     help_text = next(f for f in dataclasses.fields(GRPOConfig) if f.name == "loss_type").metadata["help"]

@@ -187,3 +187,26 @@ def test_own_reward_rows_do_not_go_to_both_splits(tmp_path, capsys):
     assert len(train) == 3 and len(test) == 1 and not set(train) & set(test)
     assert main([*base, "--out", str(tmp_path / "shared"), "--overlap", "--train", "4", "--test", "4"]) == 0
     assert len(read(tmp_path / "shared" / "train.parquet")) == len(read(tmp_path / "shared" / "test.parquet")) == 4
+
+
+def test_a_small_prompt_file_is_refused_with_the_flags_that_split_it(tmp_path, capsys):
+    # before: "ask for fewer with --test": which number, and what becomes of --train, was left to the user
+    source = tmp_path / "prompts.jsonl"
+    source.write_text("".join(json.dumps({"prompt": f"Name a {thing}.", "keyword": thing}) + "\n" for thing in
+                              ("fruit", "colour", "planet", "bird", "tree", "river", "metal", "dance")))
+    base = ["data", "export", "--reward-funcs", "own_reward_funcs:keyword", "--source", str(source)]
+    assert main([*base, "--out", str(tmp_path / "default")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "took every one of them (8); pass --train 7 --test 1" in err, err
+    assert main([*base, "--out", str(tmp_path / "split"), "--train", "7", "--test", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "warning" not in out  # nothing asked for that the file does not hold
+    train, test = (read(tmp_path / "split" / name) for name in ("train.parquet", "test.parquet"))
+    assert (len(train), len(test)) == (7, 1)
+    assert main([*base, "--out", str(tmp_path / "one"), "--test", "8"]) == 2  # --test given: the same advice
+    assert "pass --train 7 --test 1" in capsys.readouterr().err
+    source.write_text(json.dumps({"prompt": "Name a fruit.", "keyword": "fruit"}) + "\n")
+    assert main([*base, "--out", str(tmp_path / "single")]) == 2
+    err = capsys.readouterr().err
+    assert "pass --test 0 (no test split) or --overlap" in err
+    assert main([*base, "--out", str(tmp_path / "train-only"), "--test", "0"]) == 0

@@ -122,7 +122,7 @@ for path in ({str(bad_syntax)!r}, {str(bad_key)!r}):
     errors = run.stderr.strip().splitlines()
     assert "not valid YAML" in errors[0] and "unknown key 'not_an_option': not a GRPOConfig option" in errors[1]
     # a key judged valid without TRL is still read with TRL's type for it
-    from vpo.integrations.trl_config import read_grpo_yaml
+    from vpo.integrations.trl.config import read_grpo_yaml
     from vpo.commands.train import TrainArgs
 
     assert read_grpo_yaml(str(good), TrainArgs)["extra"] == {"logging_first_step": True}

@@ -169,6 +169,8 @@ def test_eval_on_your_objectives_with_their_correlation(tiny_model, prompts, tmp
                  "--max-new-tokens", "12", "--temperature", "2.0", "--no-progress", "--out", str(out)]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["task"]["name"] == "own_rewards" and metrics["task"]["objectives"] == ["brevity", "excitement"]
+    assert metrics["config"]["task"] == "own_rewards"  # the task these numbers are on, not --task's default (maze)
+    assert "maze" not in (out / "report.md").read_text()
     (entry,) = metrics["methods"].values()
     assert {"pref_best_at_k", "pareto_fraction", "diversity"} <= set(entry)
     pool = np.load(out / "pool.npz")["vectors"].reshape(-1, 2)

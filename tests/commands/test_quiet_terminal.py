@@ -48,6 +48,26 @@ def test_no_progress_with_a_gguf_model_shows_no_bar_and_no_embedding_warning(tmp
     assert "multivariate normal" not in shown and run.stderr == "", run.stderr
 
 
+@pytest.mark.slow
+def test_smollm2_by_its_alias_shows_no_warning_the_user_cannot_act_on(tmp_path):
+    """The real model with transformers at a user's default verbosity: loading and decoding SmolLM2
+    warned about ``clean_up_tokenization_spaces`` on every command (tests/core/test_models.py has
+    the mechanism on a tiny BPE tokenizer)."""
+    from vpo.models import find_smollm2_gguf
+
+    try:
+        find_smollm2_gguf()
+    except FileNotFoundError as err:
+        pytest.skip(str(err))
+    run = _vpo(["eval", "--task", "maze", "--task-params", "size=5", "--model", "smollm2", "--answers", "1",
+                "--pool", "2", "--examples", "1", "--max-new-tokens", "4", "--threads", "1",
+                "--out", str(tmp_path / "eval")], tmp_path, env={"TRANSFORMERS_VERBOSITY": "warning"},
+               capture_output=True)
+    assert run.returncode == 0, run.stderr
+    shown = run.stdout + run.stderr
+    assert "clean_up_tokenization_spaces" not in shown and "warning" not in shown.lower(), shown
+
+
 def test_the_gguf_conversion_bar_follows_transformers_progress_switch():
     """The mechanism of the test above without the model: inside the loader's block, the GGUF
     module's tqdm is off when transformers' bars are off, and on again after it."""
@@ -144,3 +164,26 @@ def test_no_extra_is_asked_of_a_package_under_a_name_it_does_not_provide():
             assert not missing, f"[{group}] {text}: {requirement.name} provides {provided}, not {missing}"
     assert "antlr4-python3-runtime==4.9.3" in project["optional-dependencies"]["math"]
     assert importlib.metadata.version("antlr4-python3-runtime") == "4.9.3"
+
+
+def test_a_warning_during_a_command_is_one_line(tmp_path):
+    """Python shows a warning with the file, line and source line that raised it: inside vpo's
+    trainer, "return self.trainer.score_completions(...)" under the ChainFormatWarning of a real
+    run. A command shows ``warning: Category: message``, one line, as ``vpo rewards check`` does."""
+    code = ("import sys, warnings\n"
+            "import vpo.commands.demo as demo\n"
+            "from vpo.step_metrics import ChainFormatWarning\n"
+            "def run(args):\n"
+            "    warnings.warn('only 0 of 8 completions parsed', ChainFormatWarning, stacklevel=1)\n"
+            "    return 0\n"
+            "demo.run = run\n"
+            "from vpo.cli import main\n"
+            "sys.exit(main(['demo']))\n")
+    import vpo
+
+    src = str(Path(vpo.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                         env=env)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr == "warning: ChainFormatWarning: only 0 of 8 completions parsed\n", run.stderr

@@ -77,6 +77,40 @@ def test_train_killed_after_a_checkpoint_resumes_to_the_uninterrupted_result(tmp
     want, got = _weights(reference), _weights(killed)
     assert want.keys() == got.keys() and all(np.array_equal(want[k], got[k]) for k in want)
 
+    # the finished run resumed once more: it says so and changes nothing (before: "step 7/6", and the
+    # model saved over the run's own)
+    before = _files(killed)
+    assert main(_train_argv(model, killed, steps, "--resume-from-checkpoint", "latest")) == 0
+    out = capsys.readouterr().out
+    assert f"is at step {steps} of {steps} (--max-steps {steps}); nothing to train, nothing changed" in out, out
+    assert "step 7" not in out and _files(killed) == before
+
+
+def _files(folder):
+    """Every file under ``folder`` and a hash of its bytes (the lock file aside)."""
+    import hashlib
+
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name != ".lock"}
+
+
+@pytest.mark.parametrize("state,needle", [
+    ('{"global_step": -1}', "field 'global_step' is -1, expected an integer >= 0"),
+    ('{"log_history": []}', "field 'global_step' is missing"),
+    ('{"global_step": 2', "trainer_state.json is not readable JSON"),
+])
+def test_a_damaged_trainer_state_is_named_before_the_resume(tmp_path, capsys, state, needle):
+    # before: a KeyError / JSONDecodeError traceback from inside transformers' resume
+    import shutil
+
+    model = _tiny_model_dir(tmp_path)
+    out = tmp_path / "run"
+    shutil.copytree(model, out / "checkpoint-2")
+    (out / "checkpoint-2" / "trainer_state.json").write_text(state)
+    assert main(_train_argv(model, out, 4, "--resume-from-checkpoint", str(out / "checkpoint-2"))) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and str(out / "checkpoint-2" / "trainer_state.json") in err and len(err.splitlines()) == 1
+
 
 def test_a_grpo_resume_of_a_vpo_folder_written_before_run_records_is_refused(tmp_path, capsys):
     # a folder from before run records: vpo_train.json's summary says what ran there

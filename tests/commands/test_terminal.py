@@ -83,7 +83,10 @@ def test_best_of_n_draws_one_bar_per_checkpoint(checkpoint, tmp_path, capsys):
     assert not any(mark in capsys.readouterr().err for mark in BAR_MARKS)
 
 
-def test_train_prints_one_short_line_per_step_and_logs_the_rest(checkpoint, tmp_path, capsys):
+def test_train_prints_one_short_line_per_step_and_logs_the_rest(checkpoint, tmp_path, capsys, monkeypatch):
+    import vpo.commands.train
+
+    monkeypatch.setattr(vpo.commands.train, "HEARTBEAT_S", 0.0)  # every step is "slow": still one line each
     out = tmp_path / "run"
     assert main(["train", "--task", "maze", "--model", str(checkpoint), "--method", "vpo", "--examples", "8",
                  "--out", str(out), "--max-steps", "2", "--num-generations", "4", "--per-device-train-batch-size", "8",
@@ -99,6 +102,13 @@ def test_train_prints_one_short_line_per_step_and_logs_the_rest(checkpoint, tmp_
     logged = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
     assert [entry["step"] for entry in logged if "loss" in entry] == [1, 2]
     assert all("grad_norm" in entry and "vpo/objective/gold" in entry for entry in logged if "loss" in entry)
+    # chains cut at the budget and chains with more than m answers: in the step line when not 0, run means in the summary
+    summary = json.loads(next(line for line in lines if line.startswith("{")))
+    for key, shown, name in (("completions/clipped_ratio", "% cut", "chains_at_budget"),
+                             ("vpo/over_m_rate", "% over m", "chains_over_m")):
+        shares = [entry[key] for entry in logged if "loss" in entry]
+        assert [shown in line for line in steps] == [share > 0 for share in shares], (key, shares, steps)
+        assert summary[name] == pytest.approx(sum(shares) / len(shares), abs=1e-4)
 
 
 @pytest.mark.parametrize("command,hint", [("train", "--resume-from-checkpoint latest"),
@@ -154,3 +164,34 @@ def test_a_quiet_training_terminal_gets_a_step_line_when_logged_steps_are_far_ap
                          "step 9/40 (next logged step line: every 10 steps)"]
     assert len(printed) == 16  # 12 heartbeats (3 per 10 steps) and 4 logged step lines: never 30 s silent
     assert StepLines().heartbeat is None  # with a progress bar, no heartbeat lines
+
+
+def test_a_slow_logged_step_gets_its_step_line_only(capsys):
+    """Steps slower than the heartbeat, each logged: one line per step, not a ``step N/M (next
+    logged step line: every 1 steps)`` line before each step line."""
+    pytest.importorskip("trl")
+    from types import SimpleNamespace
+
+    from transformers.trainer_callback import DefaultFlowCallback, TrainerControl
+
+    from vpo.commands.train import HEARTBEAT_S
+    from vpo.integrations.trl import StepLines
+
+    now = [0.0]
+    lines = StepLines(heartbeat=HEARTBEAT_S)
+    lines.clock = lambda: now[0]
+    flow = DefaultFlowCallback()
+    args = SimpleNamespace(logging_steps=1, logging_first_step=False, logging_strategy="steps", eval_strategy="no",
+                           save_strategy="no", eval_delay=0)
+    state = SimpleNamespace(global_step=0, max_steps=4, is_world_process_zero=True, logging_steps=1, eval_steps=None,
+                            save_steps=None)
+    lines.on_train_begin(args, state, None)
+    for step in range(1, 5):  # 40 s a step, every step logged
+        now[0] += 40.0
+        state.global_step = step
+        control = flow.on_step_end(args, state, TrainerControl())  # transformers' own flow runs first
+        lines.on_step_end(args, state, control)
+        lines.on_log(args, state, control, logs={"reward": 0.5, "loss": 0.1})
+    printed = [line for line in capsys.readouterr().out.splitlines() if line]
+    assert [line.split()[1] for line in printed] == ["1/4", "2/4", "3/4", "4/4"], printed
+    assert not any("next logged step line" in line for line in printed)

@@ -155,12 +155,6 @@ prompt_0, prompt_1 = "3 12 e", "1 08 s"
     "vpo.estimators.vpo": BATCH,
     "vpo.estimators.derive": BATCH.replace("(3, 4)", "(1, 4)"),
     "vpo.estimators.baselines": BATCH.replace("(3, 4)", "(1, 4)") + "w1, w2 = [0.5, 0.5, 0, 0], [0, 0, 0.5, 0.5]\n",
-    "vpo.estimators.group_weights": BATCH + """
-from vpo.estimators.common import RewardBatch
-from vpo.estimators.group_weights import draw_group_weights
-from vpo.estimators.options import WeightOptions
-opts = WeightOptions(num_weights=10)
-""",
     "vpo.estimators.normalize": """
 import numpy as np
 scores, group_index = np.array([0.1, 0.5, 0.9, 0.2]), np.array([0, 0, 1, 1])

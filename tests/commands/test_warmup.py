@@ -10,6 +10,7 @@ import pytest
 
 from vpo.chains import parse_answers
 from vpo.cli import main
+from vpo.tasks import list_tasks
 
 pytest.importorskip("trl")
 
@@ -172,6 +173,84 @@ def test_without_prompts_or_model_it_says_so(tiny, tmp_path, capsys):
     assert "give the prompts: --source FILE" in capsys.readouterr().err
     assert main(["warmup", "--source", "x.jsonl"]) == 2
     assert "--model is required" in capsys.readouterr().err
+
+
+CONTRACT_PARAMS = {"maze": {"size": 5},
+                   "own_rewards": {"reward_funcs": "own_reward_funcs:keyword,own_reward_funcs:brevity"}}
+SINGLES = {"code": ["Here it is:\n```python\nprint(1)\n```", "```python\nprint(2)\n```", "print(3)",
+                    "Same program, other words:\n```python\nprint(2)\n```", "no program here, just words."]}
+"""Single answers a model might give; code: fenced or bare programs (one repeated, one not a program)."""
+
+
+def _task_and_singles(name):
+    from vpo.sampling import Generation
+    from vpo.tasks import get_task
+
+    task = get_task(name, **CONTRACT_PARAMS.get(name, {}))
+    example = task.examples("test", 1)[0]
+    texts = [*task.oracle_answers(example), "first answer", "second answer", "third answer"]
+    texts = SINGLES.get(name, texts)
+    return task, example, [Generation(text=t, tokens=len(t), truncated=False) for t in texts]
+
+
+@pytest.mark.parametrize("name", list_tasks())
+def test_the_warmup_writes_chains_in_the_format_its_task_reads(name, tmp_path):
+    # before: every chain was written in <tag_i> tags, which the code task reads as no program
+    from vpo.commands.warmup import _sft_rows, candidates, chain_parse_rates, read_warmup_data
+
+    task, example, generations = _task_and_singles(name)
+    kept = candidates(generations, task)
+    m = 3
+    assert len(kept) >= m, kept
+    if name == "code":  # one program per answer: the repeat and the prose are not answers
+        assert kept == [g.text for g in generations[:3]]
+    for chat in (False, True):
+        (row,) = _sft_rows(task, [example], [kept[:m]], m, chat)
+        chain = row["completion"] if not chat else row["completion"][0]["content"]
+        assert task.tagged_answers(chain, m) == m
+        parsed = task.parse_chain(chain, m)
+        for answer, back in zip(kept[:m], parsed, strict=True):  # each answer comes back, scored as alone
+            assert np.allclose(task.score(back, example), task.score(answer, example)), (answer, back)
+        rates = chain_parse_rates([[chain]], m, task)
+        assert rates["parsed"] == rates["complete"] == 1.0 and rates["answers_per_chain"] == m
+        data = write_jsonl(tmp_path / f"{chat}.jsonl", [row])
+        assert read_warmup_data(data, task, m) == [row]
+
+
+def test_the_parse_rate_reads_chains_with_the_tasks_own_parser():
+    # before: <solution_i> chains counted as parsed for code, and its fenced chains as unparsed
+    from vpo.chains import format_chain
+    from vpo.commands.warmup import chain_parse_rates
+    from vpo.tasks import get_task
+
+    code = get_task("code")
+    tagged = format_chain(["print(1)", "print(2)"], "solution")
+    fenced = code.format_chain(["print(1)", "print(2)"])
+    assert chain_parse_rates([[tagged]], 2, code)["parsed"] == 0.0
+    assert chain_parse_rates([[fenced, fenced]], 2, code) == {
+        "chains": 2, "parsed": 1.0, "complete": 1.0, "answers_per_chain": 2.0, "distinct_per_chain": 2.0}
+    maze = get_task("maze", size=5)  # the maze parser's fallbacks (an untagged route) are not the chain format
+    assert chain_parse_rates([["UP LEFT", format_chain(["UP", "UP"], "route")]], 2, maze)["complete"] == 0.0
+
+
+@pytest.mark.parametrize("damage,needle", [
+    (lambda text: text[: len(text) // 2], "line 1 is not JSON"),
+    (lambda text: text.replace("<response_2>", "<response_1>"), "holds 1 distinct answers"),
+    (lambda text: json.dumps({"prompt": 3, "completion": "x"}), "field 'prompt' is 3"),
+    (lambda text: "", "holds no rows"),
+])
+def test_damaged_warmup_data_is_named_with_its_line_and_field(tmp_path, damage, needle):
+    from vpo.commands.warmup import _sft_rows, read_warmup_data
+    from vpo.records import RecordError
+    from vpo.tasks import get_task
+
+    task = get_task("own_rewards", **CONTRACT_PARAMS["own_rewards"])
+    example = task.examples("test", 1)[0]
+    path = write_jsonl(tmp_path / "train.jsonl", _sft_rows(task, [example], [["one", "two"]], 2, chat=False))
+    path.write_text(damage(path.read_text()))
+    with pytest.raises(RecordError, match=needle) as caught:
+        read_warmup_data(path, task, 2)
+    assert str(path) in str(caught.value) and len(str(caught.value).splitlines()) == 1
 
 
 @pytest.mark.slow

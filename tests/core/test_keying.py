@@ -132,3 +132,59 @@ def test_the_dotted_path_vpo_reward_reads_the_runs_seed_and_the_rows_weight_opti
     expected = VPOReward(task, answers=3, seed=4, num_weights=10, alpha=0.5)(
         prompts, texts, example=columns["example"], example_id=columns["example_id"], trainer_state=state)
     np.testing.assert_allclose(by_row, expected, atol=1e-12)
+
+
+@pytest.mark.parametrize("blank", ["", " ", "\t\n"])
+def test_a_blank_example_id_falls_back_as_none_does_in_every_engine(blank, tmp_path):
+    # before: "" was a key like any other, one group (one set of weights) for every such row
+    pytest.importorskip("trl")
+    from vpo.commands.train import build_train_rows
+    from vpo.integrations.trl import VPOReward
+    from vpo.integrations.trl.scorers import group_keys as trl_group_keys
+    from vpo.integrations.verl import row_key
+    from vpo.rewards import group_keys
+    from vpo.weights import given_key
+
+    assert given_key(blank) is None and given_key(None) is None and given_key("a") == "a" and given_key(0) == 0
+    task, rows = _rows(3)
+
+    def verl_scores(example_id):
+        return [compute_score("maze", text, v["reward_model"]["ground_truth"],
+                              {**v["extra_info"], "example_id": example_id}, seed=SEED)["score"] for _, v, text in rows]
+
+    # verl: keyed on the row's index, as with None (the two rows differ in index, so in weights)
+    assert row_key({"example_id": blank, "index": 4}) == 4
+    assert verl_scores(blank) == verl_scores(None) != verl_scores("one key for all")
+    with pytest.raises(ValueError, match="extra_info.example_id"):
+        compute_score("maze", rows[0][2], rows[0][1]["reward_model"]["ground_truth"],
+                      {"example_id": blank, "answers": 3}, seed=SEED)
+
+    # OpenRLHF: a blank id is not written into the label, and one in a label is read as absent
+    def orlhf(example_id):
+        out = []
+        for _, v, text in rows:
+            label = json.loads(openrlhf.make_label("maze", json.loads(v["reward_model"]["ground_truth"]), m=3,
+                                                   index=v["extra_info"]["index"], task_params={"size": 5}, seed=SEED))
+            label["example_id"] = example_id
+            out.append(openrlhf.reward_func(["q " + text], ["q "], [json.dumps(label)])["rewards"])
+        return out
+
+    assert "example_id" not in json.loads(openrlhf.make_label("maze", {"id": "x"}, m=3, index=0, example_id=blank))
+    assert orlhf(blank) == orlhf(None) != orlhf("one key for all")
+
+    # TRL: keyed on the prompt, as without the column
+    prompts = [trl["prompt"] for trl, _, _ in rows]
+    assert group_keys(prompts, {"example_id": [blank] * len(rows)}) == group_keys(prompts, None)
+    assert trl_group_keys(prompts, [blank, "x"] * (len(rows) // 2))[::2] == group_keys(prompts, None)[::2]
+    reward = VPOReward(task, answers=3, seed=SEED)
+    state = SimpleNamespace(global_step=STEP)
+    texts, examples = [text for _, _, text in rows], [r["example"] for r, _, _ in rows]
+    np.testing.assert_array_equal(reward(prompts, texts, example=examples, example_id=[blank] * len(rows),
+                                         trainer_state=state),
+                                  reward(prompts, texts, example=examples, trainer_state=state))
+
+    # vpo train's rows: a blank id gets the example's own key, as a missing one does
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps({**trl, "example_id": blank}) + "\n" for trl, _, _ in rows[::4]))
+    built = build_train_rows(task, 3, data=str(data))
+    assert [row["example_id"] for row in built] == [trl["example_id"] for trl, _, _ in rows[::4]]

@@ -143,3 +143,44 @@ def test_load_checkpoint_puts_the_weights_in_the_dtype_on_the_device(tmp_path, t
     assert {p.dtype for p in default.parameters()} == {torch.float32}
     with pytest.raises(ValueError, match="dtype"):
         load_checkpoint(tmp_path, dtype="int8")
+
+
+def _bpe_folder(path, clean_up: bool):
+    """A tiny BPE tokenizer saved as SmolLM2's GGUF conversion saves its own: clean-up of
+    tokenization spaces on, which transformers ignores for BPE and warns about on each decode."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.BPE(vocab={"a": 0, "b": 1, ",": 2, "Ġ": 3, "ab": 4, "<unk>": 5}, merges=[("a", "b")],
+                                unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>",
+                            clean_up_tokenization_spaces=clean_up).save_pretrained(path)
+    return path
+
+
+def test_a_bpe_tokenizer_decodes_without_a_warning_the_user_cannot_act_on(tmp_path, caplog):
+    import logging
+
+    from transformers.utils import logging as hf_logging
+
+    logging.Logger.warning_once.cache_clear()  # transformers warns once per process: this test must see it
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_warning()
+    hf_logging.enable_propagation()
+    try:
+        tokenizer = load_tokenizer(_bpe_folder(tmp_path / "bpe", clean_up=True))
+        with caplog.at_level(logging.WARNING):
+            text = tokenizer.decode([4, 3, 0, 2])
+    finally:
+        hf_logging.disable_propagation()
+        hf_logging.set_verbosity(level)
+    assert "clean_up_tokenization_spaces" not in caplog.text, caplog.text
+    assert tokenizer.clean_up_tokenization_spaces is False
+    plain = load_tokenizer(_bpe_folder(tmp_path / "plain", clean_up=False))
+    assert text == plain.decode([4, 3, 0, 2])  # the clean-up was ignored before: the same text
+    from vpo.models import quiet_decoding
+
+    char = build_char_tokenizer("ab ,")
+    char.clean_up_tokenization_spaces = True
+    assert quiet_decoding(char).clean_up_tokenization_spaces is True  # not BPE: the user's setting stands

@@ -45,3 +45,41 @@ def test_the_parse_watch_warns_once_at_the_start_and_never_at_one_answer():
 def test_the_parse_watch_names_its_caller(rate):
     with pytest.warns(ChainFormatWarning, match=r"^VPOReward: only"):
         ParseWatch(2, where="VPOReward").update(int(rate * 8), 8)
+
+
+def test_the_share_of_chains_that_wrote_more_than_m_answers():
+    from vpo.chains import written_answers
+
+    chains = ["<r_1>a</r_1><r_2>b</r_2><r_3>c</r_3><r_4>d</r_4>",   # four numbered answers for m = 3
+              "<r_1>a</r_1><r_2>b</r_2><r_3>c</r_3><r_1>a again</r_1>",   # a number written twice
+              "<r_1>a</r_1><r_2> </r_2><r_3>c</r_3><r_4></r_4>",     # blank blocks are not answers
+              "no tags at all"]
+    written = [written_answers(text, "r") for text in chains]
+    assert written == [4, 4, 2, 0]
+    got = chain_metrics(answers=[3, 3, 2, 0], parsed=[3, 3, 2, 0], duplicates=[0] * 4, written=written, m=3)
+    assert got["vpo/over_m_rate"] == 0.5
+    assert "vpo/over_m_rate" not in chain_metrics(answers=[1], parsed=[1], duplicates=[0], written=[4], m=1)
+
+
+def test_an_objective_that_never_moves_warns_once_naming_it():
+    from vpo.step_metrics import STILL_BATCHES, StillObjectiveWarning, StillObjectiveWatch
+
+    def warned(batches, names=("accuracy", "brevity")):
+        watch = StillObjectiveWatch()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for values in batches:
+                watch.update(values, names)
+        return [str(w.message) for w in caught if issubclass(w.category, StillObjectiveWarning)]
+
+    moving = [[0.0, 0.2], [0.0, 0.9]]
+    assert STILL_BATCHES == 5
+    messages = warned([moving] * 8)
+    assert len(messages) == 1 and "'accuracy' (0)" in messages[0] and "brevity" not in messages[0]
+    assert "10 answers of the first 5 batches" in messages[0]
+    assert warned([moving] * 4) == []                                      # not yet judged
+    assert warned([moving] * 4 + [[[1.0, 0.3]]]) == []                     # it moved in the fifth batch
+    assert warned([np.zeros((0, 2))] * 9 + [moving]) == []                 # batches without answers do not count
+    assert warned([[[np.nan, 0.1], [np.nan, 0.4]]] * 5) == []              # no value yet: not judged
+    both = warned([[[1.0, 0.5]]] * 5)
+    assert len(both) == 1 and "objectives 'accuracy' (1), 'brevity' (0.5)" in both[0]

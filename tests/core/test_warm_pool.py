@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from timed_checks import HANG_S
 from vpo.warm_pool import WarmPool
 
 
@@ -102,16 +103,17 @@ def test_a_failed_start_frees_its_place():
 
 def test_warm_up_starts_the_workers_side_by_side():
     started = []
+    together = threading.Barrier(3, timeout=HANG_S)  # one start at a time would wait here for HANG_S and fail
 
     def start(key):
         started.append(threading.get_ident())
-        time.sleep(0.3)
+        together.wait()  # side by side: the three starts are all under way before any returns
         return Worker(key)
 
     p = WarmPool(start=start, stop=Worker.stop, max_live=3)
     begin = time.monotonic()
     assert len(p.warm_up()) == 3
-    assert time.monotonic() - begin < 0.85 and len(set(started)) == 3
+    assert time.monotonic() - begin < HANG_S and len(set(started)) == 3 and not together.broken
     assert len(p.warm_up()) == 3 and len(started) == 3  # already warm
 
 

@@ -188,7 +188,9 @@ def test_train_no_progress_says_what_it_does_first_and_within_seconds(checkpoint
     training = texts.index(f"training: 2 steps, a line every 1 step(s) (the full log: {log})")
     steps = [i for i, text in enumerate(texts) if text.startswith("step ")]
     assert first == 0 and first < loading < training < steps[0] and len(steps) == 2, texts
-    assert lines[first][0] < 5.0, lines  # the interpreter and vpo's own imports only (0.3 s on an idle machine)
+    # the interpreter and vpo's own imports only (0.3 s on an idle machine): a small part of the wait for the model's
+    # line, which TRL's import and the rows come before (a loaded machine slows both alike)
+    assert lines[first][0] < 0.5 * lines[loading][0], lines
 
 
 # ----- the memory model against measured tensors, and shares of a (faked) GPU ------------------

@@ -346,6 +346,7 @@ class BusyThenIdle:
         return CpuSample(busy=1.8 if self.calls <= self.busy_calls else 0.0, usable=2, seconds=seconds)
 
 
+@pytest.mark.slow  # the same guarantee on a small demo: test_small_demo_numbers_do_not_depend_on_the_workers_...
 def test_quick_demo_numbers_do_not_depend_on_the_workers_the_load_or_the_job_order(quick_run, tmp_path,
                                                                                      monkeypatch, capfd):
     """The same numbers, to the last bit, from --workers 2 (the fixture), --workers 1 (every job in
@@ -391,6 +392,45 @@ def test_quick_demo_numbers_do_not_depend_on_the_workers_the_load_or_the_job_ord
             if "RL and evaluation: workers: " in line]
     assert said == ["workers: 1", "workers: 2"], log
     assert machine.calls >= 4
+
+
+SMALL_DEMO = dict(quick=True, methods="grpo,vpo", seeds=1, warmup_examples=64, rl_steps=2, eval_examples=2, pool=6,
+                  progress=False)
+"""A demo of four jobs (two RL runs with their pools, the warm start's two pools): seconds, not minutes."""
+
+
+def test_small_demo_numbers_do_not_depend_on_the_workers_the_load_or_the_job_order(tmp_path, monkeypatch):
+    """The guarantee of the quick demo's test above (slow) on a small demo: the same numbers, to the
+    last bit, from --workers 2, --workers 1 (every job in this process, in order), and --workers 0 on
+    a machine busy at the start and idle later (one worker, then two: the jobs land on other
+    processes in another order)."""
+    pytest.importorskip("trl")
+    import shutil
+
+    import vpo.cores
+    import vpo.demo.run
+    from vpo.demo.results import result_numbers
+    from vpo.demo.run import run_demo
+
+    two = run_demo(DemoConfig(**SMALL_DEMO, out=str(tmp_path / "two"), workers=2))
+    reference = result_numbers(two["metrics"])
+    assert len(reference) > 100
+    alone = run_demo(DemoConfig(**SMALL_DEMO, out=str(tmp_path / "one"), workers=1))
+    assert result_numbers(alone["metrics"]) == reference
+    busy = tmp_path / "busy-then-idle"
+    busy.mkdir()
+    shutil.copy(tmp_path / "one" / "config.json", busy / "config.json")
+    shutil.copytree(tmp_path / "one" / "checkpoints" / "warmup", busy / "checkpoints" / "warmup")
+    machine = BusyThenIdle(busy_calls=3)  # the start sample, then two at job starts
+    monkeypatch.setattr(vpo.cores, "sample_cpu", machine)
+    monkeypatch.setattr(vpo.cores, "usable_cpus", lambda: [0, 1])
+    monkeypatch.setattr(vpo.demo.run, "RECHECK_S", 0.2)
+    loaded = run_demo(DemoConfig(**SMALL_DEMO, out=str(busy), workers=0))
+    assert result_numbers(loaded["metrics"]) == reference
+    log = (busy / "logs" / "demo.log").read_text()
+    said = [line.split("RL and evaluation: ")[1].split(" (")[0] for line in log.splitlines()
+            if "RL and evaluation: workers: " in line]
+    assert said == ["workers: 1", "workers: 2"], log
 
 
 def test_the_shipped_quick_numbers_come_out_of_head(quick_run):

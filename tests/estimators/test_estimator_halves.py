@@ -57,17 +57,40 @@ def test_the_batched_form_equals_the_reduction_called_per_rollout(name):
     assert sorted(fast.diagnostics) == sorted(slow.diagnostics)
 
 
-def test_the_baselines_are_their_halves_and_vpo_registers_a_checked_fast_path():
-    for name in ("grpo", "multi_rlvr", "max_at_k", "maxrl", "random_weight", "goal_conditioned"):
+def test_every_built_in_estimator_is_its_halves_vpo_included():
+    """One definition of VPO: no registered override beside the function derived from its halves."""
+    for name in ("grpo", "multi_rlvr", "max_at_k", "maxrl", "random_weight", "goal_conditioned", "vpo"):
         spec = get_spec(name)
         assert spec.fast is None and spec.derived is not None and hasattr(spec.reduce, "batched")
     vpo = get_spec("vpo")
-    assert vpo.fast is not None and vpo.reduce is set_score and vpo.advantage is group_norm
+    assert vpo.reduce is set_score and vpo.advantage is group_norm
     rewards, labels = _batch(1)
-    fast, derived = vpo.fn(rewards, labels, seed=5, step=4), vpo.derived(rewards, labels, seed=5, step=4)
-    np.testing.assert_allclose(fast.scores, derived.scores, rtol=1e-12, atol=1e-14)
-    assert "vpo/mean_group_max" in fast.diagnostics and "vpo/mean_group_max" not in derived.diagnostics
+    called, derived = vpo.fn(rewards, labels, seed=5, step=4), vpo.derived(rewards, labels, seed=5, step=4)
+    np.testing.assert_array_equal(called.scores, derived.scores)
+    assert "vpo/mean_group_max" in called.diagnostics and "vpo/mean_group_max" in derived.diagnostics
+    assert dict(called.diagnostics) == dict(derived.diagnostics)
     assert get_spec("gdpo").derived is None and get_spec("gdpo").fast is None
+
+
+def test_vpo_pool_diagnostics_by_hand_and_only_when_read():
+    """vpo/mean_group_max is the set score of each group's whole pool; it costs a pass over the
+    batch, so it is computed when the diagnostics are read, once."""
+    from vpo.estimators import vpo as vpo_module
+
+    rewards = [np.array([[1.0, 0.0]]), np.array([[0.0, 1.0]]), np.array([[0.5, 0.5]]), np.zeros((0, 2))]
+    weights = np.array([[1.0, 0.0], [0.0, 1.0], [0.5, 0.5]])
+    calls = []
+    real = get_spec("vpo").diagnostics
+    spec = dataclasses.replace(get_spec("vpo"), diagnostics=lambda *a, **k: calls.append(1) or real(*a, **k))
+    result = spec.derived(rewards, ["a", "a", "b", "b"], weights=weights)
+    np.testing.assert_allclose(result.scores, [0.5, 0.5, 0.5, 0.0])  # (1 + 0 + 0.5) / 3 and so on
+    assert result.diagnostics["vpo/score_mean"] == pytest.approx(0.375)
+    assert calls == []  # a ready entry: no pass over the pools
+    # group a pools [1, 0] and [0, 1]: max per weight 1, 1, 0.5; group b only [0.5, 0.5]: 0.5 each
+    assert result.diagnostics["vpo/mean_group_max"] == pytest.approx(((1 + 1 + 0.5) / 3 + 0.5) / 2)
+    assert result.diagnostics["vpo/mean_own_pool_score"] == pytest.approx((0.5 + 0.25) / 2)
+    assert len(dict(result.diagnostics)) == len(result.diagnostics) and calls == [1]
+    assert vpo_module.pool_scores is real
 
 
 def test_one_reduction_is_an_estimator(registry):

@@ -231,3 +231,77 @@ def test_openrlhf_reward_function_serves_them():
     result = get_spec("toy_softmax").fn(matrices, ids, num_weights=K, beta=BETA, seed=0)
     np.testing.assert_allclose(got, result.scores, rtol=1e-12, atol=1e-12)
     assert np.ptp(got) > 0.1
+
+
+def _trl_rows(m: int, method: str):
+    from vpo.export import trl_row
+    from vpo.tasks import get_task
+    from vpo.tasks.maze import route_via_diamond, route_via_gold
+
+    task = get_task("maze", size=5)
+    rows, texts = [], []
+    for i, example in enumerate(task.examples("train", 2, seed=0)):
+        gold, diamond = " ".join(route_via_gold(example)), " ".join(route_via_diamond(example))
+        row = {**trl_row(task, example, index=i, split="train", answers=m, task_params={"size": 5}), "method": method}
+        for text in (f"<route_1>{gold}</route_1><route_2>{diamond}</route_2>", f"<route_1>{diamond}</route_1>",
+                     f"<route_1>{gold}</route_1>", "no route"):
+            rows.append(row)
+            texts.append(text)
+    return task, rows, texts
+
+
+def test_the_stock_grpo_trainer_and_trl_grpo_take_them(tmp_path):
+    """A group-norm estimator reaches TRL's stock GRPOTrainer (EstimatorReward) and ``trl grpo
+    --reward_funcs vpo.integrations.trl.estimator_reward`` (the rows' method column) with no edit:
+    the reward is its own score; one that needs its own advantage rule is refused."""
+    pytest.importorskip("trl")
+    import importlib
+    from types import SimpleNamespace
+
+    from vpo.integrations.trl import EstimatorReward
+
+    task, rows, texts = _trl_rows(3, "toy_softmax")
+    prompts, ids = [r["prompt"] for r in rows], [r["example_id"] for r in rows]
+    state, step = SimpleNamespace(global_step=2), 2
+    reward = EstimatorReward(task, "toy_softmax", seed=0, num_weights=K, beta=BETA)
+    assert reward.answers == 3 and reward.__name__ == "toy_softmax"
+    got = reward(prompts, texts, example=[r["example"] for r in rows], example_id=ids, trainer_state=state)
+    matrices = [task.score_chain(text, json.loads(row["example"]), 3) for row, text in zip(rows, texts)]
+    result = get_spec("toy_softmax").fn(matrices, ids, num_weights=K, beta=BETA, seed=0, step=step)
+    np.testing.assert_allclose(got, result.scores, rtol=1e-12, atol=1e-12)
+    assert np.ptp(got) > 0.1
+
+    module, name = "vpo.integrations.trl.estimator_reward".rsplit(".", 1)  # how `trl grpo --reward_funcs` loads it
+    by_path = getattr(importlib.import_module(module), name)
+    columns = {key: [r[key] for r in rows] for key in ("task", "task_params", "answers", "example", "example_id",
+                                                       "method")}
+    n = len(rows)
+    np.testing.assert_allclose(by_path(prompts, texts, **columns, num_weights=[K] * n, trainer_state=state),
+                               EstimatorReward(task, "toy_softmax", seed=0, num_weights=K)(
+                                   prompts, texts, example=columns["example"], example_id=ids, trainer_state=state),
+                               rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="'method' column"):
+        by_path(prompts, texts, **{k: v for k, v in columns.items() if k != "method"})
+    with pytest.raises(ValueError, match="needs its own advantage rule.*VPOTrainer"):
+        EstimatorReward(task, "toy_centred")
+    with pytest.raises(ValueError, match="not an option of its reduction"):
+        EstimatorReward(task, "toy_softmax", eps=0.1)
+
+    # one real step of the stock trainer with it
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from vpo.commands.train import build_train_rows
+
+    folder = _tiny_model_dir(tmp_path)
+    args = GRPOConfig(output_dir=str(tmp_path / "stock"), per_device_train_batch_size=2, num_generations=2,
+                      max_completion_length=6, max_steps=1, use_cpu=True, bf16=False, report_to="none",
+                      gradient_checkpointing=False, remove_unused_columns=False, logging_steps=1, seed=5)
+    trainer = GRPOTrainer(AutoModelForCausalLM.from_pretrained(folder),
+                          reward_funcs=EstimatorReward(task, "toy_softmax", num_weights=K), args=args,
+                          train_dataset=Dataset.from_list(build_train_rows(task, 3, n=2, seed=0)),
+                          processing_class=AutoTokenizer.from_pretrained(folder))
+    trainer.train()
+    logged = [entry for entry in trainer.state.log_history if "rewards/toy_softmax/mean" in entry]
+    assert logged and np.isfinite(logged[0]["rewards/toy_softmax/mean"])

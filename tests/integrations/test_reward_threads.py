@@ -71,9 +71,9 @@ def reward_calls(math_problems: int = 6, hanging: int = 1, code_timeout: float =
 
 
 def test_sixteen_threads_of_mixed_rewards_get_their_own_verdicts_and_leave_no_process(monkeypatch):
-    from vpo.integrations import verl
+    from vpo.integrations import rollout_scorer, verl
 
-    monkeypatch.setattr(verl, "_TASK_CACHE", {})  # this test's tasks, closed at its end
+    monkeypatch.setattr(rollout_scorer, "_TASK_CACHE", {})  # this test's tasks, closed at its end
     before = _children()
     calls = reward_calls()
     scores = [verl.compute_score(*call, method="grpo")["score"] for call in calls]  # alone, one at a time
@@ -102,7 +102,7 @@ def test_sixteen_threads_of_mixed_rewards_get_their_own_verdicts_and_leave_no_pr
     assert not errors, errors
     assert {key: got[key] for key in sorted(got)} == {(t, i): scores[i] for t in range(THREADS) for i in plan[t]}
 
-    math_task = next(task for (name, *_), task in verl._TASK_CACHE.items() if name == "math")
+    math_task = next(task for (name, *_), task in rollout_scorer._TASK_CACHE.items() if name == "math")
     assert 2 <= math_task._checker.peak <= math_task._checker.size  # answers were checked in parallel
     assert len(math_task._checker.processes) <= math_task._checker.size
     math_task._checker.close()

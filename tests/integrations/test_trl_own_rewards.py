@@ -252,3 +252,48 @@ def test_collinear_objectives_warn_once(tmp_path, tok):
             fresh._check_collinear(value, 2)
         fresh._check_collinear(1.0, 1)            # one objective: nothing to compare
     assert not [w for w in caught if issubclass(w.category, CollinearObjectivesWarning)]
+
+
+def test_the_collinear_warning_is_for_methods_that_read_the_vector(tmp_path, tok):
+    """GRPO trains on the sum of the objectives: "a reward vector adds little over their sum" is
+    no advice for it. VPO (above) reads the vector and is warned."""
+    def twice_a(completions, **kwargs):
+        return [min(1.0, 2 * r) for r in a_rate(completions)]
+
+    trainer = VPOTrainer(build_tiny_qwen2(tok, seed=5), reward_funcs=[a_rate, twice_a], answers=1, estimator="grpo",
+                         args=config(tmp_path, max_steps=1), train_dataset=dataset(), processing_class=tok)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for value in (1.05, 1.0, 1.1, 1.0, 1.0):
+            trainer._check_collinear(value, 2)
+    assert not [w for w in caught if issubclass(w.category, CollinearObjectivesWarning)]
+
+
+def test_an_objective_that_never_moves_warns_once_in_training(tmp_path, tok):
+    """TRL's accuracy_reward stays 0 when the model never writes what it reads: a warning names it
+    (under any method: a constant objective gives no gradient), and not the one that moves."""
+    from vpo.step_metrics import STILL_BATCHES, StillObjectiveWarning
+
+    def accuracy(completions, **kwargs):
+        return [0.0 for _ in completions]
+
+    trainer = VPOTrainer(build_tiny_qwen2(tok, seed=5), reward_funcs=[a_rate, accuracy], answers=1, estimator="grpo",
+                         args=config(tmp_path, max_steps=STILL_BATCHES + 1, max_completion_length=8),
+                         train_dataset=dataset(), processing_class=tok)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.train()
+    still = [str(w.message) for w in caught if issubclass(w.category, StillObjectiveWarning)]
+    assert len(still) == 1 and "objective 'accuracy' (0)" in still[0] and "a_rate" not in still[0], still
+    assert f"first {STILL_BATCHES} batches" in still[0]
+
+
+def test_chains_that_write_more_than_m_answers_are_counted(tmp_path, tok):
+    trainer = VPOTrainer(build_tiny_qwen2(tok, seed=5), reward_funcs=[a_rate], answers=3,
+                         args=config(tmp_path, max_steps=1), train_dataset=dataset(), processing_class=tok)
+    completions = ["<response_1>a</response_1><response_2>b</response_2><response_3>x</response_3>"
+                   "<response_1>y</response_1>",                                     # four answers for m = 3
+                   "<response_1>a</response_1><response_2>b</response_2>", "a", "<response_3>ab</response_3>"]
+    prompts = [trainer.vpo_scorer.chain_prompt(p) for p in PROMPTS]
+    trainer.vpo_scorer.score(prompts, completions, None, {})
+    assert trainer._pending_metrics["vpo/over_m_rate"] == [0.25]

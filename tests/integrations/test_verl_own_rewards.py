@@ -268,3 +268,17 @@ def test_compute_score_falls_back_to_index_when_example_id_is_none(user_file):
     assert by_none["score"] == compute_score("d", chain, "apple", {"index": 7, "answers": 3}, **kwargs)["score"]
     with pytest.raises(ValueError, match="example_id and extra_info.index are missing"):
         compute_score("d", chain, "apple", {"example_id": None, "answers": 3}, **kwargs)
+
+
+@pytest.mark.parametrize("blank", ["", "   "])
+def test_compute_score_falls_back_to_index_when_example_id_is_blank(user_file, blank):
+    """An empty or whitespace example_id is no key either (before: one shared key for every such row)."""
+    from vpo.integrations.verl_rewards import compute_score
+
+    kwargs = {"score_path": str(user_file), "score_name": "compute_score", "reward_keys": ["accuracy", "brevity"]}
+    chain = "<response_1>An apple</response_1><response_2>pear</response_2>"
+    for index in (7, 8):
+        by_blank = compute_score("d", chain, "apple", {"example_id": blank, "index": index, "answers": 3}, **kwargs)
+        assert by_blank["score"] == compute_score("d", chain, "apple", {"index": index, "answers": 3}, **kwargs)["score"]
+    with pytest.raises(ValueError, match="example_id and extra_info.index are missing"):
+        compute_score("d", chain, "apple", {"example_id": blank, "answers": 3}, **kwargs)

@@ -10,23 +10,28 @@ import json
 import logging
 import math
 import string
+import threading
 import time
 
 import numpy as np
 import pytest
 
+from timed_checks import HANG_S, within_limit
 from toy_tasks import LetterTask, RatesTask
 from vpo.chains import RewriteRule
 from vpo.reward_failures import FAILED_CALL, RewardFailureError, RewardFailurePolicy, RewardFailures
 from vpo.tasks import register_task
 
-SLEEP_S = 1.0
+SLEEP_S = HANG_S
+RELEASE = threading.Event()
+"""Ends a "slow" answer's hang (set by the test once it has its result)."""
 NEVER_STOP = RewardFailurePolicy(max_failure_rate=1.0)
 
 
 class BuggyAB(RatesTask):
     """The fractions of 'a' and 'b' in an answer, by a scorer that raises on "boom" and on every
-    answer to an example with ``fails`` set, returns NaN (for 'a') on "nan" and sleeps on "slow"."""
+    answer to an example with ``fails`` set, returns NaN (for 'a') on "nan" and hangs on "slow"
+    (``SLEEP_S``, or until ``RELEASE``)."""
 
     name = "toy_buggy"  # not registered: the contract test runs over every registered task
     rewrite_rule = RewriteRule("toy_buggy", template=":{m}:", pattern=":")
@@ -36,7 +41,7 @@ class BuggyAB(RatesTask):
         if "boom" in s or example.get("fails"):
             raise KeyError(f"no rule for {s!r}")
         if "slow" in s:
-            time.sleep(SLEEP_S)
+            RELEASE.wait(SLEEP_S)
         vector = super().score(text, example)
         return np.array([math.nan, vector[1]]) if "nan" in s else vector
 
@@ -69,9 +74,13 @@ def test_failed_answers_score_zero_are_counted_and_each_kind_is_logged_once(capl
 def test_a_scorer_past_the_time_limit_fails_its_call_and_the_rate_stops_the_run():
     task = BuggyAB()
     task.failures = task.failures.with_policy(RewardFailurePolicy(time_limit=0.3, max_failure_rate=0.4))
+    RELEASE.clear()
     began = time.monotonic()
     matrix = task.score_chain("slow a|ab", {"id": 1, "fails": False}, 2)
-    assert time.monotonic() - began < SLEEP_S  # abandoned at the limit, not waited for
+    hanging = not RELEASE.is_set() and any(t.name == "vpo-reward-call" and t.is_alive() for t in threading.enumerate())
+    assert time.monotonic() - began < SLEEP_S and hanging  # abandoned at the limit, not waited for
+    within_limit(time.monotonic() - began, 0.3)
+    RELEASE.set()
     np.testing.assert_array_equal(matrix, np.zeros((2, 2)))  # the call's answers all fail
     with pytest.raises(RewardFailureError, match=r"2 of 2 reward calls failed .*'toy_buggy' \(2\).*"
                                                  r"max_failure_rate=0.4"):
@@ -298,13 +307,13 @@ def test_an_export_records_a_tasks_policy_and_verl_and_openrlhf_score_under_it(t
     import pandas as pd
 
     from vpo.cli import main
-    from vpo.integrations import openrlhf, verl
+    from vpo.integrations import openrlhf, rollout_scorer, verl
 
     flags = ["--train", "2", "--test", "1", "--max-failure-rate", "0.2", "--reward-time-limit", "9"]
     assert main(["data", "export", "maze", "--format", "verl", "--out", str(tmp_path / "v"), *flags]) == 0
     row = pd.read_parquet(tmp_path / "v" / "train.parquet").iloc[0]
     verl.compute_score(row["data_source"], "no route", row["reward_model"]["ground_truth"], dict(row["extra_info"]))
-    (task,) = [task for (name, params, _), task in verl._TASK_CACHE.items()
+    (task,) = [task for (name, params, _), task in rollout_scorer._TASK_CACHE.items()
                if name == "maze" and json.loads(params).get("max_failure_rate") == 0.2]
     assert task.failures.policy == RewardFailurePolicy(max_failure_rate=0.2, time_limit=9.0)
 
@@ -313,6 +322,6 @@ def test_an_export_records_a_tasks_policy_and_verl_and_openrlhf_score_under_it(t
     label = json.loads(line)["label"]
     out = openrlhf.reward_func(["q no route"], ["q"], [label])
     assert out["extra_logs"]["vpo/reward_failures/maze"] == 0.0
-    (task,) = [task for (name, params, _), task in verl._TASK_CACHE.items()
+    (task,) = [task for (name, params, _), task in rollout_scorer._TASK_CACHE.items()
                if name == "maze" and json.loads(params).get("max_failure_rate") == 0.2]  # the same task, rebuilt once
     assert openrlhf.parse_label(label)["task_params"]["time_limit"] == 9.0

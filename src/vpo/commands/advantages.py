@@ -13,7 +13,8 @@ The batch is synthetic by default: each answer's reward vector has components in
 deduplicates and pads a chain). With ``--task`` the rewards are the task's own: each of
 ``--groups`` examples gets ``--rollouts`` chains of m answers drawn (by ``--seed``) from the
 example's oracle answers (``Task.oracle_answers``: the maze's three oracle routes, the gold
-answer of the text tasks), each answer left blank with probability ``--zero-fraction``, scored
+answer of the text tasks; a task without them is refused, naming the method to define, unless
+``--completions`` gives the chains), each answer left blank with probability ``--zero-fraction``, scored
 as training scores a chain (``task.score_chain``: parse, score, dedup, zero-pad). With
 ``--completions`` the chains are yours: rows with the task ``example`` (a dict or JSON, as
 ``vpo data export --format trl`` writes it) and the model's ``completion`` text; the rows of one
@@ -80,15 +81,13 @@ def random_batch(cfg: AdvantagesConfig) -> tuple[list[np.ndarray], list[str]]:
 
 
 def chain_text(task: Any, answers: list[str]) -> str:
-    """One generation holding ``answers`` in the task's numbered tags (``vpo.chains.format_chain``),
-    as a model answering the m-answer prompt writes them; one answer is the text itself. Blank
+    """One generation holding ``answers`` in the task's chain format (``Task.format_chain``), as a
+    model answering the m-answer prompt writes them; one answer is the text itself. Blank
     answers are left out (the task's parser drops them before scoring anyway)."""
     if len(answers) == 1:
         return answers[0]
-    from vpo.chains import format_chain
-
     kept = [answer for answer in answers if answer.strip()]
-    return format_chain(kept, task.rewrite_rule.tag) if kept else ""
+    return task.format_chain(kept) if kept else ""
 
 
 def task_examples(cfg: AdvantagesConfig, task: Any) -> list[dict[str, Any]]:
@@ -99,9 +98,12 @@ def task_examples(cfg: AdvantagesConfig, task: Any) -> list[dict[str, Any]]:
     examples = task.examples(cfg.split, cfg.groups, **kwargs)
     if not examples:
         raise ValueError(f"task {task.name!r} gave no examples for split {cfg.split!r}")
-    if not all(task.oracle_answers(example) for example in examples):
-        raise ValueError(f"task {task.name!r} has no oracle answers (Task.oracle_answers) for its examples; score "
-                         "your model's completions instead: --completions FILE")
+    without = next((i for i, example in enumerate(examples) if not task.oracle_answers(example)), None)
+    if without is not None:
+        ident = examples[without].get("id", without) if isinstance(examples[without], dict) else without
+        raise ValueError(f"task {task.name!r} has no oracle answers for example {ident!r}: define "
+                         f"{type(task).__name__}.oracle_answers(example) (answer texts from the example's gold data; "
+                         "docs/extending.md), or score your model's completions instead with --completions FILE")
     return examples
 
 

@@ -157,7 +157,8 @@ def run_export(args: argparse.Namespace) -> int:
             goals = WeightOptions(alpha=cfg.alpha, seed=cfg.goal_seed)
     result = export(task_name, cfg.out, fmt=cfg.format, train=cfg.train, test=cfg.test, seed=cfg.seed,
                     answers=answers, source=cfg.source, task_params=task_params,
-                    size=cfg.size, goals=goals, overlap=cfg.overlap, chat=cfg.trl_prompt == "chat")
+                    size=cfg.size, goals=goals, overlap=cfg.overlap, chat=cfg.trl_prompt == "chat",
+                    method=cfg.method or None)
     for split in ("train", "test"):
         if split in result:
             print(f"{split}: {result['counts'][split]} rows (seed {result['seeds'][split]}) -> {result[split]}")

@@ -50,7 +50,7 @@ class EvalConfig(RewardFuncsOptions, PoolOptions, SamplingOptions):
                 "default: those recorded in the checkpoint's vpo_format.json, if any"})
     model: str = field(default="", metadata={
         "help": "checkpoint folder (transformers save_pretrained layout, or a LoRA adapter from vpo train --lora) "
-                "or a .gguf file"})
+                "or a .gguf file, or smollm2"})
     answers: int | None = field(default=None, metadata={
         "help": "answers per chain m (the pool holds pool/m chains); default: the m the checkpoint records "
                 "(vpo_format.json or vpo_train.json), else 1", "min": 1})
@@ -107,8 +107,10 @@ def run_eval(cfg: EvalConfig, args: argparse.Namespace | None = None) -> dict:
     from vpo.workload import check_pool_workload, human_bytes
 
     if not cfg.model:
-        raise ValueError("--model is required (a checkpoint folder or a .gguf file)")
-    model_dir = Path(cfg.model)
+        raise ValueError("--model is required (a checkpoint folder, a .gguf file or smollm2)")
+    from vpo.models import resolve_model
+
+    model_dir = Path(resolve_model(cfg.model))  # an alias (smollm2): its file
     gguf = model_dir.suffix == ".gguf" and model_dir.is_file()
     if not model_dir.is_dir() and not gguf:
         raise FileNotFoundError(f"no checkpoint folder or .gguf file {model_dir}")
@@ -193,7 +195,8 @@ def run_eval(cfg: EvalConfig, args: argparse.Namespace | None = None) -> dict:
         "sampling": {"backend": options.backend, "device": options.device, "dtype": options.dtype,
                      "seeding": options.seeding, "batch_size": options.batch_size or "auto"},
         # the options this evaluation used (not --search's: --iterations belongs to openevolve)
-        "config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__ if k not in ("search", "iterations")},
+        "config": {**{k: getattr(cfg, k) for k in cfg.__dataclass_fields__ if k not in ("search", "iterations")},
+                   "task": task.name},  # with --reward-funcs: own_rewards, not the --task default
         "reward_failures": failures,
         **({"length_budgets": budgets} if budgets else {}),
         "notes": [*budgets,

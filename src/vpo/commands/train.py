@@ -34,7 +34,7 @@ import dataclasses
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclas
 from vpo.estimators.options import WeightOptions
 from vpo.integrations.trl.config import (TASK_EPOCHS, VPO_OWNED, RLConfig, TRLOptions, check_engine, estimator_scale,
                                         read_grpo_yaml)
+from vpo.weights import given_key
 
 __all__ = ["RLConfig", "TASK_EPOCHS", "TRLOptions", "TrainArgs", "build_train_rows", "grpo_args", "parse_params",
            "resolve_answers", "train", "train_configs"]
@@ -60,7 +61,7 @@ class TrainArgs(RewardFuncsOptions, EstimatorOptions):
     """What to train, on what, and where to write it (the RL hyperparameters are RLConfig's)."""
 
     task: str = field(default="", metadata={"help": task_help})
-    model: str = field(default="", metadata={"help": "model folder, cached hub id, or .gguf file"})
+    model: str = field(default="", metadata={"help": "model folder, cached hub id, .gguf file, or smollm2"})
     answers: int | None = field(
         default=None, metadata={"help": "answers per rollout m (default 3 for multi-answer estimators, else 1)",
                                 "min": 1})
@@ -181,7 +182,7 @@ def build_train_rows(task: Any, answers: int, *, data: str | None = None, n: int
             if goals is not None and GOAL_FIELD not in json.loads(text):
                 raise ValueError(f"row {i}: goal-conditioned training needs prompts that state goal weights; "
                                  "re-export with `vpo data export TASK --format trl --method goal_conditioned`")
-            key = row.get("example_id")  # the group key every engine uses for this row's weights
+            key = given_key(row.get("example_id"))  # the group key every engine uses for this row's weights
             prompt = row["prompt"]
             if chat != (not isinstance(prompt, str)):  # the export's other prompt style
                 example = json.loads(text)
@@ -402,12 +403,29 @@ def _quiet_tied_keys(model: Any) -> Iterator[None]:
         logger.removeFilter(quiet)
 
 
-def _checkpoint_step(folder: str) -> str:
-    """``step N``, from a checkpoint's ``trainer_state.json`` (TRL continues from there)."""
-    try:
-        return f"step {int(json.loads(Path(folder, 'trainer_state.json').read_text())['global_step'])}"
-    except (OSError, ValueError, KeyError, TypeError):
-        return "its trainer state"
+def finished_message(state: Mapping[str, Any], args: Any, checkpoint: str | Path, out: str | Path) -> str | None:
+    """What to say instead of resuming from ``checkpoint`` (trainer ``state``, as
+    ``check_resume_checkpoint`` read it) when its run already reached its length: ``--max-steps``
+    (``args.max_steps`` > 0), else, with the epochs unchanged, the length the trainer computed for
+    that run (its state's ``max_steps``). None when there is training left. Resuming a finished run
+    would train one step past the end and save that model over the run's own."""
+    step = int(state["global_step"])
+    if args.max_steps > 0:
+        length, flag, value = int(args.max_steps), "--max-steps", f"{args.max_steps}"
+    elif state.get("max_steps") and state.get("num_train_epochs") == args.num_train_epochs:
+        length, flag, value = int(state["max_steps"]), "--num-train-epochs", f"{args.num_train_epochs:g}"
+    else:
+        return None
+    if step < length:
+        return None
+    from vpo.runs import TRAIN_RECORD, read_train_record
+
+    saved = Path(out, TRAIN_RECORD)
+    final = saved.is_file() and (read_train_record(saved).get("summary") or {}).get("steps") == step
+    model = (f"its model is in {out}" if final else
+             f"its final model was not saved to {out} (the run stopped after its last checkpoint): {checkpoint} is it")
+    return (f"the run in {out} is finished: {checkpoint} is at step {step} of {length} ({flag} {value}); nothing to "
+            f"train, nothing changed; {model}. To train on, raise {flag}; to start over, pass --overwrite")
 
 
 def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
@@ -416,7 +434,7 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     from vpo.checkpoints import check_checkpoints, format_record_callback
     from vpo.estimators import get_spec
     from vpo.formats import FORMAT_FILE, TaskFormat, load_format, resolve_task_params
-    from vpo.models import check_model_path, load_pretrained
+    from vpo.models import check_model_path, load_pretrained, resolve_model
     from vpo.runs import atomic_write_text, check_claim, claim_out_dir
     from vpo.tasks import get_task
 
@@ -438,6 +456,8 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
                                    seed=rl.seed)
     estimator_scale(getattr(engine, "scale_rewards", None), spec, options.get("scale"), flag=True)  # as VPOTrainer
     answers = answers_for(cfg.method, cfg.answers)  # VPOTrainer says the same, but only once the model has loaded
+    cfg = copy.copy(cfg)
+    cfg.model = resolve_model(cfg.model)  # an alias (smollm2) is its file from here on, as in every command
     check_model_path(cfg.model)
     # the first stage line, within seconds: TRL's import and the training rows come next
     print(f"train {cfg.method} (m = {answers}) from {cfg.model}: checking the settings, building the training rows",
@@ -472,6 +492,14 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
                  resume=engine.resume_from_checkpoint is not None, overwrite=cfg.overwrite)
     check_claim(cfg.out, **claim)  # a used --out, before the rows are built and the model is read
     args = grpo_args(cfg, rl, engine, task=task.name, answers=answers)  # TRL checks its values before the model loads
+    if engine.resume_from_checkpoint is not None:
+        from vpo.checkpoints import check_resume_checkpoint
+
+        state = check_resume_checkpoint(engine.resume_from_checkpoint)  # its trainer state, each field checked
+        finished = finished_message(state, args, engine.resume_from_checkpoint, cfg.out)
+        if finished:  # resuming would train past the end and save over the run's model
+            print(finished, flush=True)
+            return 0
     if own_name is not None:  # the rows as they are: VPOTrainer(reward_funcs=) asks for m answers and passes columns
         from vpo.tasks.io import select
 
@@ -494,11 +522,10 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     # before its own record landed inherits it), in every checkpoint-N, and beside the final model
     atomic_write_text(Path(cfg.out, FORMAT_FILE), json.dumps(record, indent=1, sort_keys=True, default=str))
     if engine.resume_from_checkpoint is not None:
-        print(f"resuming from {engine.resume_from_checkpoint} ({_checkpoint_step(engine.resume_from_checkpoint)})",
-              flush=True)
+        print(f"resuming from {engine.resume_from_checkpoint} (step {state['global_step']})", flush=True)
     from datasets import Dataset
 
-    from vpo.integrations.trl import StepLines, VPOTrainer, label_progress
+    from vpo.integrations.trl import StepLines, VPOTrainer, chain_shares, label_progress
 
     from vpo.sampling import hide_library_progress
 
@@ -573,7 +600,8 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
         trainer.train(resume_from_checkpoint=engine.resume_from_checkpoint)
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
     summary = {"task": task.name, "method": cfg.method, "answers": answers, "steps": trainer.state.global_step,
-               "first_reward": rewards[0] if rewards else None, "last_reward": rewards[-1] if rewards else None}
+               "first_reward": rewards[0] if rewards else None, "last_reward": rewards[-1] if rewards else None,
+               **chain_shares(trainer.state.log_history)}  # more than m answers, cut at the budget: run means
     if cfg.save:
         trainer.save_model(cfg.out)
         tokenizer.save_pretrained(cfg.out)

@@ -11,15 +11,17 @@ A model that does not write ``<response_1>`` .. ``<response_m>`` tags gives VPO 
 and no gradient. The warm-up asks the model each prompt's single-answer question ``--samples``
 times, keeps m distinct complete answers per prompt (ranked by your rewards when there are
 any: ``--reward-funcs``, or the ``--task``'s scorer), writes them as one m-answer chain per
-prompt after the m-answer prompt that training will use (``vpo.chains.format_chain``), as a
-prompt/completion dataset TRL's ``SFTTrainer`` takes (``OUT/data/train.jsonl``), and runs a short
-SFT through TRL (``--sft-steps``; ``--no-sft`` only writes the data). The model goes to ``--out``,
+prompt, in the task's own chain format (``Task.format_chain``: numbered tags, or the code task's
+fenced blocks), after the m-answer prompt that training will use, as a prompt/completion dataset
+TRL's ``SFTTrainer`` takes (``OUT/data/train.jsonl``, read back and checked before the SFT), and
+runs a short SFT through TRL (``--sft-steps``; ``--no-sft`` only writes the data). The model goes to ``--out``,
 ready for ``vpo train --model OUT``.
 
 Prompts: ``--source`` rows with a ``prompt`` (a string or chat turns), read as ``--reward-funcs``
 reads them (the ``own_rewards`` task; other columns go to your reward functions), or a ``--task``'s
 examples. Before and after the SFT, ``--eval-chains`` m-answer chains per prompt measure the
-parse rate (chains with an answer in tags, chains with m distinct tagged answers), on the warm-up
+parse rate with the task's own parser (chains with an answer in the chain format, chains with m
+distinct ones), on the warm-up
 prompts and on ``--holdout`` prompts kept out of the data. Writes ``warmup.json`` and
 ``report.md`` beside the model. docs/own_rewards.md has a measured run on SmolLM2-135M.
 """
@@ -42,9 +44,10 @@ from vpo.commands.rewards import RewardFuncsOptions, apply_failure_policy, own_s
 from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, field_like, parse_params
 from vpo.commands.options import task_help
 from vpo.estimators.options import WeightOptions
-from vpo.integrations.trl.warmup import chain_parse_rates, pick_answers
+from vpo.integrations.trl.warmup import candidates, chain_parse_rates, pick_answers, prompt_reader, read_warmup_data
+from vpo.integrations.trl.warmup import sft_rows as _sft_rows  # noqa: F401 (the tests' name)
 
-__all__ = ["WarmupConfig", "chain_parse_rates", "pick_answers", "run_warmup"]
+__all__ = ["WarmupConfig", "candidates", "chain_parse_rates", "pick_answers", "read_warmup_data", "run_warmup"]
 
 
 
@@ -108,25 +111,6 @@ class WarmupConfig(RewardFuncsOptions):
 
 
 # ----------------------------------------------------------------------------------------------
-# the pieces: prompts, picking answers, measuring the format
-# ----------------------------------------------------------------------------------------------
-def _prompt_reader() -> Any:
-    """The ``own_rewards`` task's prompts (rows, validation, the m-answer rewrite training uses)
-    without reward functions: the warm-up needs no labels. It scores nothing."""
-    from vpo.reward_failures import RewardFailures
-    from vpo.tasks.own_rewards import OwnRewardsTask
-
-    class OwnPrompts(OwnRewardsTask):
-        def __init__(self) -> None:  # no functions: nothing to load, no objective
-            self.reward_funcs, self.reward_names, self.scaling = [], None, None
-            self.reward_processing_classes = None
-            self.failures = RewardFailures()
-            self._names = ()
-
-    return OwnPrompts()
-
-
-# ----------------------------------------------------------------------------------------------
 # the command
 # ----------------------------------------------------------------------------------------------
 def _check(cfg: WarmupConfig, args: argparse.Namespace | None) -> tuple[Any, list[Any], list[Any], bool]:
@@ -155,7 +139,7 @@ def _check(cfg: WarmupConfig, args: argparse.Namespace | None) -> tuple[Any, lis
     elif cfg.task:
         task = apply_failure_policy(get_task(cfg.task, **parse_params(cfg.task_params)), cfg)
     elif cfg.source:
-        task = _prompt_reader()
+        task = prompt_reader()
     else:
         raise ValueError("give the prompts: --source FILE (a 'prompt' column), or --task NAME")
     scores = bool(cfg.reward_funcs) or bool(cfg.task)
@@ -187,7 +171,7 @@ def _measure(sampler: Any, fmt: Any, task: Any, examples: Sequence[Any], cfg: Wa
     rows = sampler.generate(_render(fmt, examples, cfg.answers, cfg.eval_chains), temperature=cfg.temperature,
                             top_p=cfg.top_p, max_new_tokens=budget, seed=cfg.seed + 1, progress=cfg.progress,
                             desc=desc)
-    rates = chain_parse_rates([[g.text for g in row] for row in rows], cfg.answers, task.rewrite_rule.tag)
+    rates = chain_parse_rates([[g.text for g in row] for row in rows], cfg.answers, task)
     rates["truncated"] = float(np.mean([g.truncated for row in rows for g in row]))
     rates["examples"] = [row[0].text for row in rows[:3]]
     return rates

@@ -44,7 +44,27 @@ from vpo.demo.results import build_metrics, numbers_machine, oracle_reference, p
 from vpo.checkpoints import check_checkpoint
 from vpo.cores import WorkerBudget, run_parallel, sample_cpu
 from vpo.runs import lock_folder  # noqa: F401  (re-exported: the demo's lock is every command's)
+from vpo.records import Field, RecordError, check_fields, read_json, read_record
 from vpo.runs import atomic_write_text, claim_out_dir, release_out_dir
+
+_REDO = "pass --force to start the demo over"
+_SECONDS = {"seconds": Field(float, required=True, low=0), "cpu_seconds": Field(float, low=0)}
+WARMUP_FIELDS = {**_SECONDS, "params": Field(int, required=True, low=0), "final_loss": Field(float, required=True),
+                 "examples": Field(int, low=0), "loss_curve": Field(list, items=Field(float))}
+"""What the warm-up's ``done.json`` holds (the report reads these)."""
+FAILURE_COUNTS = Field(dict, fields={"calls": Field(int, required=True, low=0),
+                                     "failed": Field(int, required=True, low=0)})
+RL_FIELDS = {**_SECONDS, "method": Field(str), "seed": Field(int), "m": Field(int, low=1),
+             "steps": Field(list, required=True, items=Field(int, low=0)),
+             "series": Field(dict, required=True, items=Field(list, items=Field(float))),
+             "completion_tokens": Field(float), "reward": Field(list, items=Field(float)),
+             "resumed_from": Field(str), "reward_failures": FAILURE_COUNTS}
+"""What an RL run's ``done.json`` holds (its training record; NaN is written as null)."""
+POOL_SECONDS_FIELDS = {"wall": Field(float, required=True, low=0), "cpu": Field(float, low=0),
+                       "reward_failures": FAILURE_COUNTS}
+RL_WALL_FIELDS = {"wall": Field(float, required=True, low=0), "runs": Field(int, required=True, low=0),
+                  "workers": Field(int, required=True, low=0)}
+INVOCATION_FIELDS = {"wall": Field(float, required=True, low=0)}
 
 
 class _Log:
@@ -68,7 +88,12 @@ def _prepare_out(cfg: DemoConfig, out: Path) -> None:
     path = out / "config.json"
     current = cfg.fingerprint()
     if path.is_file():
-        saved = json.loads(path.read_text())
+        try:
+            saved = check_fields(read_json(path, hint=_REDO), path, {})
+        except RecordError:
+            if not cfg.force:
+                raise
+            saved = {}  # damaged: --force starts over
         diff = sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
         if diff and not cfg.force:
             raise ValueError(f"{out} holds a demo run with a different configuration ({', '.join(diff)}); "
@@ -86,9 +111,12 @@ def _write_json(path: Path, data: Any) -> None:
     atomic_write_text(path, json.dumps(sanitize(data), indent=1))
 
 
-def _done(path: Path) -> dict[str, Any] | None:
+def _done(path: Path, fields: dict[str, Field]) -> dict[str, Any] | None:
+    """The stage record ``path/done.json`` (None: the stage has not finished), its ``fields`` checked."""
     done = path / "done.json"
-    return json.loads(done.read_text()) if done.is_file() else None
+    if not done.is_file():
+        return None
+    return read_record(done, fields, hint=f"delete it to run that stage again, or {_REDO}")
 
 
 class MazeStages:
@@ -300,7 +328,7 @@ def _run_demo(cfg: DemoConfig, out: Path, peak: int, memory: str, plan: CudaPlan
 
     # 1. warm-up ------------------------------------------------------------------------
     warm_dir = out / "checkpoints" / "warmup"
-    warm = _done(warm_dir)
+    warm = _done(warm_dir, WARMUP_FIELDS)
     if warm is None:
         with torch_threads(cfg.warmup_threads):  # the warm-up runs alone, on threads the configuration fixes
             enter_share(plan.usable if plan else None)  # a GPU: alone, it may take all the workers' shares
@@ -315,7 +343,7 @@ def _run_demo(cfg: DemoConfig, out: Path, peak: int, memory: str, plan: CudaPlan
     pending: list[tuple[str, Any, Any]] = []
     for seed in seeds:
         for method in methods:
-            record = _done(out / "checkpoints" / f"{method}-s{seed}")
+            record = _done(out / "checkpoints" / f"{method}-s{seed}", RL_FIELDS)
             if record is None:
                 pending.append(("rl", method, seed))
             else:
@@ -373,7 +401,7 @@ def _run_demo(cfg: DemoConfig, out: Path, peak: int, memory: str, plan: CudaPlan
         timings[f"RL {METHODS[method][0]}, {len(seeds)} seed(s) (sum over runs)"] = both(
             [runs[(method, s)] for s in seeds])
     if rl_wall_path.is_file():
-        rl_wall = json.loads(rl_wall_path.read_text())
+        rl_wall = read_record(rl_wall_path, RL_WALL_FIELDS, hint=f"delete it (the report's timing of RL), or {_REDO}")
         timings[f"RL, {rl_wall['runs']} run(s) and their pools on {rl_wall['workers']} worker process(es), wall"] = {
             "wall": rl_wall["wall"], "cpu": None}
     timings["evaluation (sampling, all pools; sum over pools)"] = both(list(evaluated["seconds"].values()))
@@ -388,7 +416,7 @@ def _run_demo(cfg: DemoConfig, out: Path, peak: int, memory: str, plan: CudaPlan
     metrics["load_average"] = {"start": load_start, "end": load_end, "cpus": os.cpu_count()}
     # every invocation's wall time, so a resumed run still knows what the whole run took
     invocations_path = out / "logs" / "invocations.json"
-    invocations = json.loads(invocations_path.read_text()) if invocations_path.is_file() else []
+    invocations = _invocations(invocations_path)
     invocations.append({"wall": time.time() - t0, "load_start": load_start, "load_end": load_end,
                         "busy_start": start_sample.busy, "cpus": os.cpu_count(), "workers": used,
                         "threads": cfg.threads, "warmup_threads": cfg.warmup_threads})
@@ -399,6 +427,17 @@ def _run_demo(cfg: DemoConfig, out: Path, peak: int, memory: str, plan: CudaPlan
     paths = write_report(metrics, out)
     log(f"report: {paths['md']} ({time.time() - t0:.0f} s this invocation)")
     return {"report": paths, "metrics": metrics}
+
+
+def _invocations(path: Path) -> list[dict[str, Any]]:
+    """The earlier invocations' records (``logs/invocations.json``), each checked."""
+    if not path.is_file():
+        return []
+    hint = f"delete it (the report's record of earlier invocations), or {_REDO}"
+    records = read_json(path, hint=hint)
+    if not isinstance(records, list):
+        raise RecordError(f"{path} holds no list of invocations; {hint}")
+    return [check_fields(r, path, INVOCATION_FIELDS, prefix=f"[{i}].", hint=hint) for i, r in enumerate(records)]
 
 
 def failure_counts(runs: Any, pools: Any) -> dict[str, dict[str, int] | None]:
@@ -538,7 +577,7 @@ def _evaluate_all(cfg: DemoConfig, stages: Any, methods: list[str], seeds: list[
         pools[name] = Pools.load(path)
         timing = out / "eval" / f"{name}.seconds.json"
         if timing.is_file():
-            seconds[name] = json.loads(timing.read_text())
+            seconds[name] = read_record(timing, POOL_SECONDS_FIELDS, hint="delete it and the pool to sample it again")
         per_example[name] = pool_metrics(pools[name].vectors, task, eval_weights=weights)
     return {"examples": examples, "pools": pools, "metrics": per_example, "seconds": seconds,
             "oracle": stages.reference(examples, weights)}

@@ -35,20 +35,24 @@ name                 per-rollout score                                          
 An estimator is its two halves: its per-rollout reduction (``reductions``: how one rollout's
 (m, D) matrix becomes its score) and its advantage rule on those scores (``rules``).
 ``register_estimator`` derives the batched function from them (``derive``: the reduction's
-batched form over each D of the batch, the group context built once per group, then the rule);
-a fast path may override it (VPO's blocked keyed path), checked equal to the derived one. GDPO,
-which has no per-rollout score, is one whole-batch function. Engines with one scalar reward per
-rollout (verl, OpenRLHF) call the two halves through ``rollout_score`` and
-``advantages_from_scores``. ``check.check_estimator`` checks an estimator against the contract.
+batched form over each D of the batch, then the rule); VPO is one such derivation, like every
+baseline. A group's context (its keyed weights, its goal, the task's scalar) has one writer,
+``context.group_context``, which the derived function and every engine ask. GDPO, which has no
+per-rollout score, is one whole-batch function. Engines with one scalar reward per rollout
+(verl, OpenRLHF, TRL's stock trainer) call the two halves through ``reduction_context``,
+``rollout_score`` and ``advantages_from_scores``. ``check.check_estimator`` checks an estimator
+against the contract.
 
-Modules: ``registry`` (specs), ``reductions``, ``rules``, ``derive``, ``check``, ``options`` (the
-knobs and engine presets), ``normalize``, ``group_weights`` (keyed weights per group), ``vpo``
-(with ``vpo_reference``, a plain loop), ``baselines``.
+Modules: ``registry`` (registration and look-up), ``spec`` (what an adapter reads),
+``reductions``, ``rules``, ``derive``, ``context`` (the group context: keyed weights, goal,
+scalar), ``check``, ``options`` (the knobs and engine presets), ``normalize``, ``vpo`` (with
+``vpo_reference``, a plain loop), ``baselines``.
 """
 
 from __future__ import annotations
 
 from vpo.estimators.common import ZERO_STD, EstimatorResult
+from vpo.estimators.context import group_context
 from vpo.estimators.normalize import group_normalize
 from vpo.estimators.options import (GRPO_NORM, OPENRLHF_NORM, TRL_NORM, VPO_NORM, NormOptions,
                                     WeightOptions)
@@ -77,6 +81,7 @@ __all__ = [
     "batched",
     "fixed_scalar",
     "get_estimator",
+    "group_context",
     "get_spec",
     "group_norm",
     "group_normalize",

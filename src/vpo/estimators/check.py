@@ -1,15 +1,19 @@
 """``check_estimator``: check a registered estimator against the estimator contract, the way
-``vpo.tasks.check.check_task`` checks a task. The registry checks the spec against the
-halves' signatures at registration; this checks the behaviour. The test suite runs it over
-every registered estimator (built-in and entry-point ones); run it on your own before training.
+``vpo.tasks.check.check_task`` checks a task. The registry refuses at registration only what
+would train silently wrong; this checks the rest of the spec and the behaviour. The test suite
+runs it over every registered estimator (built-in and entry-point ones); run it on your own
+before training.
 
 Usage::
 
     from vpo.estimators.check import check_estimator
     check_estimator("vpo")           # raises AssertionError naming the first broken rule
 
-What it checks, on small random batches with the options an adapter would inject (a seed, a
-step for per-step weights, the stated goal weights for prompt-conditioned estimators):
+What it checks: the halves take what the derived function passes them (the reduction one
+matrix, the rule the scores and the group ids, their options keyword-only), and a spec that
+keys weights has a reduction that reads them; then, on small random batches with the options an
+adapter would inject (a seed, a step for per-step weights, the stated goal weights for
+prompt-conditioned estimators):
 advantages and scores have shape (B,) and are finite; a batch whose groups hold identical
 rollouts gets zero advantages; permuting the rollouts permutes the results (groups need not be
 contiguous); a group's scores do not depend on the rest of the batch (keyed weights); the
@@ -25,6 +29,7 @@ Shape glossary: B rollouts, G groups, N rollouts per group, M answers per chain,
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Hashable
 from typing import Any
 
@@ -89,9 +94,25 @@ def _run(spec: EstimatorSpec, rewards: list[np.ndarray], labels: list[Hashable],
     return result
 
 
+def _check_halves(spec: EstimatorSpec) -> None:
+    """The halves' signatures: what the derived function and the engines pass them."""
+    for role, rule, takes in (("reduce", spec.reduce, "matrix"), ("advantage", spec.advantage, "scores, group_ids")):
+        if rule is None:
+            continue
+        positional = [p for p in inspect.signature(rule).parameters.values()
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if len(positional) != takes.count(",") + 1:
+            raise _fail(spec, f"its {role} {rule.__name__} must take {takes} positionally and its options "
+                              "keyword-only")
+    if spec.reduce is not None and spec.weights is not None and not {"weights", "goal"} & set(spec.context):
+        raise _fail(spec, f"weights={spec.weights!r} keys the group's weights, but its reduction "
+                          f"{spec.reduce.__name__} takes neither the group's weights nor its goal")
+
+
 def check_estimator(name: str | EstimatorSpec, *, seed: int = 0, atol: float = 1e-9) -> None:
     """Raise AssertionError naming the first broken rule of the estimator contract; returns None."""
     spec = name if isinstance(name, EstimatorSpec) else get_spec(name)
+    _check_halves(spec)
     rng = np.random.default_rng(seed)
     rewards, labels = _batch(spec, rng)
     result = _run(spec, rewards, labels, seed)

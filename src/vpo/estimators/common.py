@@ -11,7 +11,7 @@ Shape glossary: B rollouts, G groups, M answers per chain, D objectives.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,8 +19,8 @@ import numpy as np
 
 from vpo.objective import RewardBatch
 
-__all__ = ["EstimatorResult", "ZERO_STD", "apply_scalar", "base_diagnostics", "make_result", "require_single_answer",
-           "same_value"]
+__all__ = ["Diagnostics", "EstimatorResult", "ZERO_STD", "apply_scalar", "base_diagnostics", "make_result",
+           "require_single_answer", "same_value"]
 
 ZERO_STD = 1e-6
 """Groups whose score std is below this count in ``<name>/frac_zero_std``."""
@@ -32,15 +32,46 @@ class EstimatorResult:
 
     ``advantages`` (B,) float64; ``scores`` (B,) the per-rollout scalar the advantage is
     computed from; ``diagnostics`` batch-level floats under stable ``<estimator>/...`` names
-    (``vpo/...`` for VPO); ``group_index`` (B,) index of each rollout's group in
-    ``group_labels`` (first-appearance order).
+    (``vpo/...`` for VPO; a mapping, some of whose entries may be computed when first read:
+    ``Diagnostics``); ``group_index`` (B,) index of each rollout's group in ``group_labels``
+    (first-appearance order).
     """
 
     advantages: np.ndarray
     scores: np.ndarray
-    diagnostics: dict[str, float] = field(default_factory=dict)
+    diagnostics: Mapping[str, float] = field(default_factory=dict)
     group_index: np.ndarray | None = None
     group_labels: list[Hashable] | None = None
+
+
+class Diagnostics(Mapping[str, float]):
+    """An estimator's diagnostics: the ``ready`` ones, and those ``deferred()`` returns, computed
+    the first time a name outside ``ready`` is read or the whole mapping is listed (they cost
+    another pass over the batch, which a training step that reads none of them never pays)."""
+
+    def __init__(self, ready: Mapping[str, float], deferred: Callable[[], Mapping[str, float]]) -> None:
+        self._values = dict(ready)
+        self._deferred: Callable[[], Mapping[str, float]] | None = deferred
+
+    def _all(self) -> dict[str, float]:
+        if self._deferred is not None:
+            deferred, self._deferred = self._deferred, None
+            self._values.update(deferred())
+        return self._values
+
+    def __getitem__(self, name: str) -> float:
+        if name in self._values:
+            return self._values[name]
+        return self._all()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __repr__(self) -> str:
+        return f"Diagnostics({self._all()!r})"
 
 
 def apply_scalar(scalar: Callable[[np.ndarray], Any] | None, rows: np.ndarray) -> np.ndarray:

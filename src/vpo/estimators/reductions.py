@@ -10,9 +10,10 @@ Usage::
     rollout_score(spec, matrix, **context)      # == get_estimator("vpo")(...).scores[b]
 
 A reduction is ``fn(matrix (M, D), *, <context>, <own options>) -> float``. Its keyword-only
-parameters named in ``CONTEXT`` are supplied by the adapter (``reduction_context`` builds them
-from the group key, the seed and the step); any other keyword parameter is an option of the
-reduction, and of every estimator registered with it.
+parameters named in ``CONTEXT`` are supplied by the one writer of a group's context
+(``vpo.estimators.context``: ``reduction_context`` builds them from the group key, the seed and
+the step); any other keyword parameter is an option of the reduction, and of every estimator
+registered with it.
 
 The contract every reduction keeps (``check_estimator`` checks it): an empty matrix (M = 0,
 nothing parseable) scores 0; for rewards >= 0 an all-zero row (what a task writes for a
@@ -24,8 +25,9 @@ options>) -> (G, N)`` scores every rollout of one D at once. ``stack`` is a
 ``vpo.objective.DimBucket``: ``padded`` (G, N, M, D) with ``counts`` (G, N) answers per slot
 (rows past a rollout's count and filler slots hold ``pad_value`` <= every reward), or the real
 rows ``rows`` (R, D) with ``row_slot`` / ``row_group`` and ``sum_rows``. Its context is the
-per-rollout context stacked over the G groups: ``weights`` (G, K, D), ``goal`` (G, D), and
-``scalar``. The estimator derived from a reduction calls the batched form once per D; without
+per-rollout context stacked over the G groups: ``weights`` (G, K, D) (a
+``vpo.objective.GroupWeights``: ``np.asarray(weights)``, or a block at a time), ``goal`` (G, D),
+and ``scalar``. The estimator derived from a reduction calls the batched form once per D; without
 one, it calls the reduction once per rollout (with the group's context built once per group).
 
 Shape glossary: B rollouts, G groups, N rollouts per group, M answers per chain, D objectives,
@@ -34,14 +36,14 @@ K weights, R answer rows.
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from vpo.estimators.common import apply_scalar
-from vpo.estimators.options import WeightOptions
+from vpo.estimators.context import reduction_context
+from vpo.estimators.spec import keyword_options
 
 __all__ = ["CONTEXT", "batched", "fixed_scalar", "reduction_context", "rollout_score", "scalar_sum", "set_score",
            "weighted"]
@@ -79,7 +81,9 @@ def _single(stack: Any, name: str) -> None:
 def _set_score_batched(stack: Any, *, weights: Any) -> np.ndarray:
     from vpo.objective import GroupWeights, bucket_scores
 
-    scores = bucket_scores(stack.padded, GroupWeights.stacked(np.asarray(weights, dtype=np.float64)))[0]
+    if not isinstance(weights, GroupWeights):
+        weights = GroupWeights.stacked(np.asarray(weights, dtype=np.float64))
+    scores = bucket_scores(stack.padded, weights)[0]  # a block of groups at a time, normalised after the max
     scores[stack.counts == 0] = 0.0  # an empty rollout scores 0 even when rewards can be < 0
     return scores
 
@@ -146,44 +150,6 @@ def weighted(matrix: Any, *, goal: Any) -> float:
     return float(rows[0] @ w)
 
 
-def reduction_context(spec: Any, *, key: Hashable, dim: int, seed: int = WeightOptions.seed, step: Any = None,
-                      goal: Any = None, scalar: Callable | None = None, num_weights: int | None = None,
-                      alpha: float | None = None, sampler: str | None = None) -> dict[str, Any]:
-    """The context ``spec.reduce`` asks for, for the group keyed ``key`` with D = ``dim``.
-
-    ``key`` is the group key every engine uses (the row's ``example_id``); ``step`` the
-    training step (None: ``FIXED``, one draw for the run); ``goal`` the weights the prompt
-    states (estimators that condition the prompt need it); ``scalar`` the task's fixed
-    scalarisation. ``num_weights``, ``alpha``, ``sampler`` default to the estimator's own
-    defaults. Weights are ``vpo.weights.group_weights``: the same on every rank and engine.
-    """
-    from vpo.weights import FIXED, group_weights
-
-    needs = spec.context
-    options = WeightOptions(
-        num_weights=spec.defaults.get("num_weights", WeightOptions.num_weights) if num_weights is None
-        else num_weights,
-        alpha=spec.defaults.get("alpha", WeightOptions.alpha) if alpha is None else alpha,
-        sampler=spec.defaults.get("sampler", WeightOptions.sampler) if sampler is None else sampler, seed=seed)
-    context: dict[str, Any] = {}
-    if "scalar" in needs:
-        context["scalar"] = scalar
-    keyed_step = FIXED if step is None or spec.weights != "per_step" else step
-    if "weights" in needs:
-        context["weights"] = group_weights([key], options.num_weights, int(dim), seed=options.seed, step=keyed_step,
-                                           alpha=options.alpha, sampler=options.sampler)[0]
-    if "goal" in needs:
-        if spec.conditions_prompt:
-            if goal is None:
-                raise ValueError(f"estimator {spec.name!r} needs the goal weights its prompt states (the example's "
-                                 f"'goal_weights'); export the data with --method {spec.name}")
-            context["goal"] = np.asarray(goal, dtype=np.float64).reshape(-1)
-        else:
-            context["goal"] = group_weights([key], 1, int(dim), seed=options.seed, step=keyed_step,
-                                            alpha=options.alpha, sampler=options.sampler)[0, 0]
-    return context
-
-
 def rollout_score(spec: Any, matrix: Any, **context: Any) -> float:
     """The per-rollout score of estimator ``spec`` for one rollout's (M, D) ``matrix``: its
     registered reduction called with ``context`` (what ``reduction_context`` builds, plus any of
@@ -192,7 +158,7 @@ def rollout_score(spec: Any, matrix: Any, **context: Any) -> float:
     if spec.reduce is None:
         raise ValueError(f"estimator {spec.name!r} has no per-rollout reduction (it needs the whole reward "
                          "vectors); an engine with one scalar reward per rollout cannot train it")
-    accepted = reduce_parameters(spec.reduce)
+    accepted = keyword_options(spec.reduce)
     unknown = sorted(set(context) - set(accepted) - set(CONTEXT))
     if unknown:
         raise ValueError(f"estimator {spec.name!r}: its reduction takes no option(s) {', '.join(unknown)}; "
@@ -202,8 +168,3 @@ def rollout_score(spec: Any, matrix: Any, **context: Any) -> float:
     if not np.isfinite(value):
         raise ValueError(f"estimator {spec.name!r}: its reduction returned {value}")
     return value
-
-
-def reduce_parameters(fn: Callable) -> tuple[str, ...]:
-    """The keyword-only parameter names of a reduction or advantage rule."""
-    return tuple(p.name for p in inspect.signature(fn).parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY)

@@ -12,7 +12,9 @@ Usage (full command in ``recipes/openrlhf/``)::
 
 OpenRLHF has no estimator registry, so VPO runs as "reward = the rollout's set score R_g,
 advantage = OpenRLHF's ``group_norm``" (Bessel std, eps 1e-9; docs/algorithm.md §1: the VPO work
-is all in the per-rollout score as long as a prompt's rollouts share the K weights).
+is all in the per-rollout score as long as a prompt's rollouts share the K weights). The score
+comes from the one rollout scorer (``vpo.integrations.rollout_scorer``) that verl's
+``compute_score`` and TRL's stock rewards call too; this file imports neither of them.
 
 The file is loaded by ``importlib.util.spec_from_file_location("reward_func", path)``, so it
 uses absolute imports of the installed ``vpo`` only. OpenRLHF calls it in a thread with lists
@@ -30,7 +32,8 @@ Label (``--data.label_key label``): a JSON object (string or already decoded), w
   group z-norm of the rollout score: ``vpo``, ``multi_rlvr``, ``grpo``, ``random_weight``,
   ``goal_conditioned``; default ``vpo``), ``num_weights``, ``alpha``, ``sampler``, ``seed``
   (``WeightOptions``' defaults: 100, 1.0, ``iid``, 0), ``options`` (the method's own reduction
-  options, e.g. a temperature; default {}): optional. They live in the label,
+  options, e.g. a temperature; default {}), ``set_score`` (true: also log VPO's set score for a
+  method other than ``vpo``, a draw of K weights per sample): optional. They live in the label,
   not in environment variables, because OpenRLHF's reward workers are Ray actors that need
   not see the launcher's environment: a run's reward is defined by its data file alone.
 
@@ -54,13 +57,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vpo.estimators.options import WeightOptions
-from vpo.integrations.verl import reward_methods, score_rollout
-from vpo.integrations.verl_recipe import reward_step_metrics
+from vpo.integrations.rollout_scorer import reward_methods, reward_step_metrics, score_rollout
+from vpo.weights import given_key
 
 logger = logging.getLogger("vpo.integrations.openrlhf")
 
 LABEL_REQUIRED = ("task", "example", "m", "index")
-LABEL_OPTIONS = {"task_params": None, "method": "vpo", "example_id": None, "options": None,
+LABEL_OPTIONS = {"task_params": None, "method": "vpo", "example_id": None, "options": None, "set_score": None,
                  **WeightOptions().as_dict()}
 """Optional label fields and their defaults."""
 
@@ -79,7 +82,8 @@ def make_label(task: str, example: Mapping[str, Any], *, m: int, index: int | st
                task_params: Mapping[str, Any] | None = None, method: str = "vpo",
                num_weights: int = WeightOptions.num_weights, alpha: float = WeightOptions.alpha,
                sampler: str = WeightOptions.sampler, seed: int = WeightOptions.seed,
-               example_id: str | None = None, options: Mapping[str, Any] | None = None) -> str:
+               example_id: str | None = None, options: Mapping[str, Any] | None = None,
+               set_score: bool | None = None) -> str:
     """The JSON label of one prompt (what ``reward_func`` reads back)."""
     if method not in reward_methods():
         raise ValueError(f"method={method!r} is not one of {', '.join(reward_methods())}")
@@ -87,10 +91,12 @@ def make_label(task: str, example: Mapping[str, Any], *, m: int, index: int | st
     label = {"task": task, "example": dict(example), "m": int(m), "index": index,
              "task_params": dict(task_params or {}), "method": method, "num_weights": int(num_weights),
              "alpha": float(alpha), "sampler": sampler, "seed": int(seed)}
-    if example_id is not None:
+    if given_key(example_id) is not None:
         label["example_id"] = str(example_id)
     if options:
         label["options"] = dict(options)
+    if set_score is not None:
+        label["set_score"] = bool(set_score)
     return json.dumps(label, sort_keys=True)
 
 
@@ -180,11 +186,11 @@ def reward_func(queries: Sequence[str], prompts: Sequence[str], labels: Sequence
                              f"{len(queries)}, {len(prompts)}, {len(labels)}")
         label = parse_label(labels[0])
         text = response_of(queries[0], prompts[0])
-        key = label["index"] if label["example_id"] is None else label["example_id"]
+        key = label["index"] if given_key(label["example_id"]) is None else label["example_id"]
         result = score_rollout(label["task"], text, label["example"], m=label["m"], key=key,
                                method=label["method"], num_weights=label["num_weights"], alpha=label["alpha"],
                                sampler=label["sampler"], seed=label["seed"], task_params=label["task_params"],
-                               options=label["options"])
+                               options=label["options"], set_score=label["set_score"])
     except Exception as err:  # OpenRLHF swallows this at INFO level: say it loudly first
         logger.error("vpo reward_func failed: %s", err)
         print(f"vpo reward_func failed: {type(err).__name__}: {err}", file=sys.stderr, flush=True)

@@ -20,9 +20,10 @@ which reduces the rollout's (m, D) reward matrix to the method's per-rollout sca
 registered estimator then turns those scalars into advantages with the method's rule.
 
 Reward methods (``reward_kwargs.method``) are the registered estimators (``vpo.estimators``)
-that register a per-rollout reduction (``EstimatorSpec.reduce``); compute_score calls that
-reduction (``vpo.estimators.rollout_score``) on the rollout's (m, D) matrix, so the score is
-the estimator's own ``scores`` entry for that rollout:
+that register a per-rollout reduction (``EstimatorSpec.reduce``); compute_score scores the
+rollout with the one rollout scorer (``vpo.integrations.rollout_scorer.score_rollout``, which
+OpenRLHF's reward function and TRL's stock rewards call too), whose score is that reduction on
+the rollout's (m, D) matrix: the estimator's own ``scores`` entry for that rollout:
 
 ================ ====== ===================================================== =================
 method           m      per-rollout score (its reduction)                     adv_estimator
@@ -63,8 +64,9 @@ option on the wrong side, or one the estimator does not take, raises naming it.
 ignored (use ``+algorithm.vpo_options.scale=none`` for centring without division).
 
 Shared weights. verl passes no uid and no step to ``compute_score``; the weights of a prompt
-are ``vpo.weights.group_weights([extra_info["example_id"]], K, D, seed=seed, step=step)``, the
-project's one keying (the key TRL and OpenRLHF use too; data exported without ``example_id``
+are ``vpo.weights.group_weights([extra_info["example_id"]], K, D, seed=seed, step=step)`` (through
+``vpo.estimators.reduction_context``, the one writer of a group's context), the project's one
+keying (the key TRL and OpenRLHF use too; data exported without ``example_id``
 falls back to ``extra_info["index"]``), so all N rollouts of a prompt use the same K weights
 (common random numbers, docs/algorithm.md §1). ``step`` is ``extra_info["global_steps"]`` when
 the data carries it (a custom dataset or reward manager can add it); verl 0.9.1's reward loop does
@@ -75,28 +77,31 @@ Input checks (a misconfigured run fails on its first reward call, naming the opt
 of training on wrong rewards): unknown task in ``data_source``; ``extra_info`` without
 ``example_id`` and ``index``, or without ``answers``; ``reward_kwargs.m`` different from the prompt's ``answers``; a
 single-answer method on an m-answer prompt; an unknown ``reward_kwargs`` option.
+
+Diagnostics that cost a draw run only when asked for: ``set_score`` (VPO's set score with the
+prompt's weights) is returned for ``method=vpo`` (it is the score) and, for the other methods,
+with ``+reward.custom_reward_function.reward_kwargs.set_score=true``.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Mapping, Sequence
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
 from vpo.estimators.options import WeightOptions
-from vpo.reward_failures import FAILURE_METRIC, RewardFailurePolicy
-from vpo.weights import FIXED
+from vpo.integrations.rollout_scorer import group_key, reward_methods, score_rollout
+from vpo.reward_failures import RewardFailurePolicy
+from vpo.weights import FIXED, given_key
 
 __all__ = [
     "VERL_ESTIMATORS",
     "VERL_OWN",
     "compute_score",
-    "group_weights",
     "reward_methods",
+    "row_key",
     "score_rollout",
     "verl_estimators",
 ]
@@ -110,19 +115,8 @@ VERL_OWN = ("grpo", "gdpo")
 """verl's own estimator names: used as they are, never registered by vpo."""
 
 
-def reward_methods() -> dict[str, Any]:
-    """The registered estimators compute_score can score for (those with a per-rollout
-    reduction): name -> ``EstimatorSpec``."""
-    from vpo.estimators import get_spec, list_estimators
-
-    return {name: get_spec(name) for name in list_estimators() if get_spec(name).reduce is not None}
-
-
 # Keyword arguments some verl reward managers add at call time; accepted and ignored.
 _ENGINE_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
-
-_TASK_CACHE: dict[tuple[str, str], Any] = {}
-_TASK_LOCK = threading.Lock()
 
 
 def _load_json(value: Any, what: str) -> Any:
@@ -151,173 +145,31 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _get_task(name: str, params: Mapping[str, Any], policy: Any = None):
-    """The task ``name`` with ``params`` (and its scorers under the reward failure ``policy``, when
-    given), built once per process (compute_score runs in threads)."""
-    from vpo.tasks import get_task, list_tasks
-
-    key = (name, json.dumps(params, sort_keys=True, default=str), repr(policy))
-    task = _TASK_CACHE.get(key)
-    if task is not None:
-        return task
-    with _TASK_LOCK:
-        task = _TASK_CACHE.get(key)
-        if task is None:
-            try:
-                task = get_task(name, **params)
-            except ValueError as err:
-                if name not in list_tasks():
-                    raise ValueError(f"data_source {name!r} is not a vpo task (known: {', '.join(list_tasks())}); "
-                                     "export the data with `vpo data export TASK --format verl`") from None
-                raise ValueError(f"task {name!r} rejected extra_info.task_params {dict(params)}: {err}") from None
-            except TypeError as err:
-                raise ValueError(f"task {name!r} rejected extra_info.task_params {dict(params)}: {err}") from None
-            if policy is not None:
-                task.failures = task.failures.with_policy(policy)
-            _TASK_CACHE[key] = task
-    return task
-
-
-def _group_key(key: Any) -> int | str:
-    """The prompt's group key as a plain int or str (numpy scalars hash like Python ones)."""
-    if isinstance(key, np.generic):
-        key = key.item()
-    if isinstance(key, bool) or not isinstance(key, int | str):
-        raise ValueError(f"the group key (extra_info.example_id) must be a str or an int, got "
-                         f"{type(key).__name__} {key!r}")
-    return key
-
-
 def row_key(extra_info: Mapping[str, Any]) -> int | str:
     """The group key of an exported row: its ``example_id`` (the key every engine uses), or its
     ``index`` for data exported without one."""
-    key = extra_info.get("example_id")
-    return _group_key(extra_info["index"] if key is None else key)
+    key = given_key(extra_info.get("example_id"))
+    return group_key(extra_info["index"] if key is None else key)
 
 
-@lru_cache(maxsize=8192)
-def _cached_weights(seed: int, key: int | str, step: Any, dim: int, num_weights: int, alpha: float,
-                    sampler: str) -> np.ndarray:
+def _keyed_weights(key: Any, dim: int, *, num_weights: int = WeightOptions.num_weights,
+                   alpha: float = WeightOptions.alpha, sampler: str = WeightOptions.sampler,
+                   seed: int = WeightOptions.seed, step: Any = FIXED) -> np.ndarray:
+    """The (K, D) weights of the prompt with group ``key`` at ``step``: ``vpo.weights.group_weights``."""
     from vpo.weights import group_weights as keyed
 
-    weights = np.asarray(keyed([key], num_weights, dim, seed=seed, step=step, alpha=alpha, sampler=sampler)[0],
-                         dtype=np.float64)
-    weights.setflags(write=False)
-    return weights
+    return keyed([group_key(key)], int(num_weights), int(dim), seed=int(seed), step=step, alpha=float(alpha),
+                 sampler=sampler)[0]
 
 
-def group_weights(key: Any, dim: int, *, num_weights: int = WeightOptions.num_weights,
-                  alpha: float = WeightOptions.alpha, sampler: str = WeightOptions.sampler,
-                  seed: int = WeightOptions.seed, step: Any = FIXED) -> np.ndarray:
-    """The (K, D) Dirichlet weights of the prompt with group ``key`` (its ``example_id``) at
-    ``step``: identical for every rollout of that prompt, in every process and engine
-    (``vpo.weights.group_weights``). Read-only."""
-    return _cached_weights(int(seed), _group_key(key), step, int(dim), int(num_weights), float(alpha), sampler)
+def __getattr__(name: str) -> Any:
+    """``group_weights``: the earlier name of a prompt's keyed weights here (dated deprecation)."""
+    if name == "group_weights":
+        from vpo.deprecation import deprecated
 
-
-def _check_options(method: str, num_weights: Any, alpha: Any, sampler: Any, seed: Any) -> WeightOptions:
-    methods = reward_methods()
-    if method not in methods:
-        raise ValueError(f"reward_kwargs.method={method!r} is not one of {', '.join(methods)}")
-    try:
-        return WeightOptions(num_weights=num_weights, alpha=alpha, sampler=sampler, seed=seed)
-    except ValueError as err:
-        raise ValueError(f"reward_kwargs.{err}") from None  # the message starts with the field name
-
-
-def score_rollout(task_name: Any, text: str, example: Mapping[str, Any], *, m: int, key: Any,
-                  method: str = "vpo", num_weights: int = WeightOptions.num_weights, alpha: float = WeightOptions.alpha,
-                  sampler: str = WeightOptions.sampler, seed: int = WeightOptions.seed, step: Any = FIXED,
-                  task_params: Mapping[str, Any] | None = None,
-                  options: Mapping[str, Any] | None = None, failure_policy: Any = None) -> dict[str, Any]:
-    """Score one rollout (engine-free; verl's and OpenRLHF's adapters call this). ``task_name``:
-    a registered task's name (built with ``task_params``), or a ``Task`` instance.
-
-    ``key`` is the prompt's group key (the exported ``example_id``); ``options`` the method's
-    own reduction options (``EstimatorSpec.reduction_options`` beyond the weight options);
-    ``failure_policy`` a ``RewardFailurePolicy`` for the task's scorers (None: the task's own).
-    Returns a flat dict: ``score`` (the method's per-rollout score: its registered reduction,
-    ``vpo.estimators.rollout_score``), ``set_score`` (VPO's R_g with the prompt's shared
-    weights, logged for every method), ``fixed_scalar`` (best fixed scalar among the answers),
-    ``fixed_scalar_sum``, ``nonzero_answers`` (distinct answers with a non-zero reward vector),
-    ``acc`` (1.0 when some answer is solved), ``answers_parsed`` (non-blank answers found in the
-    chain's tags, at most m), ``scored_answers`` (non-blank answers scored, fallbacks included),
-    ``duplicate_answers`` (those dropped as duplicates), ``best_<objective>``
-    per objective for tasks with fixed objective names, ``objective_best`` (JSON list of the
-    per-objective maxima, for every task), ``vpo/reward_failures`` (this rollout's failed reward
-    calls, ``task.failures``) and ``vpo/reward_failures/<name>`` per scorer. The keys depend only
-    on the task, so they are identical for every rollout of a run. ``step`` also closes the
-    failure tally's step: past ``max_failure_rate`` this raises ``RewardFailureError``.
-    """
-    from vpo.estimators import reduction_context, rollout_score
-    from vpo.goals import goal_of
-    from vpo.objective import set_scores
-
-    weight_options = _check_options(method, num_weights, alpha, sampler, seed)
-    spec = reward_methods()[method]
-    own = dict(options or {})
-    unknown = sorted(set(own) - (set(spec.reduction_options) - {"num_weights", "alpha", "sampler", "seed"}))
-    if unknown:
-        raise ValueError(f"method={method!r}: {', '.join(unknown)} is not an option of its reduction (its options: "
-                         f"{', '.join(spec.reduction_options) or 'none'})")
-    if isinstance(m, bool) or not isinstance(m, int | np.integer) or m < 1:
-        raise ValueError(f"m (extra_info.answers) must be a positive integer, got {m!r}")
-    if not spec.multi_answer and m != 1:
-        raise ValueError(f"reward_kwargs.method={method!r} trains single-answer rollouts but the prompt asks for "
-                         f"m={m} answers (extra_info.answers); export with --answers 1 or use method vpo/multi_rlvr")
-    key = _group_key(key)
-    # a Task instance scores as it is (vpo.integrations.verl_rewards: a user's compute_score as a task)
-    task = task_name if not isinstance(task_name, str) else _get_task(task_name, dict(task_params or {}),
-                                                                      failure_policy)
-    example = task.validate(example, row=key)
-
-    dim = task.num_objectives(example)
-    parsed: dict[str, int] = {}
-    tally = task.failures
-    if step is not FIXED:
-        tally.tick(step)  # the first rollout of a new step closes the last one (RewardFailureError past the rate)
-    failed = tally.track()
-    matrix = np.asarray(task.score_chain(text if isinstance(text, str) else "", example, int(m), stats=parsed),
-                        dtype=np.float64)
-    if step is FIXED:
-        tally.tick()  # no step from the engine: the rate is checked over each window of calls
-    matrix = matrix.reshape(-1, dim)
-    rows = matrix if matrix.shape[0] else np.zeros((1, dim))  # code chains are unpadded: keep one row
-    scalars = np.atleast_1d(np.asarray(task.scalar(rows), dtype=np.float64))
-
-    weights = group_weights(key, dim, num_weights=weight_options.num_weights, alpha=weight_options.alpha,
-                            sampler=weight_options.sampler, seed=weight_options.seed, step=step)
-    set_score = float(np.asarray(set_scores([rows], weights), dtype=np.float64).reshape(-1)[0])
-    stated = goal_of(example) if spec.conditions_prompt else None
-    if stated is not None and stated.shape != (dim,):
-        raise ValueError(f"the example's goal weights have {stated.shape[0]} entries for D={dim} objectives")
-    try:
-        context = reduction_context(spec, key=key, dim=dim, seed=weight_options.seed, step=step, goal=stated,
-                                    scalar=task.scalar, num_weights=weight_options.num_weights,
-                                    alpha=weight_options.alpha, sampler=weight_options.sampler)
-    except ValueError as err:
-        raise ValueError(f"{err} (`vpo data export {task_name} --format verl --method {method}`)") from None
-    score = rollout_score(spec, matrix, **context, **own)
-
-    best = rows.max(axis=0)
-    out: dict[str, Any] = {
-        "score": score,
-        "set_score": set_score,
-        "fixed_scalar": float(scalars.max()),
-        "fixed_scalar_sum": float(scalars.sum()),
-        "nonzero_answers": int(np.count_nonzero(np.any(matrix != 0.0, axis=1))) if matrix.size else 0,
-        "acc": float(any(task.solved(row) for row in rows)),
-        "answers_parsed": int(parsed.get("answers", 0)),
-        "scored_answers": int(parsed.get("parsed", 0)),
-        "duplicate_answers": int(parsed.get("duplicates", 0)),
-    }
-    if type(task).objectives:  # fixed objective names: one flat key per objective
-        for name, value in zip(task.objective_names(example), best, strict=True):
-            out[f"best_{name}"] = float(value)
-    out["objective_best"] = json.dumps([round(float(v), 6) for v in best])
-    out[FAILURE_METRIC] = float(sum(failed.values()))  # this rollout's failed reward calls
-    out.update({f"{FAILURE_METRIC}/{name}": float(count) for name, count in failed.items()})
-    return out
+        return deprecated(_keyed_weights, "vpo.integrations.verl.group_weights",
+                          "vpo.weights.group_weights([key], K, D, seed=seed, step=step)[0]")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Mapping[str, Any] | None = None,
@@ -325,7 +177,8 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
                   alpha: float = WeightOptions.alpha, sampler: str = WeightOptions.sampler,
                   seed: int = WeightOptions.seed, task_params: Mapping[str, Any] | str | None = None,
                   max_failure_rate: float | None = None, failure_window: int | None = None,
-                  time_limit: float | None = None, **engine_kwargs: Any) -> dict[str, Any]:
+                  time_limit: float | None = None, set_score: bool | None = None,
+                  **engine_kwargs: Any) -> dict[str, Any]:
     """verl's reward function for every vpo task: one rollout in, a flat dict out.
 
     Arguments from verl (``naive`` reward manager, one sample per call): ``data_source`` (the
@@ -342,7 +195,9 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
     unset: its defaults, or what an ``own_rewards`` export recorded): ``max_failure_rate`` (0.5),
     ``failure_window`` (256 calls: verl passes no step unless the data carries
     ``extra_info.global_steps``, so the rate is checked over each window) and ``time_limit``
-    (seconds per scoring call; none by default: math-verify and the sandbox have their own).
+    (seconds per scoring call; none by default: math-verify and the sandbox have their own), and
+    ``set_score`` (true: log VPO's set score for every method, a draw of K weights per rollout;
+    by default only ``method=vpo`` returns it, as its score).
 
     Returns ``score_rollout``'s dict; ``score`` is what verl puts at the last response token.
     """
@@ -356,13 +211,13 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
                              f"+algorithm.vpo_options.{advantage_side[0]} instead")
         raise ValueError(f"unknown reward_kwargs option(s) {', '.join(sorted(unknown))}; known: method, m, "
                          "num_weights, alpha, sampler, seed, task_params, max_failure_rate, failure_window, "
-                         f"time_limit{''.join(', ' + o for o in own)}")
+                         f"time_limit, set_score{''.join(', ' + o for o in own)}")
     if not isinstance(data_source, str) or not data_source:
         raise ValueError(f"data_source must be a vpo task name, got {data_source!r}")
     if not isinstance(extra_info, Mapping):
         raise ValueError(f"extra_info must be a mapping with index and answers (vpo data export), got "
                          f"{type(extra_info).__name__}")
-    if extra_info.get("example_id") is None and extra_info.get("index") is None:
+    if given_key(extra_info.get("example_id")) is None and extra_info.get("index") is None:
         raise ValueError("extra_info.example_id (and extra_info.index) is missing: the prompt's weights are keyed on "
                          "it; export the data with `vpo data export TASK --format verl`")
     prompt_m = extra_info.get("answers")
@@ -405,7 +260,7 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
     return score_rollout(data_source, solution_str, example, m=prompt_m, key=row_key(extra_info), method=method,
                          num_weights=num_weights, alpha=alpha, sampler=sampler, seed=seed, step=step,
                          task_params=params, options={k: engine_kwargs[k] for k in own if k in engine_kwargs},
-                         failure_policy=policy)
+                         failure_policy=policy, set_score=set_score)
 
 
 # --------------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """Checks and numbers for ``recipes/verl/run.sh``, and vpo's per-step reward metrics on verl.
 
 Engine-free (no verl import): ``run.sh`` calls ``python -m vpo.integrations.verl_recipe`` before
-any model loads, and ``vpo.integrations.verl_main`` feeds :func:`reward_step_metrics` from
-verl's trainer.
+any model loads, and ``vpo.integrations.verl_main`` feeds :func:`reward_step_metrics` (the
+rollout scorer's step metrics, ``vpo.integrations.rollout_scorer``) from verl's trainer.
 
 * ``plan DATA_DIR --task T --train-batch-size B --epochs E [--save-freq S --test-freq F
   --ckpt-dir C]``: stops (exit 1, one line) when the training data came from a task's shipped
@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from vpo.integrations.rollout_scorer import reward_step_metrics
 
 __all__ = ["RecipePlan", "plan_run", "reward_step_metrics", "verl_steps"]
 
@@ -62,7 +62,7 @@ def plan_run(data_dir: str | Path, *, task: str, train_batch_size: int, epochs: 
     shipped sample, naming ``TRAIN_BATCH_SIZE`` when the rows do not fill one step (verl would
     load the models and then divide by zero steps per epoch).
     """
-    from vpo.export import reads_shipped_sample
+    from vpo.export import read_export_record, reads_shipped_sample
 
     data_dir = Path(data_dir)
     train = data_dir / "train.parquet"
@@ -70,11 +70,11 @@ def plan_run(data_dir: str | Path, *, task: str, train_batch_size: int, epochs: 
         raise ValueError(f"{train} does not exist: export the data first (vpo data export {task} --format verl)")
     meta_path = data_dir / "export.json"
     if meta_path.is_file():
-        meta = json.loads(meta_path.read_text())
+        meta = read_export_record(meta_path)
         if meta.get("task") not in (None, task):
             raise ValueError(f"{data_dir} holds {meta.get('task')!r} data, not {task!r}: set DATA_DIR to {task}'s export")
         if reads_shipped_sample(task, meta.get("source")):
-            raise ValueError(f"{data_dir} was exported from {task}'s shipped sample ({meta['counts'].get('train')} "
+            raise ValueError(f"{data_dir} was exported from {task}'s shipped sample ({(meta.get('counts') or {}).get('train')} "
                              f"invented rows for tests), not real data: delete it and pass --source FILE (EXPORT_ARGS="
                              f"'--source FILE' with run.sh)")
     if train_batch_size < 1 or epochs < 1:
@@ -88,62 +88,6 @@ def plan_run(data_dir: str | Path, *, task: str, train_batch_size: int, epochs: 
     saves = tuple(s for s in range(1, total + 1) if save_freq > 0 and (s % save_freq == 0 or s == total))
     tests = tuple(s for s in range(1, total + 1) if test_freq > 0 and (s % test_freq == 0 or s == total))
     return RecipePlan(rows, per_epoch, total, saves, tests)
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, int | float) and math.isfinite(value):
-        return float(value)
-    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:  # numpy scalars
-        return _number(value.item())
-    return None
-
-
-_CHAIN_KEYS = ("score", "answers_parsed", "scored_answers", "duplicate_answers", "objective_best")
-"""Per-rollout keys of ``compute_score`` that feed the shared metrics rather than a mean of their own."""
-
-
-def reward_step_metrics(infos: Sequence[Mapping[str, Any]], group_ids: Sequence[Hashable], *,
-                        prefix: str = "vpo/") -> dict[str, float]:
-    """Per-step metrics from the dicts ``compute_score`` returned for one step's rollouts.
-
-    ``infos[i]``: rollout i's reward extra info (verl's ``reward_extra_info``), ``group_ids[i]``
-    its prompt. Returns the names TRL and OpenRLHF log too (``vpo.step_metrics``):
-    ``vpo/answers_parsed``, ``vpo/duplicate_rate``, ``vpo/objective/<name>`` (objective names
-    from the ``best_<name>`` keys, else their index), ``vpo/score_mean``, ``vpo/group_std``,
-    ``vpo/frac_zero_std``; and ``{prefix}<key>`` for the mean of every other numeric key
-    (``set_score``, ``fixed_scalar``, ``acc`` ...).
-    """
-    from vpo.step_metrics import chain_metrics, score_metrics
-
-    if len(infos) != len(group_ids):
-        raise ValueError(f"{len(infos)} reward infos for {len(group_ids)} group ids")
-    out: dict[str, float] = {}
-    if not infos:
-        return out
-    keys = list(dict.fromkeys(k for info in infos for k in info))
-    named = [k[len("best_"):] for k in keys if k.startswith("best_")]
-    for key in keys:
-        if key in _CHAIN_KEYS or key.startswith("best_"):
-            continue
-        values = [_number(info.get(key)) for info in infos]
-        values = [v for v in values if v is not None]
-        if values:  # a key already named as a metric (vpo/reward_failures) keeps its name
-            out[key if key.startswith(prefix) else f"{prefix}{key}"] = sum(values) / len(values)
-    best = [json.loads(info["objective_best"]) for info in infos if isinstance(info.get("objective_best"), str)]
-    if len(best) != len(infos) or len({len(b) for b in best}) != 1:
-        best = []
-    names = named if best and len(named) == len(best[0]) else [str(d) for d in range(len(best[0]))] if best else []
-    out.update(chain_metrics(answers=[_number(i.get("answers_parsed")) or 0.0 for i in infos],
-                             parsed=[_number(i.get("scored_answers", i.get("answers_parsed"))) or 0.0 for i in infos],
-                             duplicates=[_number(i.get("duplicate_answers")) or 0.0 for i in infos],
-                             best=best or None, names=names))
-    scored = [(g, _number(i.get("score"))) for i, g in zip(infos, group_ids, strict=True)]
-    scored = [(g, v) for g, v in scored if v is not None]
-    if scored:
-        out.update(score_metrics([v for _, v in scored], [g for g, _ in scored]))
-    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:

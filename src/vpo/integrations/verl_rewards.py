@@ -23,7 +23,7 @@ Per rollout, the m answers of the chain (``<response_1>`` .. ``<response_m>``, t
 ``vpo.rewards``) are split and your function is called once per answer; the (m, D) matrix is
 deduplicated and zero-padded as ``vpo.rewards`` does (the ``own_rewards`` task,
 ``vpo.tasks.own_rewards``) and reduced to the method's per-rollout score by
-``vpo.integrations.verl.score_rollout``, the same reduction the task-based ``compute_score`` uses;
+``vpo.integrations.rollout_scorer.score_rollout``, the scorer the task-based ``compute_score`` uses;
 the registered ``vpo`` estimator turns the scores into advantages. A ``None`` from your function
 counts as 0 (verl scores one rollout at a time: there is no group to drop an objective for).
 Returned: ``score_rollout``'s dict plus ``best_<key>`` per objective (the chain's best value).
@@ -39,6 +39,7 @@ policy (``vpo.reward_failures``): ``max_failure_rate``, ``failure_window`` (verl
 the rate is checked over each window of reward calls) and ``time_limit`` (seconds per call). A
 failed call scores 0 and is counted in the returned ``vpo/reward_failures`` (this rollout's failed
 calls) and ``vpo/reward_failures/<score_name>``; past the rate, ``compute_score`` raises.
+``set_score`` as in ``vpo.integrations.verl.compute_score``.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ import numpy as np
 
 from vpo.estimators.options import WeightOptions
 from vpo.reward_failures import RewardContractError, RewardFailurePolicy, RewardFailures
-from vpo.weights import FIXED
+from vpo.weights import FIXED, given_key
 
 __all__ = ["MultiAnswerDataset", "VerlScore", "compute_score", "load_user_score"]
 
@@ -153,10 +154,11 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
                   sampler: str = WeightOptions.sampler, seed: int = WeightOptions.seed, scaling: Any = None,
                   max_failure_rate: float = RewardFailurePolicy.max_failure_rate,
                   failure_window: int = RewardFailurePolicy.window,
-                  time_limit: float | None = RewardFailurePolicy.time_limit,
+                  time_limit: float | None = RewardFailurePolicy.time_limit, set_score: bool | None = None,
                   **engine_kwargs: Any) -> dict[str, Any]:
     """verl's reward function over the user's own ``compute_score`` (see the module docstring)."""
-    from vpo.integrations.verl import reward_methods, row_key, score_rollout
+    from vpo.integrations.rollout_scorer import reward_methods, score_rollout
+    from vpo.integrations.verl import row_key
 
     spec = reward_methods().get(method)
     # the method's own reduction options (beyond the weight options) reach its reduction, as in compute_score
@@ -165,7 +167,7 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
     if unknown:
         raise ValueError(f"unknown reward_kwargs option(s) {', '.join(sorted(unknown))}; known: score_path, "
                          "score_name, reward_keys, answers, method, num_weights, alpha, sampler, seed, scaling, "
-                         "max_failure_rate, failure_window, time_limit"
+                         "max_failure_rate, failure_window, time_limit, set_score"
                          + "".join(", " + o for o in own))
     if not score_path:
         raise ValueError("reward_kwargs.score_path is missing: the file (or pkg://module) of your compute_score, "
@@ -180,7 +182,7 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
     m = int(m.item() if isinstance(m, np.generic) else m)
     if answers is not None and int(answers) != m:
         raise ValueError(f"reward_kwargs.answers={answers} but the prompt asks for extra_info.answers={m}")
-    if info.get("example_id") is None and info.get("index") is None:
+    if given_key(info.get("example_id")) is None and info.get("index") is None:
         raise ValueError("extra_info.example_id and extra_info.index are missing: the prompt's weights are keyed on "
                          "one of them (MultiAnswerDataset adds the row number as index)")
     key = row_key(info)  # the group key every engine reads: example_id, else index
@@ -192,7 +194,7 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
     step = FIXED if step is None else int(step.item() if isinstance(step, np.generic) else step)
     out = score_rollout(task, solution_str, example, m=m, key=key, method=method, num_weights=num_weights,
                         alpha=alpha, sampler=sampler, seed=seed, step=step,
-                        options={k: engine_kwargs[k] for k in own if k in engine_kwargs})
+                        options={k: engine_kwargs[k] for k in own if k in engine_kwargs}, set_score=set_score)
     for key, value in zip(task.objective_names(example), json.loads(out["objective_best"]), strict=True):
         out[f"best_{key}"] = float(value)
     return out

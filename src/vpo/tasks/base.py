@@ -12,8 +12,8 @@ A task is a small environment in the Gymnasium / MO-Gymnasium spirit, except tha
 What a subclass writes: ``prompt_single`` and ``score`` (or ``score_batch`` when answers are
 cheaper to score together, as code is), the class attributes, and ``validate``. Everything an
 engine needs goes through ``messages`` (the prompt) and ``score_chain`` (the reward matrix), which
-subclasses do not override: ``rewrite_rule``, ``parse_chain``, ``score_batch`` and ``dedup_key``
-are the hooks. ``vpo.tasks.check.check_task`` checks a task against this contract.
+subclasses do not override: ``rewrite_rule``, ``parse_chain`` (with its inverse ``format_chain``),
+``score_batch`` and ``dedup_key`` are the hooks. ``vpo.tasks.check.check_task`` checks a task against this contract.
 
 Examples are validated once, when they are loaded (``examples``, ``validate``); scoring
 assumes a validated example. Scoring never raises on model text: garbage scores the zero
@@ -121,6 +121,17 @@ class Task(ABC):
     def parse_chain(self, text: str, m: int) -> list[str]:
         """Exactly ``m`` answer strings of an m-answer generation (missing ones empty)."""
         return parse_answers(text, m, tag=self.rewrite_rule.tag, fallbacks=self.parse_fallbacks)
+
+    def format_chain(self, answers: Sequence[str]) -> str:
+        """The m-answer generation holding ``answers`` (single answers, as a model writes them for
+        the single-answer prompt) in this task's chain format, as the m-answer prompt asks for it:
+        ``parse_chain``'s inverse (``parse_chain(format_chain(a), len(a))`` gives each answer back,
+        as the task reads it, and ``tagged_answers`` counts all of them). Default: each answer in the
+        rule's numbered tags (``vpo.chains.format_chain``). ValueError for an answer that cannot
+        stand in a chain (blank, or holding the chain's own markup)."""
+        from vpo.chains import format_chain
+
+        return format_chain(answers, self.rewrite_rule.tag)
 
     def tagged_answers(self, text: str, m: int) -> int:
         """How many of the chain's answers stand in its numbered tags (``<tag_i>``), as opposed to
@@ -336,12 +347,10 @@ class FileTask(Task):
 
 def require(example: Mapping[str, Any], field: str, types: type | tuple[type, ...], task: str,
             row: int | None) -> Any:
-    """Fetch ``example[field]`` checking its type; ValueError naming field and row otherwise."""
-    if field not in example:
-        raise ValueError(f"{task}: row {row}: missing field {field!r}")
-    value = example[field]
-    if not isinstance(value, types) or isinstance(value, bool) and bool not in (
-            types if isinstance(types, tuple) else (types,)):
-        names = types.__name__ if isinstance(types, type) else "/".join(t.__name__ for t in types)
-        raise ValueError(f"{task}: row {row}: field {field!r} must be {names}, got {type(value).__name__}")
-    return value
+    """``example[field]`` checked against ``types``: the earlier name of ``vpo.tasks.io.need``
+    (deprecated, with a date; the same checks and messages)."""
+    from vpo.deprecation import warn_deprecated
+    from vpo.tasks.io import need
+
+    warn_deprecated("vpo.tasks.require", "vpo.tasks.io.need")
+    return need(example, field, types, task, row)

@@ -13,7 +13,8 @@ What it checks, on a few of the task's own examples: examples are JSON-serialisa
 prompt differs from the single one; scoring arbitrary text (empty, garbage, tags, 1 MB) never
 raises and gives a (D,) vector in [0, 1]; empty text scores zero; ``score_batch`` agrees with
 ``score``; ``score_chain`` has the documented shapes; ``scalar``, ``solved``, ``dedup_key`` and
-``difficulty`` have their types; ``score_chain`` is not overridden.
+``difficulty`` have their types; ``score_chain`` is not overridden; ``format_chain`` writes chains
+that ``parse_chain`` reads back answer for answer.
 
 Shape glossary: M answers per chain (m), D objectives.
 """
@@ -112,3 +113,31 @@ def check_task(task: Task, examples: Sequence[Example] | None = None, *, n: int 
         level = task.difficulty(example)
         if level is not None and not isinstance(level, str):
             raise _fail(task, f"difficulty must be a str or None, got {type(level).__name__}")
+        _check_chain_format(task, example, [*task.oracle_answers(example), *probes], m)
+
+
+def _check_chain_format(task: Task, example: Example, candidates: Sequence[str], m: int) -> None:
+    """``format_chain`` is ``parse_chain``'s inverse: up to m of ``candidates`` that can stand in a
+    chain, formatted into one, parse back to answers that each score as the answer did alone, and
+    ``tagged_answers`` counts every one of them."""
+    ready: list[str] = []
+    for text in candidates:
+        if len(text) > 10_000 or text in ready or len(ready) == m:
+            continue
+        try:
+            task.format_chain([text])
+        except ValueError:
+            continue
+        ready.append(text)
+    if not ready:
+        raise _fail(task, "format_chain accepts none of the oracle answers and probes")
+    chain = task.format_chain(ready)
+    parsed = task.parse_chain(chain, len(ready))
+    if task.tagged_answers(chain, len(ready)) != len(ready):
+        raise _fail(task, f"tagged_answers counts {task.tagged_answers(chain, len(ready))} of the {len(ready)} "
+                          f"answers format_chain wrote: {chain[:80]!r}")
+    for i, (answer, back) in enumerate(zip(ready, parsed, strict=True)):
+        alone = np.asarray(task.score(answer, example), dtype=np.float64)
+        if not back.strip() or not np.allclose(np.asarray(task.score(back, example), dtype=np.float64), alone):
+            raise _fail(task, f"format_chain then parse_chain changes answer {i + 1} ({answer[:40]!r} came back as "
+                              f"{back[:40]!r})")

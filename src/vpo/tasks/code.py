@@ -443,6 +443,22 @@ class CodeTask(FileTask):
         programs = programs[:m]
         return programs + [""] * (m - len(programs))
 
+    def format_chain(self, answers: Sequence[str]) -> str:
+        """Each answer's program (``answer_code``) in its own fenced python block, with a line
+        holding only ``---`` between consecutive ones, as the m-answer prompt asks; ValueError for
+        an answer with no program, or one holding a fence line of its own (it would end the block)."""
+        blocks = []
+        for i, answer in enumerate(answers, start=1):
+            code = self.answer_code(answer).rstrip().lstrip("\n")
+            if not code.strip():
+                raise ValueError(f"code: answer {i} holds no program (a fenced python block, or Python source)")
+            if _FENCE.search(code):
+                raise ValueError(f"code: answer {i} holds a ``` fence line of its own")
+            blocks.append(f"```python\n{code}\n```")
+        if not blocks:
+            raise ValueError("code: format_chain got no answers")
+        return "\n---\n".join(blocks)
+
     def dedup_key(self, answer: str, vector: np.ndarray, example: Example) -> Hashable:
         """AST-identical programs count once (docs/algorithm.md §3)."""
         return program_key(self.answer_code(answer) or answer)

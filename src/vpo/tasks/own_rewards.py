@@ -17,7 +17,7 @@ the row.
 Examples are the dataset's rows as they are: a ``prompt`` (a string, or chat turns as TRL's
 conversational format has them) and any other columns, which every reward function receives
 as keyword arguments, one value per answer, as TRL passes dataset columns. Chains are scored by
-the trainer's own functions (``score_generations``: ``vpo.rewards.score_answers`` and
+the trainer's own functions (``score_generations``: ``vpo.rewards.score_every_answer`` and
 ``finish_chains``, what ``VPOTrainer`` runs): each function once on all the answers given, a
 chain-level one once per chain with its value on every row, length budgets scaled by m
 (``vpo.rewards.at_answers``), completions in the form of the row's prompt, ``completion_ids``
@@ -44,7 +44,7 @@ import numpy as np
 from vpo.reward_failures import RewardFailurePolicy, RewardFailures
 from vpo.rewards import (CHAIN_RULE, CHAIN_TAG, ChainRewards, at_answers, check_columns, check_scaling,
                          completion_form, finish_chains, function_name, load_reward_funcs,
-                         objective_names, score_answers)
+                         objective_names, score_every_answer)
 from vpo.tasks import register_task
 from vpo.tasks.base import Example, FileTask
 
@@ -158,13 +158,13 @@ class OwnRewardsTask(FileTask):
     def score_chains_of(self, texts: Sequence[str], example: Example, m: int, *,
                         completion_ids: Sequence[Sequence[int]] | None = None, tokenizer: Any = None) -> ChainRewards:
         """The C chains ``texts`` generated for ``example`` scored as ``VPOTrainer`` scores a group of
-        rollouts (``vpo.rewards.score_answers``, ``finish_chains``): the functions for m answers, the
+        rollouts (``vpo.rewards.score_every_answer``, ``finish_chains``): the functions for m answers, the
         row's prompt and columns, each completion in the prompt's form, ``completion_ids`` (C,) the
         chains' tokens (from ``tokenizer`` when not given), the scaling and the failure policy."""
         funcs, _ = self.functions_at(m)
         prompt = example[PROMPT_COLUMN]
         columns = {k: [v] * len(texts) for k, v in self.columns(example).items()}
-        scored = score_answers(funcs, [prompt] * len(texts), [completion_form(prompt, t) for t in texts], m,
+        scored = score_every_answer(funcs, [prompt] * len(texts), [completion_form(prompt, t) for t in texts], m,
                                reward_names=self.reward_names, reward_processing_classes=self.reward_processing_classes,
                                tag=CHAIN_TAG if m > 1 else None, failures=self.failures,
                                completion_ids=None if completion_ids is None else list(completion_ids),

@@ -4,15 +4,17 @@
 Usage::
 
     from trl import GRPOTrainer
-    from vpo.integrations.trl import RLConfig, TaskReward, VPOReward, VPOTrainer
+    from vpo.integrations.trl import EstimatorReward, RLConfig, TaskReward, VPOReward, VPOTrainer
     task = get_task("maze", size=5)
 
     # A. stock trainer: GRPO -> VPO is the reward line (TRL keeps its own group normalisation)
     GRPOTrainer(model, reward_funcs=TaskReward(task), args=cfg, train_dataset=ds)              # GRPO
     GRPOTrainer(model, reward_funcs=VPOReward(task, answers=3), args=cfg, train_dataset=ds)    # VPO
+    GRPOTrainer(model, reward_funcs=EstimatorReward(task, "random_weight"), args=cfg, train_dataset=ds)
 
     # A'. TRL's own CLI, on a `vpo data export TASK --format trl` folder
     #     trl grpo --model_name_or_path M --dataset_name DIR --reward_funcs vpo.integrations.trl.vpo_reward
+    #     (or vpo.integrations.trl.estimator_reward: the estimator each row's `method` column names)
 
     # B. subclass: the estimator's reduction is TRL's reward, its advantage rule runs on what TRL gathered
     VPOTrainer(model, task=task, answers=3, estimator="vpo", args=cfg, train_dataset=ds,
@@ -26,7 +28,7 @@ Usage::
 
 Modules (imported on first use, so ``config`` stays light for the CLI): ``rewards`` (A, A'),
 ``scorers`` (a task's and a user's functions' scorer), ``trainer`` (B, C), ``config`` (presets,
-TRL's run settings and options; also ``vpo.integrations.trl_config``), ``progress`` (terminal).
+TRL's run settings and options), ``progress`` (terminal).
 """
 
 from __future__ import annotations
@@ -37,18 +39,22 @@ from typing import Any
 _EXPORTS = {
     "config": ("GRPO_NAMES", "LOSS_TYPES", "LR_SCHEDULERS", "RLConfig", "TASK_EPOCHS", "TRLOptions", "VPO_OWNED",
                "check_engine", "estimator_scale", "map_trl_options", "read_grpo_yaml"),
-    "rewards": ("TaskReward", "TaskScalarReward", "VPOReward", "group_weights", "task_reward", "vpo_reward"),
+    "rewards": ("EstimatorReward", "TaskReward", "VPOReward", "estimator_reward", "task_reward", "vpo_reward"),
     "scorers": ("FunctionScorer", "ScoredChains", "TaskScorer", "decode_examples", "group_keys", "parse_example",
-                "score_and_log", "score_task_chains"),
+                "score_task_chains"),
     "trainer": ("COLLINEAR_STEPS", "EXPECTED_TRL_HOOKS", "PRIVATE_MEMBERS", "TRL_VERSIONS", "VPOTrainer",
                 "check_trl_hooks"),
-    "progress": ("StageProgress", "StepLines", "label_progress", "step_line"),
+    "progress": ("BUDGET_KEY", "StageProgress", "StepLines", "chain_shares", "label_progress", "step_line"),
 }
 _SHARED = {"completion_text": "vpo.rewards", "prompt_key": "vpo.rewards"}
 """Names re-exported from the core (they were importable from here)."""
+_DEPRECATED = {"TaskScalarReward": f"{__name__}.rewards", "group_weights": f"{__name__}.rewards",
+               "score_and_log": f"{__name__}.scorers"}
+"""Earlier names, still importable (their modules warn with a date)."""
 _WHERE = {name: f"{__name__}.{module}" for module, names in _EXPORTS.items() for name in names} | _SHARED
 
 __all__ = sorted(_WHERE)
+_WHERE |= _DEPRECATED
 
 
 def __getattr__(name: str) -> Any:
@@ -56,7 +62,8 @@ def __getattr__(name: str) -> Any:
     if where is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(where), name)
-    globals()[name] = value
+    if name not in _DEPRECATED:  # an earlier name warns on every import, so it is not kept here
+        globals()[name] = value
     return value
 
 

@@ -5,7 +5,7 @@ CLI can build its flags from it.
 
 Usage::
 
-    from vpo.integrations.trl.config import RLConfig, TRLOptions   # also vpo.integrations.trl_config
+    from vpo.integrations.trl.config import RLConfig, TRLOptions
     args = RLConfig(learning_rate=1e-6).to_grpo_config("runs/out", task="maze", answers=3)
     args = RLConfig().to_grpo_config("runs/out", **TRLOptions(report_to="tensorboard").grpo_values())
 

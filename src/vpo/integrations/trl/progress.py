@@ -14,12 +14,12 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerCallback
 
-__all__ = ["StageProgress", "StepLines", "label_progress", "step_line"]
+__all__ = ["BUDGET_KEY", "StageProgress", "StepLines", "chain_shares", "label_progress", "step_line"]
 
 
 class StageProgress(ProgressCallback):
@@ -50,12 +50,18 @@ def _no_gradient(number: Callable[[str], float | None]) -> str | None:
     return "no gradient: nothing parsed" if number("vpo/parse_rate") == 0.0 else "no gradient: rollouts tied"
 
 
+BUDGET_KEY = "completions/clipped_ratio"
+"""TRL's share of a step's completions that reached ``max_completion_length`` without EOS."""
+
+
 def step_line(logs: Mapping[str, Any], step: int, max_steps: int) -> str | None:
     """One short line for a training log (None for a log without a reward, e.g. the run's
     summary): step, objective (TRL's ``reward``: the set score the estimator optimises), the
     mean reward per objective, KL and seconds per step, each only when logged as a number. A
     step where every group scored alike says so, and why: "no gradient: nothing parsed" (no
-    chain parsed) or "no gradient: rollouts tied" (each prompt's rollouts scored the same)."""
+    chain parsed) or "no gradient: rollouts tied" (each prompt's rollouts scored the same). The
+    shares of chains that wrote more than m answers (``vpo/over_m_rate``: "83% over m") and that
+    were cut at the token budget (``BUDGET_KEY``: "92% cut") are shown when not 0."""
     def number(key: str) -> float | None:
         value = logs.get(key)
         return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
@@ -67,25 +73,41 @@ def step_line(logs: Mapping[str, Any], step: int, max_steps: int) -> str | None:
     parts.append(f"objective {objective:.3f}" if objective is not None else "objective n/a")
     why = _no_gradient(number)
     prefix = "vpo/objective/"
-    per_objective = [f"{key[len(prefix):]} {number(key):.3f}" for key in logs
+    per_objective = [f"{key[len(prefix):]} {number(key):.2f}" for key in logs
                      if key.startswith(prefix) and number(key) is not None]
     if per_objective:
         parts.append("(" + ", ".join(per_objective) + ")")
     if why is not None:
         parts.append(why)
+    over_m, cut = number("vpo/over_m_rate"), number(BUDGET_KEY)
+    if over_m:
+        parts.append(f"{over_m:.0%} over m")  # chains that wrote more than m answers
+    if cut:
+        parts.append(f"{cut:.0%} cut")  # chains cut at the token budget
     if number("kl") is not None:
         parts.append(f"KL {number('kl'):.4f}")
     if number("step_time") is not None:
-        parts.append(f"{number('step_time'):.2f} s/step")
+        parts.append(f"{number('step_time'):.1f} s/step")
     return "  ".join(parts)
+
+
+def chain_shares(history: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
+    """A run's mean over its logged steps of the shares ``step_line`` shows: ``chains_over_m``
+    (``vpo/over_m_rate``; None where not logged: m = 1) and ``chains_at_budget`` (``BUDGET_KEY``)."""
+    out: dict[str, float | None] = {}
+    for name, key in (("chains_over_m", "vpo/over_m_rate"), ("chains_at_budget", BUDGET_KEY)):
+        values = [float(h[key]) for h in history if isinstance(h.get(key), int | float) and math.isfinite(h[key])]
+        out[name] = round(sum(values) / len(values), 4) if values else None
+    return out
 
 
 class StepLines(TrainerCallback):
     """A compact line per logged training step on the terminal (``step_line``), and every log
     dict in full, one JSON object per line, in ``log_file`` (the trackers of ``report_to`` get
     them in full as well). With ``heartbeat`` (seconds; for a terminal without a progress bar),
-    a step that ends that long after the last line prints ``step N/M`` too, so a run whose
-    logged steps are far apart still shows it is alive. ``own_line``: start each line on a line of
+    a step that is not logged and ends that long after the last line prints ``step N/M`` too, so a
+    run whose logged steps are far apart still shows it is alive (a logged step gets its step line
+    only: one line per step). ``own_line``: start each line on a line of
     its own, for a progress bar that goes to a log file or a pipe (there a bar frame ends in a
     carriage return, not a newline, so a line written after it would share the frame's line; on a
     terminal the bar is cleared and redrawn around the line, and nothing is needed)."""
@@ -110,7 +132,7 @@ class StepLines(TrainerCallback):
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if (self.heartbeat is not None and self.print_lines and state.is_world_process_zero
-                and self.clock() - self._last_line >= self.heartbeat):
+                and not _logs_now(args, state, control) and self.clock() - self._last_line >= self.heartbeat):
             total = f"/{state.max_steps}" if state.max_steps and state.max_steps > 0 else ""
             self._write(f"step {state.global_step}{total} (next logged step line: "
                         f"every {args.logging_steps} steps)")
@@ -124,6 +146,16 @@ class StepLines(TrainerCallback):
         line = step_line(logs, state.global_step, state.max_steps)
         if line and self.print_lines:
             self._write(line)
+
+
+def _logs_now(args: Any, state: Any, control: Any) -> bool:
+    """Whether the step that just ended is logged (its step line follows at once, so a heartbeat
+    would only repeat it): transformers' flow callback has set ``control.should_log`` by the time
+    the other callbacks see the step's end; without a control, every ``logging_steps``-th step."""
+    if control is not None:
+        return bool(getattr(control, "should_log", False))
+    every = getattr(args, "logging_steps", 0) or 0
+    return every >= 1 and state.global_step % int(every) == 0
 
 
 def label_progress(trainer: Any, desc: str, *, show: bool = True, logs: bool = True) -> None:

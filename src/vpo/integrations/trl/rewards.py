@@ -3,17 +3,27 @@
 Usage::
 
     from trl import GRPOTrainer
-    from vpo.integrations.trl import TaskReward, VPOReward
+    from vpo.integrations.trl import EstimatorReward, TaskReward, VPOReward
     GRPOTrainer(model, reward_funcs=TaskReward(task), args=cfg, train_dataset=ds)              # GRPO
     GRPOTrainer(model, reward_funcs=VPOReward(task, answers=3), args=cfg, train_dataset=ds)    # VPO
+    GRPOTrainer(model, reward_funcs=EstimatorReward(task, "multi_rlvr", answers=3), args=cfg, train_dataset=ds)
     #   trl grpo --model_name_or_path M --dataset_name DIR --reward_funcs vpo.integrations.trl.vpo_reward
+    #   trl grpo ... --reward_funcs vpo.integrations.trl.estimator_reward     # the rows' 'method' column
 
 The dataset needs a ``prompt`` column (string or chat messages) and an ``example`` column (the
 task example as a dict or its JSON string), as written by ``vpo data export TASK --format trl``;
 an ``answers`` column, when present, must match the reward's m. The dotted-path rewards
-``task_reward`` and ``vpo_reward`` also read ``task`` (the task's name), ``task_params`` (JSON of
-its constructor parameters; default none) and ``answers`` (m; default 1) from each row, so they
-need no Python: every column of that export is what they read.
+``task_reward``, ``vpo_reward`` and ``estimator_reward`` also read ``task`` (the task's name),
+``task_params`` (JSON of its constructor parameters; default none) and ``answers`` (m; default 1)
+from each row, and ``estimator_reward`` its ``method`` (``vpo data export --format trl --method
+NAME`` writes it), so they need no Python: every column of that export is what they read.
+
+``EstimatorReward`` serves any registered estimator whose advantage is a group z-norm of its
+per-rollout score (``EstimatorSpec.group_norm``), so a new one reaches the stock trainer with no
+edit here: the stock trainer normalises the rewards itself. Its score is the rollout scorer's
+(``vpo.integrations.rollout_scorer.method_score``, the one verl's ``compute_score`` and
+OpenRLHF's reward function use); the others (``max_at_k``, ``maxrl``, ``gdpo``) need their own
+advantage rule: ``VPOTrainer``.
 
 Shared weights: the K Dirichlet weights of a prompt group are
 ``vpo.weights.group_weights([example_id], K, D, seed=seed, step=global_step)``, the project's one
@@ -30,22 +40,24 @@ from typing import Any
 
 import numpy as np
 
-from vpo.estimators import WeightOptions, get_spec, rollout_score
+from vpo.estimators import WeightOptions, get_spec
+from vpo.integrations.rollout_scorer import method_score
 from vpo.integrations.trl.scorers import decode_examples, group_keys, parse_example, score_task_chains
 from vpo.rewards import completion_text, prompt_key
 from vpo.step_metrics import ParseWatch
 from vpo.tasks.base import Task
 
-__all__ = ["TaskReward", "TaskScalarReward", "VPOReward", "group_weights", "parse_example", "task_reward",
+__all__ = ["EstimatorReward", "TaskReward", "VPOReward", "estimator_reward", "parse_example", "task_reward",
            "vpo_reward"]
 
-_COLUMNS = {"example": "the task example as JSON", "task": "the task's name"}
+_COLUMNS = {"example": "the task example as JSON", "task": "the task's name",
+            "method": "the registered estimator each row trains with; `vpo data export TASK --format trl "
+                      "--method NAME` writes it"}
 
 
-def group_weights(seed: int, key: str, step: int, num: int, dim: int, *, alpha: float = 1.0,
-                  sampler: str = "iid") -> np.ndarray:
-    """The (K, D) Dirichlet weights shared by a prompt group at ``step``: the project's one keying,
-    ``vpo.weights.group_weights([key], K, D, seed=seed, step=step)``."""
+def _keyed_weights(seed: int, key: str, step: int, num: int, dim: int, *, alpha: float = 1.0,
+                   sampler: str = "iid") -> np.ndarray:
+    """The (K, D) Dirichlet weights shared by a prompt group at ``step``: ``vpo.weights.group_weights``."""
     from vpo.weights import group_weights as keyed
 
     return keyed([str(key)], int(num), int(dim), seed=int(seed), step=int(step), alpha=alpha, sampler=sampler)[0]
@@ -114,47 +126,99 @@ class TaskReward:
         return self.from_matrices(self.matrices(completions, kwargs))
 
 
-TaskScalarReward = TaskReward
-"""The earlier name of ``TaskReward``."""
+class EstimatorReward(TaskReward):
+    """A registered estimator's per-rollout score as a TRL reward function (one float per
+    completion), for the stock ``GRPOTrainer``, which normalises it within each group itself.
+
+    ``EstimatorReward(task, estimator, answers=None, seed=0, num_weights=100, alpha=1.0,
+    sampler="iid", untagged_fallback=False, **options)``: ``estimator`` is any registered name
+    whose advantage is a group z-norm of its score (``EstimatorSpec.group_norm``: ``vpo``,
+    ``grpo``, ``multi_rlvr``, ``random_weight``, ``goal_conditioned``, and yours); ``answers`` m
+    (default: the estimator's, 3 for multi-answer ones, else 1); ``options`` its reduction's own.
+    Each completion is scored once (``task.score_chain(text, example, m)`` -> (m, D)) and reduced by
+    the rollout scorer (``vpo.integrations.rollout_scorer.method_score``), with the group's weights
+    keyed on (seed, example_id, global step) as every engine keys them (the prompt text keys data
+    without an ``example_id`` column) and the goal weights the examples state for a
+    prompt-conditioning estimator. Needs the dataset column ``example``; logs and watches as
+    ``TaskReward``. The weight options are ``WeightOptions``'s, checked the same way.
+    """
+
+    def __init__(self, task: Task, estimator: str, answers: int | None = None, *, seed: int = WeightOptions.seed,
+                 num_weights: int = WeightOptions.num_weights, alpha: float = WeightOptions.alpha,
+                 sampler: str = WeightOptions.sampler, untagged_fallback: bool = False, **options: Any) -> None:
+        spec = get_spec(estimator)  # ValueError naming the known ones
+        if not spec.group_norm:
+            raise ValueError(f"estimator {estimator!r} needs its own advantage rule, which the stock GRPOTrainer "
+                             "(group normalisation of the reward) cannot apply: train it with "
+                             f"vpo.integrations.trl.VPOTrainer(estimator={estimator!r})")
+        answers = spec.default_answers if answers is None else answers
+        if not spec.multi_answer and answers != 1:
+            raise ValueError(f"estimator {estimator!r} scores one answer per rollout; use answers=1")
+        own = sorted(set(options) - (set(spec.reduction_options) - set(WeightOptions().as_dict())))
+        if own:
+            raise ValueError(f"estimator {estimator!r}: {', '.join(own)} is not an option of its reduction (its "
+                             f"options: {', '.join(spec.reduction_options) or 'none'})")
+        super().__init__(task, answers, untagged_fallback=untagged_fallback)
+        self.spec, self.own = spec, dict(options)
+        self.options = WeightOptions(num_weights=num_weights, alpha=alpha, sampler=sampler, seed=seed)
+        self.__name__ = estimator
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any],
+                 completion_ids: Sequence[Any] | None = None, **kwargs: Any) -> list[float]:
+        from vpo.goals import goal_of
+
+        matrices = self.matrices(completions, kwargs)
+        step = int(getattr(kwargs.get("trainer_state"), "global_step", 0) or 0)
+        examples = decode_examples(kwargs["example"]) if self.spec.conditions_prompt else [None] * len(matrices)
+        out = []
+        for key, matrix, example in zip(group_keys(prompts, kwargs.get("example_id")), matrices, examples,
+                                        strict=True):
+            goal = goal_of(example) if example is not None else None
+            out.append(method_score(self.spec, matrix, key=key, step=step, options=self.options, goal=goal,
+                                    scalar=self.task.scalar, own=self.own))
+        return out
 
 
-class VPOReward(TaskReward):
-    """VPO set score as a TRL reward function (one float per completion).
+class VPOReward(EstimatorReward):
+    """VPO set score as a TRL reward function (one float per completion): ``EstimatorReward`` of
+    ``vpo``.
 
     ``VPOReward(task, answers=m, seed=0, num_weights=100, alpha=1.0, sampler="iid",
     untagged_fallback=False)`` scores each completion with ``task.score_chain(text, example, m)``
     -> (m, D) and returns R = mean_k max_i w_k . r_i (``vpo.estimators.set_score``, VPO's
     registered reduction), with the K weights of a prompt keyed on (seed, example_id, global step)
-    (``group_weights``: identical for all N rollouts of the prompt on every rank; the prompt text
-    keys data without an ``example_id`` column). Needs the dataset column ``example``; logs and
-    watches as ``TaskReward``. The weight options are ``WeightOptions``'s, checked the same way.
+    (``weights``: identical for all N rollouts of the prompt on every rank; the prompt text keys
+    data without an ``example_id`` column).
     """
-
-    __name__ = "vpo"
 
     def __init__(self, task: Task, answers: int = 3, *, seed: int = WeightOptions.seed,
                  num_weights: int = WeightOptions.num_weights, alpha: float = WeightOptions.alpha,
                  sampler: str = WeightOptions.sampler, untagged_fallback: bool = False) -> None:
-        super().__init__(task, answers, untagged_fallback=untagged_fallback)
-        self.options = WeightOptions(num_weights=num_weights, alpha=alpha, sampler=sampler, seed=seed)
+        super().__init__(task, "vpo", answers, seed=seed, num_weights=num_weights, alpha=alpha, sampler=sampler,
+                         untagged_fallback=untagged_fallback)
 
     def weights(self, prompt: Any, step: int, dim: int) -> np.ndarray:
-        """The (K, D) weights of the group keyed ``prompt`` (its example_id or prompt text) at ``step``."""
-        o = self.options
-        return group_weights(o.seed, prompt_key(prompt), step, o.num_weights, dim, alpha=o.alpha, sampler=o.sampler)
+        """The (K, D) weights of the group keyed ``prompt`` (its example_id or prompt text) at ``step``
+        (the one writer of a group's context, ``vpo.estimators.reduction_context``)."""
+        from vpo.estimators import reduction_context
 
-    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any],
-                 completion_ids: Sequence[Any] | None = None, **kwargs: Any) -> list[float]:
-        matrices = self.matrices(completions, kwargs)
-        step = int(getattr(kwargs.get("trainer_state"), "global_step", 0) or 0)
-        cache: dict[tuple[str, int], np.ndarray] = {}
-        spec = get_spec("vpo")
-        out = []
-        for key, matrix in zip(group_keys(prompts, kwargs.get("example_id")), matrices, strict=True):
-            if (key, matrix.shape[1]) not in cache:
-                cache[key, matrix.shape[1]] = self.weights(key, step, matrix.shape[1])
-            out.append(rollout_score(spec, matrix, weights=cache[key, matrix.shape[1]]))
-        return out
+        o = self.options
+        return reduction_context(self.spec, key=prompt_key(prompt), dim=dim, seed=o.seed, step=step,
+                                 num_weights=o.num_weights, alpha=o.alpha, sampler=o.sampler)["weights"]
+
+
+def __getattr__(name: str) -> Any:
+    """The earlier names: ``TaskScalarReward`` (``TaskReward``) and ``group_weights`` (a prompt
+    group's keyed weights; ``vpo.weights.group_weights``), with a dated deprecation."""
+    from vpo.deprecation import deprecated, warn_deprecated
+
+    if name == "TaskScalarReward":
+        warn_deprecated(f"{__name__}.TaskScalarReward", f"{__name__}.TaskReward")
+        return TaskReward
+    if name == "group_weights":
+        return deprecated(_keyed_weights, f"{__name__}.group_weights",
+                          "vpo.weights.group_weights([key], K, D, seed=seed, step=step)[0]")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -168,6 +232,8 @@ _WEIGHT_COLUMNS = ("num_weights", "alpha", "sampler", "seed")
 
 
 def _reward_for(kind: str, name: str, params: str, answers: int, weights: tuple[tuple[str, Any], ...] = ()) -> Any:
+    """The reward object of ``kind`` ("task", or an estimator's name) for a task, its parameters, m
+    and the weight options, built once."""
     from vpo.export import make_task
 
     key = (kind, name, params, answers, weights)
@@ -179,8 +245,8 @@ def _reward_for(kind: str, name: str, params: str, answers: int, weights: tuple[
         if not isinstance(decoded, Mapping):
             raise ValueError(f"column 'task_params' must hold a JSON object, got {params!r}")
         task, _ = make_task(name, decoded)
-        _ROW_REWARDS[key] = (VPOReward(task, answers=answers, **dict(weights)) if kind == "vpo"
-                             else TaskReward(task, answers=answers))
+        _ROW_REWARDS[key] = (TaskReward(task, answers=answers) if kind == "task"
+                             else EstimatorReward(task, kind, answers, **dict(weights)))
     return _ROW_REWARDS[key]
 
 
@@ -192,22 +258,24 @@ def _run_seed(kwargs: Mapping[str, Any]) -> int | None:
     return int(seed) if isinstance(seed, int) and not isinstance(seed, bool) else None
 
 
-def _row_rewards(kind: str, prompts: Sequence[Any], completions: Sequence[Any],
+def _row_rewards(kind: str | None, prompts: Sequence[Any], completions: Sequence[Any],
                  kwargs: Mapping[str, Any]) -> list[float]:
-    """Score each row with the reward its ``task``, ``task_params`` and ``answers`` columns name
-    (rows of one setting are scored together, so a mixed dataset works too). For ``vpo`` the
-    weight options come from the row's ``num_weights``, ``alpha``, ``sampler``, ``seed`` columns
-    when it has them, else the seed is the run's (TRL's ``--seed``) and the rest
+    """Score each row with the reward its ``task``, ``task_params`` and ``answers`` columns name,
+    ``kind`` being "task" (``TaskReward``), an estimator's name, or None: each row's ``method``
+    column (rows of one setting are scored together, so a mixed dataset works too). For an
+    estimator the weight options come from the row's ``num_weights``, ``alpha``, ``sampler``,
+    ``seed`` columns when it has them, else the seed is the run's (TRL's ``--seed``) and the rest
     ``WeightOptions``' defaults."""
     n = len(completions)
     names = _row_values(kwargs, "task", n)
+    kinds = [str(k) for k in _row_values(kwargs, "method", n)] if kind is None else [kind] * n
     params = [p if isinstance(p, str) else json.dumps(p or {}, sort_keys=True)
               for p in (kwargs.get("task_params") or [None] * n)]
     answers = [1 if a is None else int(a) for a in (kwargs.get("answers") or [None] * n)]
-    run_seed = _run_seed(kwargs) if kind == "vpo" else None
+    run_seed = _run_seed(kwargs) if kind != "task" else None
 
     def weights_of(i: int) -> tuple[tuple[str, Any], ...]:
-        if kind != "vpo":
+        if kinds[i] == "task":
             return ()
         given = {c: kwargs[c][i] for c in _WEIGHT_COLUMNS if kwargs.get(c) is not None and kwargs[c][i] is not None}
         if "seed" not in given and run_seed is not None:
@@ -215,13 +283,13 @@ def _row_rewards(kind: str, prompts: Sequence[Any], completions: Sequence[Any],
         return tuple(sorted((c, v.item() if isinstance(v, np.generic) else v) for c, v in given.items()))
 
     groups: dict[tuple[Any, ...], list[int]] = {}
-    for i, setting in enumerate(zip(names, params, answers, strict=True)):
-        groups.setdefault((str(setting[0]), setting[1] or "{}", setting[2], weights_of(i)), []).append(i)
+    for i, setting in enumerate(zip(kinds, names, params, answers, strict=True)):
+        groups.setdefault((setting[0], str(setting[1]), setting[2] or "{}", setting[3], weights_of(i)), []).append(i)
     shared = {k: kwargs[k] for k in ("trainer_state", "log_metric") if k in kwargs}
     ids = kwargs.get("example_id")
     out = [0.0] * n
-    for (name, task_params, m, weights), rows in groups.items():
-        reward = _reward_for(kind, name, task_params, m, weights)
+    for (method, name, task_params, m, weights), rows in groups.items():
+        reward = _reward_for(method, name, task_params, m, weights)
         scores = reward([prompts[i] for i in rows], [completions[i] for i in rows],
                         example=[kwargs["example"][i] for i in rows] if "example" in kwargs else None,
                         example_id=[ids[i] for i in rows] if ids is not None else None, **shared)
@@ -243,3 +311,12 @@ def vpo_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
     ``num_weights``, ``alpha``, ``sampler`` and ``seed`` columns when it has them; otherwise the
     seed is the run's (``trl grpo --seed``) and the others ``WeightOptions``' defaults (100, 1, iid)."""
     return _row_rewards("vpo", prompts, completions, kwargs)
+
+
+def estimator_reward(prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+    """``EstimatorReward`` by dotted path (``trl grpo --reward_funcs vpo.integrations.trl.estimator_reward``):
+    the score of each row's chain under the registered estimator its ``method`` column names
+    (columns ``task``, ``task_params``, ``answers``, ``example``, ``example_id``, ``method``; the
+    weight options as ``vpo_reward``). Any estimator whose advantage is a group z-norm of its score
+    works, a new one included."""
+    return _row_rewards(None, prompts, completions, kwargs)

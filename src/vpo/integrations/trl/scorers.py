@@ -27,14 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from vpo.chains import finish_chain
+from vpo.chains import finish_chain, written_answers
 from vpo.rewards import (CHAIN_TAG, TRL_HOOKS, ScoredAnswers, completion_form, completion_text, finish_chains,
-                         prompt_key, rewrite_chain_prompt, score_answers)
-from vpo.step_metrics import chain_metrics, pool_metrics
+                         prompt_key, rewrite_chain_prompt, score_every_answer)
+from vpo.step_metrics import chain_metrics, over_m_metrics, pool_metrics
 from vpo.tasks.base import Example, Task
 
 __all__ = ["FunctionScorer", "ScoredChains", "TaskScorer", "decode_examples", "group_keys", "parse_example",
-           "score_and_log", "score_task_chains"]
+           "score_task_chains"]
 
 Log = Callable[[str, float], None]
 
@@ -57,6 +57,11 @@ class ScoredChains:
     """The objectives' effective dimension over the answers (a user's functions; NaN: not measured)."""
     dim: int = field(default=0)
     """D, for ``effective_dim``."""
+    names: tuple[str, ...] = ()
+    """The D objective names of ``answer_values``."""
+    answer_values: np.ndarray | None = None
+    """(P, D) the values of the scored answers (a task's: the matrix rows of the chains that
+    parsed; a user's functions': every answer of the batch, NaN where an objective has none)."""
 
 
 def group_keys(prompts: Sequence[Any], example_ids: Sequence[Any] | None) -> list[str]:
@@ -103,8 +108,8 @@ def score_task_chains(task: Task, texts: Sequence[str], examples: Sequence[Examp
     """The (m, D) matrices of ``texts`` (one parse and one scoring each) and each chain's count of
     answers in its tags; through ``log``, the chain metrics of that same pass
     (``vpo.step_metrics.chain_metrics``, the names every engine logs: ``vpo/answers_parsed``,
-    ``vpo/parse_rate``, ``vpo/duplicate_rate``, ``vpo/objective/<name>``) and ``vpo/reward_failures``
-    (the step's failed reward calls, ``task.failures``; past its ``max_failure_rate`` this raises
+    ``vpo/parse_rate``, ``vpo/duplicate_rate``, ``vpo/objective/<name>``; ``vpo/over_m_rate`` for
+    m > 1) and ``vpo/reward_failures`` (the step's failed reward calls, ``task.failures``; past its ``max_failure_rate`` this raises
     ``RewardFailureError``). ``untagged_fallback``: a chain with no parseable answer (m > 1) is
     scored as one answer, its whole text (``task.score_chain(text, example, 1)``), padded as the
     task pads."""
@@ -126,15 +131,11 @@ def score_task_chains(task: Task, texts: Sequence[str], examples: Sequence[Examp
             log(name, value)
         names = task.objective_names(examples[0]) if examples else ()
         best = [mat.max(axis=0) if mat.size else np.zeros(mat.shape[1]) for mat in matrices]
-        for name, value in chain_metrics(**counts, best=best, names=names, parse_rate=True).items():
+        written = [written_answers(text, task.rewrite_rule.tag) for text in texts] if m > 1 else None
+        for name, value in chain_metrics(**counts, best=best, names=names, parse_rate=True, written=written,
+                                         m=m).items():
             log(name, value)
     return matrices, counts["answers"]
-
-
-def score_and_log(task: Task, texts: Sequence[str], examples: Sequence[Example], m: int, log: Log | None,
-                  *, untagged_fallback: bool = False) -> list[np.ndarray]:
-    """``score_task_chains``' matrices (the earlier name, kept for callers)."""
-    return score_task_chains(task, texts, examples, m, log=log, untagged_fallback=untagged_fallback)[0]
 
 
 class TaskScorer:
@@ -183,7 +184,13 @@ class TaskScorer:
             for name, value in pool_metrics([m.shape[0] for m in matrices], keys).items():
                 self.log(name, value)
         goals = [goal_of(ex) for ex in examples] if self.goals else [None] * len(matrices)
-        return ScoredChains(matrices, keys, goals, sum(1 for t in self._tagged if t > 0), len(self._tagged))
+        scored = ([m for m, t in zip(matrices, self._tagged, strict=True) if t > 0]
+                  if len(self._tagged) == len(matrices) else matrices)  # an own score_rollouts: every chain
+        names = tuple(self.task.objective_names(examples[0])) if examples else ()
+        same_d = bool(names) and all(m.ndim == 2 and m.shape[1] == len(names) for m in scored)
+        values = np.concatenate(scored) if scored and same_d else None  # per-example D: not watched
+        return ScoredChains(matrices, keys, goals, sum(1 for t in self._tagged if t > 0), len(self._tagged),
+                            names=names, answer_values=values)
 
 
 class FunctionScorer:
@@ -231,7 +238,7 @@ class FunctionScorer:
         completions = [completion_form(single, c) for single, c in zip(singles, completions, strict=True)]
         hooks = {k: v for k, v in columns.items() if k in TRL_HOOKS}
         data = {k: v for k, v in columns.items() if k not in TRL_HOOKS}
-        scored = score_answers(self.funcs, singles, completions, self.answers, reward_names=self.reward_names,
+        scored = score_every_answer(self.funcs, singles, completions, self.answers, reward_names=self.reward_names,
                                call=self.call, tag=CHAIN_TAG if self.answers > 1 else None,
                                untagged_fallback=self.untagged_fallback, completion_ids=completion_ids, hooks=hooks,
                                **data)
@@ -250,8 +257,12 @@ class FunctionScorer:
         start = sum(part.num_chains for part, _ in parts[:self.rank()])
         matrices = [self._matrix(chains, i) for i in range(start, start + len(completions))]
         self._log_batch(chains, every_key)
+        written = [written_answers(completion_text(c), CHAIN_TAG) for c in completions] if self.answers > 1 else []
+        for name, value in over_m_metrics(written, self.answers).items():  # this process's share: TRL averages
+            self._log(name, value)
         return ScoredChains(matrices, keys, [None] * len(matrices), int(np.count_nonzero(batch.tagged)),
-                            batch.num_chains, chains.stats["effective_dim"], len(self.names))
+                            batch.num_chains, chains.stats["effective_dim"], len(self.names), tuple(self.names),
+                            chains.vectors)
 
     def _matrix(self, chains: Any, i: int) -> np.ndarray:
         if not self.keep_columns:  # sums and per-objective norms: a dropped objective is a zero column
@@ -279,3 +290,16 @@ class FunctionScorer:
             for b in range(a + 1, len(names)):
                 if varied[a] and varied[b]:
                     self._log(f"vpo/correlation/{names[a]}~{names[b]}", float(chains.correlation[a, b]))
+
+
+def __getattr__(name: str) -> Any:
+    """``score_and_log``: the earlier name of ``score_task_chains``' matrices (dated deprecation)."""
+    if name == "score_and_log":
+        from vpo.deprecation import deprecated
+
+        def matrices(task: Task, texts: Sequence[str], examples: Sequence[Example], m: int, log: Log | None,
+                     *, untagged_fallback: bool = False) -> list[np.ndarray]:
+            return score_task_chains(task, texts, examples, m, log=log, untagged_fallback=untagged_fallback)[0]
+
+        return deprecated(matrices, f"{__name__}.score_and_log", f"{__name__}.score_task_chains(...)[0]")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -40,7 +40,7 @@ from vpo.estimators import (WEIGHT_OPTIONS, WeightOptions, advantages_from_score
 from vpo.integrations.trl.config import map_trl_options
 from vpo.integrations.trl.scorers import FunctionScorer, ScoredChains, TaskScorer
 from vpo.reward_failures import RewardFailurePolicy, RewardFailures
-from vpo.step_metrics import ParseWatch, score_metrics
+from vpo.step_metrics import ParseWatch, StillObjectiveWatch, score_metrics
 from vpo.tasks.base import Example, Task
 
 __all__ = ["COLLINEAR_STEPS", "EXPECTED_TRL_HOOKS", "PRIVATE_MEMBERS", "TRL_VERSIONS", "VPOTrainer",
@@ -243,6 +243,7 @@ class VPOTrainer(GRPOTrainer):
         self._vpo_low_dim_steps = 0
         self._vpo_warned_collinear = False
         self._vpo_parse_watch = ParseWatch(answers, fallback=untagged_fallback)
+        self._vpo_still_watch = StillObjectiveWatch()
         self.vpo_scorer: TaskScorer | FunctionScorer
         if task is not None:
             columns = getattr(train_dataset, "column_names", None)
@@ -294,6 +295,12 @@ class VPOTrainer(GRPOTrainer):
         self._prepare_reward_models()
         if self.vpo_options.get("seed") is None and "seed" in spec.options:
             self.vpo_options["seed"] = int(self.args.seed)
+
+    @staticmethod
+    def _trains_on_a_scalar(spec: Any) -> bool:
+        """Whether ``spec``'s per-rollout score is a fixed scalar of the objectives (no weights
+        drawn or stated, a reduction that needs no whole vectors): GRPO, MaxRL, max@k, multi-RLVR."""
+        return spec.reduce is not None and spec.weights is None and not spec.conditions_prompt
 
     @staticmethod
     def _by_rule(spec: Any) -> bool:
@@ -361,6 +368,8 @@ class VPOTrainer(GRPOTrainer):
         if self.model.training:
             if self.accelerator.is_main_process:
                 self._vpo_parse_watch.update(chains.parsed, chains.total)
+                if chains.answer_values is not None:
+                    self._vpo_still_watch.update(chains.answer_values, chains.names)
             self._check_collinear(chains.effective_dim, chains.dim)
         return self.rollout_scores(chains.matrices, chains.keys, chains.goals)
 
@@ -473,10 +482,13 @@ class VPOTrainer(GRPOTrainer):
 
     def _check_collinear(self, effective_dim: float, dim: int) -> None:
         """Warn once when the effective dimension of D >= 2 objectives stays below
-        ``COLLINEAR_EFFECTIVE_DIM`` for ``COLLINEAR_STEPS`` generation batches in a row."""
+        ``COLLINEAR_EFFECTIVE_DIM`` for ``COLLINEAR_STEPS`` generation batches in a row, for an
+        estimator that reads the reward vector (weights drawn or stated, per-objective norms): one
+        that trains on a fixed scalar of the objectives (GRPO and the other scalar baselines) has
+        nothing to gain from a vector, so the advice does not apply."""
         from vpo.rewards import COLLINEAR_EFFECTIVE_DIM, CollinearObjectivesWarning
 
-        if dim < 2 or not math.isfinite(effective_dim):
+        if dim < 2 or not math.isfinite(effective_dim) or self._trains_on_a_scalar(self.vpo_spec):
             return
         self._vpo_low_dim_steps = self._vpo_low_dim_steps + 1 if effective_dim < COLLINEAR_EFFECTIVE_DIM else 0
         if self._vpo_low_dim_steps >= COLLINEAR_STEPS and not self._vpo_warned_collinear:

@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ChainWarmup", "DATA_FILE", "candidates", "chain_parse_rates", "chain_warmup", "pick_answers", "sft",
-           "sft_rows"]
+__all__ = ["ChainWarmup", "DATA_FILE", "candidates", "chain_answers", "chain_parse_rates", "chain_reader", "chain_warmup",
+           "pick_answers", "pick_chains", "prompt_reader", "ranking_vectors", "read_warmup_data", "sft", "sft_rows"]
 
 DATA_FILE = "data/train.jsonl"
 """The SFT dataset under the output folder: prompt/completion rows (TRL's prompt-completion format)."""
@@ -80,13 +80,48 @@ def normal_answer(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
-def candidates(generations: Sequence[Any], tag: str) -> list[str]:
-    """The usable single answers of one prompt, in sample order: complete (ended before the token
-    budget), not blank, holding no numbered ``<tag_j>`` of their own, distinct up to case and spacing."""
-    from vpo.chains import dedup, holds_numbered_tag
+def prompt_reader() -> Any:
+    """The ``own_rewards`` task's prompts (rows, validation, the m-answer rewrite training uses)
+    without reward functions: the warm-up needs no labels. It scores nothing."""
+    from vpo.reward_failures import RewardFailures
+    from vpo.tasks.own_rewards import OwnRewardsTask
 
-    texts = [g.text.strip() for g in generations if not g.truncated and g.text.strip()]
-    return dedup([t for t in texts if not holds_numbered_tag(t, tag)], key=normal_answer)
+    class OwnPrompts(OwnRewardsTask):
+        def __init__(self) -> None:  # no functions: nothing to load, no objective
+            self.reward_funcs, self.reward_names, self.scaling = [], None, None
+            self.reward_processing_classes = None
+            self.failures = RewardFailures()
+            self._names = ()
+
+    return OwnPrompts()
+
+
+def chain_reader(task: Any) -> Any:
+    """The task whose parser reads the warm-up's chains: ``task`` itself, or, for your own reward
+    functions, the prompts' task without them (the chain format is theirs; a chain-level function
+    refuses ``parse_chain``, which measuring the format needs)."""
+    from vpo.tasks.own_rewards import OwnRewardsTask
+
+    return prompt_reader() if isinstance(task, OwnRewardsTask) else task
+
+
+def candidates(generations: Sequence[Any], task: Any) -> list[str]:
+    """The usable single answers of one prompt, in sample order: complete (ended before the token
+    budget), not blank, fit for ``task``'s chain format (``Task.format_chain`` takes them: no
+    numbered ``<tag_j>`` of their own; a program, for code), and distinct, up to case and spacing,
+    as the chain's parser reads them back (two answers with one program are one code answer)."""
+    reader = chain_reader(task)
+    kept: dict[str, str] = {}
+    for generation in generations:
+        text = generation.text.strip()
+        if generation.truncated or not text:
+            continue
+        try:
+            chain = task.format_chain([text])
+        except ValueError:
+            continue
+        kept.setdefault(normal_answer(reader.parse_chain(chain, 1)[0]), text)
+    return list(kept.values())
 
 
 def pick_answers(vectors: np.ndarray | None, m: int, weights: np.ndarray | None = None) -> list[int]:
@@ -107,17 +142,24 @@ def pick_answers(vectors: np.ndarray | None, m: int, weights: np.ndarray | None 
     return chosen
 
 
-def chain_parse_rates(texts: Sequence[Sequence[str]], m: int, tag: str) -> dict[str, Any]:
-    """How well G prompts' lists of m-answer chain ``texts`` follow the format: ``parsed`` (share
-    of chains with at least one answer in ``<tag_i>`` tags: what VPO can score), ``complete``
-    (share with m distinct tagged answers), ``answers_per_chain`` (mean tagged answers) and
-    ``distinct_per_chain`` (mean distinct ones)."""
-    from vpo.chains import numbered_blocks
+def chain_answers(task: Any, text: str, m: int) -> list[str]:
+    """The non-blank answers of an m-answer chain that stand in ``task``'s chain format, read by
+    the task's own parser (``parse_chain``, counted by ``tagged_answers``: numbered tags, or the
+    code task's fenced blocks; not the fallbacks a parser also reads)."""
+    answers = [a for a in task.parse_chain(text, m) if isinstance(a, str) and a.strip()]
+    return answers[:task.tagged_answers(text, m)]
 
+
+def chain_parse_rates(texts: Sequence[Sequence[str]], m: int, task: Any) -> dict[str, Any]:
+    """How well G prompts' lists of m-answer chain ``texts`` follow ``task``'s chain format, read
+    by its own parser (``chain_answers``): ``parsed`` (share of chains with at least one answer in
+    the format: what VPO can score), ``complete`` (share with m distinct ones),
+    ``answers_per_chain`` (mean answers in the format) and ``distinct_per_chain`` (mean distinct ones)."""
+    reader = chain_reader(task)
     tagged, distinct = [], []
     for row in texts:
         for text in row:
-            blocks = [b for b in numbered_blocks(text, m, tag)[0] if b.strip()]
+            blocks = chain_answers(reader, text, m)
             tagged.append(len(blocks))
             distinct.append(len({normal_answer(b) for b in blocks}))
     tagged_arr, distinct_arr = np.asarray(tagged, dtype=float), np.asarray(distinct, dtype=float)
@@ -131,18 +173,46 @@ def chain_parse_rates(texts: Sequence[Sequence[str]], m: int, tag: str) -> dict[
 def sft_rows(task: Any, examples: Sequence[Any], picked: Sequence[Sequence[str]], m: int,
              chat: bool) -> list[dict[str, Any]]:
     """One prompt/completion row per example: the m-answer prompt training uses (chat turns, or one
-    string without a chat template) and the chain of its picked answers."""
-    from vpo.chains import format_chain
-
+    string without a chat template) and the chain of its picked answers, in the task's chain format."""
     rows = []
-    tag = task.rewrite_rule.tag
     for example, answers in zip(examples, picked, strict=True):
-        chain = format_chain(answers, tag)
+        chain = task.format_chain(answers)
         if chat:
             rows.append({"prompt": task.messages(example, m), "completion": [{"role": "assistant", "content": chain}],
                          "chat_template_kwargs": {"enable_thinking": False}})   # as vpo train renders prompts
         else:
             rows.append({"prompt": task.prompt(example, m), "completion": chain})
+    return rows
+
+
+def read_warmup_data(path: str | Path, task: Any, m: int) -> list[dict[str, Any]]:
+    """The rows of a warm-up's data (``OUT/data/train.jsonl``), each checked: a ``prompt`` (a string
+    or chat turns) and a ``completion`` (a string, or one assistant turn) whose chain holds m
+    distinct answers in ``task``'s chain format, read by its own parser (``chain_answers``).
+    RecordError naming the file, the line and the field."""
+    from vpo.records import Field, RecordError, check_fields, read_jsonl
+
+    hint = "it is the warm-up's data: run vpo warmup again with --overwrite"
+    turns = Field(list, items=Field(dict, required=True, fields={"role": Field(str, required=True),
+                                                                 "content": Field(str, required=True)}))
+    fields = {"prompt": Field((str, list), required=True), "completion": Field((str, list), required=True)}
+    rows = read_jsonl(path, hint=hint)
+    if not rows:
+        raise RecordError(f"{path} holds no rows; {hint}")
+    reader = chain_reader(task)
+    for line, row in enumerate(rows, start=1):
+        where = f"{path}: line {line}"
+        check_fields(row, where, fields, hint=hint)
+        check_fields(row, where, {name: turns for name, value in row.items() if name in fields and
+                                  isinstance(value, list)}, hint=hint)
+        completion = row["completion"]
+        if isinstance(completion, list) and (len(completion) != 1 or completion[0]["role"] != "assistant"):
+            raise RecordError(f"{where}: field 'completion' is not one assistant turn; {hint}")
+        chain = completion if isinstance(completion, str) else completion[0]["content"]
+        found = len({normal_answer(answer) for answer in chain_answers(reader, chain, m)})
+        if found != m:
+            raise RecordError(f"{where}: field 'completion' holds {found} distinct answers in the {task.name} chain "
+                              f"format, not m = {m}; {hint}")
     return rows
 
 
@@ -202,18 +272,19 @@ def pick_chains(task: Any, examples: Sequence[Any], singles: Sequence[Sequence[A
     """(kept examples, their m picked answers, a record per prompt) from each example's sampled
     ``singles``: the prompts with m distinct complete answers, ranked (``ranking_vectors``, with
     ``tokenizer`` for your functions' token ids) under weights keyed on ``keys`` when ``plan.rank``."""
-    from vpo.weights import group_weights
+    from vpo.estimators import get_spec, reduction_context
 
     m = plan.answers
     kept, picked, choices = [], [], []
     for i, (example, generations) in enumerate(zip(examples, singles, strict=True)):
-        texts = candidates(generations, task.rewrite_rule.tag)
+        texts = candidates(generations, task)
         choice: dict[str, Any] = {"prompt": i, "candidates": texts}
         if len(texts) >= m:
             vectors, weights = None, None
             if plan.rank:
                 vectors = ranking_vectors(task, texts, example, tokenizer)
-                weights = group_weights([keys[i]], plan.num_weights, vectors.shape[1], seed=plan.seed)[0]
+                weights = reduction_context(get_spec("vpo"), key=keys[i], dim=vectors.shape[1], seed=plan.seed,
+                                            num_weights=plan.num_weights)["weights"]
                 choice["scores"] = vectors.tolist()
             choice["kept"] = pick_answers(vectors, m, weights)
             kept.append(example)
@@ -257,14 +328,16 @@ def chain_warmup(model: Any, tokenizer: Any, task: Any, examples: Sequence[Any],
         raise ValueError(f"no prompt had {m} distinct complete answers among {plan.samples} samples: sample more "
                          "answers or longer ones, or lower m")
     rows = sft_rows(task, kept, picked, m, plan.chat)
-    atomic_write_text(Path(out) / DATA_FILE, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
-    log(f"data: {Path(out) / DATA_FILE} ({len(rows)} rows, TRL's prompt-completion format)")
+    data = Path(out) / DATA_FILE
+    atomic_write_text(data, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+    log(f"data: {data} ({len(rows)} rows, TRL's prompt-completion format)")
     record = {"rows": len(rows), "prompts": len(examples), "prompts_short": len(examples) - len(picked),
               "singles_truncated": truncated, "choices": choices}
     if plan.sft:
         log(f"SFT through TRL: {plan.sft_steps} steps of {plan.batch_size} chains, lr {plan.learning_rate:g}"
             + (" (LoRA)" if plan.lora else ""))
-        model, losses = sft(model, tokenizer, rows, plan, out, log=log)
+        # the SFT trains on the file as written (the data a user inspects is the data trained on)
+        model, losses = sft(model, tokenizer, read_warmup_data(data, task, m), plan, out, log=log)
         model.save_pretrained(out)
         tokenizer.save_pretrained(out)
         record.update(sft_losses=losses, final_loss=losses[-1]["loss"] if losses else float("nan"))

@@ -109,7 +109,11 @@ class CompactMazeFormat:
     def from_dict(cls, spec: Mapping[str, Any]) -> CompactMazeFormat:
         if spec.get("format", "maze-compact") != "maze-compact":
             raise ValueError(f"not a compact maze format: {spec.get('format')!r}")
-        return cls(max_answers=int(spec.get("max_answers", 3)))
+        most = spec.get("max_answers", 3)
+        if isinstance(most, bool) or not isinstance(most, int) or not 1 <= most <= 9:
+            # the prompt states m in one digit
+            raise ValueError(f"field 'max_answers' is {most!r}, expected an integer in 1..9")
+        return cls(max_answers=most)
 
     def save(self, model_dir: str | Path, **extra: Any) -> Path:
         """Write ``vpo_format.json`` (this format plus ``extra``, e.g. the task parameters)."""
