@@ -112,14 +112,17 @@ def check_fields(cfg: T, typed: dict[str, str] | None = None) -> T:
     return cfg
 
 
-def field_like(cls: type, name: str, **metadata: Any) -> Any:
+def field_like(cls: type, name: str, *, default: Any = dataclasses.MISSING, **metadata: Any) -> Any:
     """A dataclass field with the default and metadata (help, range, choices) of ``cls``'s field
-    ``name``, ``metadata`` added on top: one option shared by several configs keeps one rule::
+    ``name``, ``metadata`` added on top (a key given as None is dropped: a bound that does not apply)
+    and ``default`` in place of its default when given: one option shared by several configs keeps
+    one rule::
 
         num_weights: int = field_like(WeightOptions, "num_weights", help="weights K per group")
     """
     source = next(f for f in dataclasses.fields(cls) if f.name == name)
-    return dataclasses.field(default=source.default, metadata={**source.metadata, **metadata})
+    merged = {key: value for key, value in {**source.metadata, **metadata}.items() if value is not None}
+    return dataclasses.field(default=source.default if default is dataclasses.MISSING else default, metadata=merged)
 
 
 TYPED_FLAGS = "_vpo_typed_flags"

@@ -142,7 +142,7 @@ def test_a_blank_example_id_falls_back_as_none_does_in_every_engine(blank, tmp_p
     from vpo.integrations.trl import VPOReward
     from vpo.integrations.trl.scorers import group_keys as trl_group_keys
     from vpo.integrations.verl import row_key
-    from vpo.rewards import group_keys
+    from vpo.rewards import rollout_group_keys
     from vpo.weights import given_key
 
     assert given_key(blank) is None and given_key(None) is None and given_key("a") == "a" and given_key(0) == 0
@@ -174,8 +174,8 @@ def test_a_blank_example_id_falls_back_as_none_does_in_every_engine(blank, tmp_p
 
     # TRL: keyed on the prompt, as without the column
     prompts = [trl["prompt"] for trl, _, _ in rows]
-    assert group_keys(prompts, {"example_id": [blank] * len(rows)}) == group_keys(prompts, None)
-    assert trl_group_keys(prompts, [blank, "x"] * (len(rows) // 2))[::2] == group_keys(prompts, None)[::2]
+    assert rollout_group_keys(prompts, {"example_id": [blank] * len(rows)}) == rollout_group_keys(prompts, None)
+    assert trl_group_keys(prompts, [blank, "x"] * (len(rows) // 2))[::2] == rollout_group_keys(prompts, None)[::2]
     reward = VPOReward(task, answers=3, seed=SEED)
     state = SimpleNamespace(global_step=STEP)
     texts, examples = [text for _, _, text in rows], [r["example"] for r, _, _ in rows]

@@ -16,7 +16,7 @@ import pytest
 from vpo.reward_failures import FAILED_CALL, RewardContractError, RewardFailurePolicy, RewardFailures
 from vpo.reward_guard import (TRL_HOOKS, at_answers, check_columns, checked_rewards, length_budget,
                               load_reward_funcs)
-from vpo.rewards import RewardScaleWarning, chain_level, score_answers, score_chains
+from vpo.rewards import RewardScaleWarning, chain_level, score_chains, score_every_answer
 
 
 def chain(*answers):
@@ -167,7 +167,7 @@ def test_environments_reach_each_answer_with_its_completion_and_a_chain_level_fu
         return [1.0] * len(completions)
 
     envs = ["env-a", "env-b"]
-    score_answers([per_answer, whole], ["p", "q"], [chain("x", "y"), chain("z")], 2, hooks={"environments": envs})
+    score_every_answer([per_answer, whole], ["p", "q"], [chain("x", "y"), chain("z")], 2, hooks={"environments": envs})
     assert seen["answers"] == (["x", "y", "z"], ["env-a", "env-a", "env-b"])
     assert seen["chains"] == envs
 

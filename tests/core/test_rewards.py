@@ -14,10 +14,10 @@ from vpo.rewards import (
     ChainRewards,
     RewardScaleWarning,
     effective_dimension,
-    group_keys,
     load_reward_funcs,
     objective_diagnostics,
     rewrite_chain_prompt,
+    rollout_group_keys,
     score_chains,
 )
 
@@ -124,8 +124,8 @@ def test_none_for_every_answer_drops_the_objective_for_the_group_only():
     assert [k.tolist() for k in scored.kept] == [[0], [0], [0, 1]]
     assert scored.stats["dropped/maybe"] == 1 and scored.stats["none/maybe"] == 0
     # groups follow example_id when the data has one, else the prompt
-    assert group_keys(["a", "a"], {"example_id": [3, 4]}) == ["3", "4"]   # as TRL, verl and OpenRLHF key rows
-    assert group_keys([[{"role": "user", "content": "x"}]]) == ['[{"content": "x", "role": "user"}]']
+    assert rollout_group_keys(["a", "a"], {"example_id": [3, 4]}) == ["3", "4"]   # as TRL, verl and OpenRLHF key rows
+    assert rollout_group_keys([[{"role": "user", "content": "x"}]]) == ['[{"content": "x", "role": "user"}]']
     everything_none = score_chains([lambda completions, **k: [None] * len(completions)], ["p"], [chain("a")],
                                    answers=2)
     assert everything_none.matrices[0].shape == (2, 0) and everything_none.kept[0].size == 0

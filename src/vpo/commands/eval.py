@@ -41,7 +41,7 @@ from vpo.sampling import SamplingOptions
 
 @dataclass
 class EvalConfig(RewardFuncsOptions, PoolOptions, SamplingOptions):
-    """Options of ``vpo eval`` (the pool ones, --split to --max-new-tokens, from ``PoolOptions``; the
+    """Options of ``vpo eval`` (the pool ones, --temperature to --pool, from ``PoolOptions``; the
     sampling ones, --device to --threads, from ``SamplingOptions``)."""
 
     task: str = field(default="maze", metadata={"help": task_help})

@@ -33,7 +33,7 @@ import numpy as np
 from vpo.config import field_like, parse_params
 from vpo.estimators.options import WeightOptions
 
-__all__ = ["EstimatorOptions", "PoolOptions", "RewardFuncsOptions", "answers_for", "check_estimator_options",
+__all__ = ["EstimatorOptions", "GenerationOptions", "PoolOptions", "RewardFuncsOptions", "answers_for", "check_estimator_options",
            "estimator_help", "estimator_names", "estimator_options", "resolve_answers", "settable_options", "task_help",
            "weight_flags"]
 
@@ -142,19 +142,31 @@ class RewardFuncsOptions:
 
 
 @dataclass
-class PoolOptions:
+class GenerationOptions:
+    """How each chain is sampled: --temperature, --top-p and --max-new-tokens, declared here once for
+    every command that samples (``vpo eval``, ``vpo search``, ``vpo warmup``). A command whose token
+    budget means something else keeps the flag and changes its default and help with
+    ``vpo.config.field_like``. Where and in what batches the sampler runs is ``vpo.sampling.SamplingOptions``."""
+
+    temperature: float = field(default=0.7, metadata={"help": "sampling temperature", "above": 0.0})
+    """Softmax temperature of every sampled token (> 0; 1 samples the model's own distribution)."""
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling top-p", "above": 0.0, "max": 1.0})
+    """Nucleus sampling: each token is drawn from the smallest set holding this much probability (1: all)."""
+    max_new_tokens: int = field(default=0, metadata={
+        "help": "generation budget per chain (0: the prompt format's own: 256 x m for the task's prompts, the "
+                "step budget for the demo's compact maze format)", "min": 0})
+    """New tokens of one sampled chain; 0: the prompt format's own budget."""
+
+
+@dataclass
+class PoolOptions(GenerationOptions):
     """Which examples, how many answers per example, and how they are sampled (``vpo eval`` and
-    ``vpo search best-of-n``)."""
+    ``vpo search best-of-n``; --temperature, --top-p and --max-new-tokens from ``GenerationOptions``)."""
 
     split: str = field(default="test", metadata={"help": "split of the task's examples"})
     examples: int = field(default=100, metadata={"help": "number of examples", "min": 1})
     pool: int = field(default=30, metadata={"help": "answers per example: pool // m chains of m = --answers answers "
                                                     "(a multiple of every m)", "aliases": ("--n",), "min": 1})
-    temperature: float = field(default=0.7, metadata={"help": "sampling temperature", "above": 0.0})
-    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling top-p", "above": 0.0, "max": 1.0})
-    max_new_tokens: int = field(default=0, metadata={
-        "help": "generation budget per chain (0: the prompt format's own: 256 x m for the task's prompts, the "
-                "step budget for the demo's compact maze format)", "min": 0})
 
 
 @dataclass

@@ -33,15 +33,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vpo.commands.options import PoolOptions, RewardFuncsOptions, task_help
+from vpo.commands.options import GenerationOptions, PoolOptions, RewardFuncsOptions, task_help
 from vpo.commands.rewards import apply_failure_policy, own_setup, resolve_task
-from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, parse_params
+from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, field_like, parse_params
 from vpo.sampling import DeviceOptions, SamplingOptions
 
 
 @dataclass
 class BestOfNConfig(RewardFuncsOptions, PoolOptions, SamplingOptions):
-    """Options of ``vpo search best-of-n`` (the pool ones, --split to --max-new-tokens, from ``PoolOptions``, as
+    """Options of ``vpo search best-of-n`` (the pool ones, --temperature to --pool, from ``PoolOptions``, as
     ``vpo eval``; the sampling ones, --device to --threads, from ``SamplingOptions``)."""
 
     task: str = field(default="maze", metadata={"help": task_help})
@@ -63,9 +63,10 @@ class BestOfNConfig(RewardFuncsOptions, PoolOptions, SamplingOptions):
 
 
 @dataclass
-class OpenEvolveConfig(DeviceOptions):
+class OpenEvolveConfig(DeviceOptions, GenerationOptions):
     """Options of ``vpo search openevolve`` (--device and --dtype from ``DeviceOptions``: where every
-    worker loads the policy)."""
+    worker loads the policy; --temperature, --top-p and --max-new-tokens, alias --max-tokens, from
+    ``GenerationOptions``)."""
 
     task: str = field(default="code", metadata={"help": "task (only code problems are supported)",
                                                 "choices": ["code"]})
@@ -87,9 +88,10 @@ class OpenEvolveConfig(DeviceOptions):
                 "use)", "min": 0})
     test_timeout: float = field(default=6.0, metadata={"help": "CPU seconds per test", "above": 0.0})
     max_tests: int = field(default=16, metadata={"help": "tests kept per problem (the smallest)", "min": 1})
-    temperature: float = field(default=0.7, metadata={"help": "sampling temperature (0: greedy)", "min": 0.0})
-    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling", "above": 0.0, "max": 1.0})
-    max_tokens: int = field(default=512, metadata={"help": "new tokens per LLM call", "min": 1})
+    temperature: float = field_like(GenerationOptions, "temperature", help="sampling temperature (0: greedy)",
+                                    min=0.0, above=None)
+    max_new_tokens: int = field_like(GenerationOptions, "max_new_tokens", default=512, min=1,
+                                     help="new tokens per LLM call", aliases=("--max-tokens",))
     diff: bool = field(default=False, metadata={"help": "SEARCH/REPLACE diffs instead of full rewrites"})
     seed: int = field(default=0, metadata={"help": "seed of sampling and of OpenEvolve", "min": 0})
     out: str = field(default="runs/openevolve", metadata={"help": "output folder"})
@@ -274,7 +276,7 @@ def run_openevolve(cfg: OpenEvolveConfig) -> dict[str, Any]:
     report = search_problems(problems, models=models, iterations=cfg.iterations, output_dir=cfg.out,
                              chains=cfg.chains, m=cfg.answers, workers=cfg.workers, num_islands=cfg.islands,
                              seed=cfg.seed, limits=limits, temperature=cfg.temperature, top_p=cfg.top_p,
-                             max_tokens=cfg.max_tokens, threads=cfg.threads or None, diff_based=cfg.diff,
+                             max_tokens=cfg.max_new_tokens, threads=cfg.threads or None, diff_based=cfg.diff,
                              device=where.device, dtype=where.dtype, progress_bar=cfg.progress)
     for label, entry in report["labels"].items():
         solved = entry["solved_by_iteration"]
@@ -328,7 +330,7 @@ def search_from_eval_config(kind: str, cfg: Any) -> dict[str, Any]:
             iterations=int(getattr(cfg, "iterations", 200)), chains=max(1, cfg.pool // (cfg.answers or 1)),
             answers=cfg.answers or 1,
             threads=threads, temperature=cfg.temperature, top_p=cfg.top_p,
-            max_tokens=cfg.max_new_tokens if cfg.max_new_tokens > 0 else 512, seed=cfg.seed, out=cfg.out,
+            max_new_tokens=cfg.max_new_tokens if cfg.max_new_tokens > 0 else 512, seed=cfg.seed, out=cfg.out,
             overwrite=bool(getattr(cfg, "overwrite", False)),
             device=sampling.get("device", "auto"), dtype=sampling.get("dtype", "auto"),
             progress=bool(getattr(cfg, "progress", True))))

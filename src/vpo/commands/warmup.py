@@ -42,7 +42,7 @@ import numpy as np
 
 from vpo.commands.rewards import RewardFuncsOptions, apply_failure_policy, own_setup, resolve_task
 from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, field_like, parse_params
-from vpo.commands.options import task_help
+from vpo.commands.options import GenerationOptions, task_help
 from vpo.estimators.options import WeightOptions
 from vpo.integrations.trl.warmup import candidates, chain_parse_rates, pick_answers, prompt_reader, read_warmup_data
 from vpo.integrations.trl.warmup import sft_rows as _sft_rows  # noqa: F401 (the tests' name)
@@ -52,9 +52,9 @@ __all__ = ["WarmupConfig", "candidates", "chain_parse_rates", "pick_answers", "r
 
 
 @dataclass
-class WarmupConfig(RewardFuncsOptions):
+class WarmupConfig(RewardFuncsOptions, GenerationOptions):
     """Options of ``vpo warmup`` (``--reward-funcs`` and its flags rank the answers; none needs labels
-    unless your functions read them)."""
+    unless your functions read them; --temperature and --top-p from ``GenerationOptions``)."""
 
     model: str = field(default="", metadata={
         "help": "model folder, cached hub id, .gguf file, or smollm2 (the SmolLM2-135M-Instruct GGUF of the "
@@ -76,10 +76,8 @@ class WarmupConfig(RewardFuncsOptions):
     samples: int = field(default=8, metadata={
         "help": "single answers sampled per prompt; m distinct complete ones are kept (a prompt with fewer is "
                 "left out of the data)", "min": 1})
-    temperature: float = field(default=0.7, metadata={"help": "sampling temperature", "above": 0.0})
-    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling top-p", "above": 0.0, "max": 1.0})
-    max_new_tokens: int = field(default=64, metadata={
-        "help": "tokens of one single answer; an answer that runs out of them is incomplete and left out", "min": 1})
+    max_new_tokens: int = field_like(GenerationOptions, "max_new_tokens", default=64, min=1, help=(
+        "tokens of one single answer; an answer that runs out of them is incomplete and left out"))
     rank: bool | None = field(default=None, metadata={
         "help": "keep the m answers that together score highest under the set objective E_w[max_i w . r_i] "
                 "(greedy; --reward-funcs, or the --task's scorer); default: when there are rewards; --no-rank: "

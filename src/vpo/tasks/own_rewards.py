@@ -44,7 +44,7 @@ import numpy as np
 from vpo.reward_failures import RewardFailurePolicy, RewardFailures
 from vpo.rewards import (CHAIN_RULE, CHAIN_TAG, ChainRewards, at_answers, check_columns, check_scaling,
                          completion_form, finish_chains, function_name, load_reward_funcs,
-                         objective_names, score_every_answer)
+                         reward_objective_names, score_every_answer)
 from vpo.tasks import register_task
 from vpo.tasks.base import Example, FileTask
 
@@ -219,5 +219,5 @@ class OwnRewardsTask(FileTask):
             from vpo.rewards import cached_reward_model
 
             funcs = [cached_reward_model(f)[0] if isinstance(f, str) else f for f in self.reward_funcs]
-            self._names = objective_names(funcs, self.reward_names)
+            self._names = reward_objective_names(funcs, self.reward_names)
         return self._names

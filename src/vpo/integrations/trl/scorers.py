@@ -66,8 +66,8 @@ class ScoredChains:
 
 def group_keys(prompts: Sequence[Any], example_ids: Sequence[Any] | None) -> list[str]:
     """The group key of each row: its ``example_id`` (the key every engine uses) when the data
-    has that column, else the prompt text (``vpo.rewards.group_keys``, the one keying)."""
-    from vpo.rewards import group_keys as keys_of
+    has that column, else the prompt text (``vpo.rewards.rollout_group_keys``, the one keying)."""
+    from vpo.rewards import rollout_group_keys as keys_of
 
     return keys_of(prompts, None if example_ids is None else {"example_id": example_ids})
 

@@ -256,7 +256,7 @@ class VPOTrainer(GRPOTrainer):
             self.vpo_scorer = TaskScorer(task, answers, log=self.log_metric, rollouts=self.score_rollouts,
                                          untagged_fallback=untagged_fallback, goals=spec.conditions_prompt)
         else:
-            from vpo.rewards import at_answers, check_columns, check_scaling, function_name, objective_names
+            from vpo.rewards import at_answers, check_columns, check_scaling, function_name, reward_objective_names
 
             self.vpo_funcs, self.vpo_classes = _reward_funcs(reward_funcs, reward_processing_classes)
             columns = getattr(train_dataset, "column_names", None)
@@ -266,7 +266,7 @@ class VPOTrainer(GRPOTrainer):
             self.vpo_funcs, self.vpo_length_budgets = at_answers(self.vpo_funcs, answers)
             self.vpo_length_budgets += _cut_budgets(self.vpo_funcs, args)
             self.vpo_failures = RewardFailures(reward_failures, names=[function_name(f) for f in self.vpo_funcs])
-            self.vpo_objective_names = objective_names(self.vpo_funcs, reward_names)
+            self.vpo_objective_names = reward_objective_names(self.vpo_funcs, reward_names)
             scaling = check_scaling(scaling, self.vpo_objective_names)
             weights = map_trl_options(args, spec, self.vpo_options, [_function_width(f) for f in self.vpo_funcs])
             self._vpo_scalar = _WeightedSum(weights if weights is not None
