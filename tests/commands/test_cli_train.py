@@ -361,3 +361,74 @@ def test_tensorboard_events_checkpoints_and_resume(tmp_path, capsys):
             steps += [event.step for event in accumulator.Scalars("train/reward")]
     # two runs wrote event files: steps 1-2, then only step 3 (a restart from scratch would log 1-3 again)
     assert sorted(steps) == [1, 2, 3]
+
+
+# ----- the command is a plan: it patches nothing of TRL and stays short -------------------------
+
+def trl_patches(source: str) -> list[str]:
+    """Where ``source`` changes something of TRL: an assignment to, ``setattr`` or ``delattr`` on a
+    name bound by an ``import trl...`` / ``from trl... import``, or on a ``trl.`` path."""
+    import ast
+
+    tree = ast.parse(source)
+    bound = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            bound |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.split(".")[0] == "trl"}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "trl" and not node.level:
+            bound |= {a.asname or a.name for a in node.names}
+
+    def root(expr):
+        while isinstance(expr, ast.Attribute | ast.Subscript):
+            expr = expr.value
+        return expr.id if isinstance(expr, ast.Name) else None
+
+    found = []
+    for node in ast.walk(tree):
+        targets = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        elif isinstance(node, ast.Delete):
+            targets = node.targets
+        for target in targets:
+            if isinstance(target, ast.Attribute | ast.Subscript) and root(target) in bound | {"trl"}:
+                found.append(f"line {node.lineno}: {ast.unparse(target)}")
+        if (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in
+                ("setattr", "delattr") and node.args and root(node.args[0]) in bound | {"trl"}):
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_patch_finder_finds_the_patches_it_is_for():
+    old = ("from trl.trainer import grpo_trainer\n"
+           "original = grpo_trainer.create_model_from_path\n"
+           "grpo_trainer.create_model_from_path = lambda *a: None\n")
+    assert trl_patches(old) == ["line 3: grpo_trainer.create_model_from_path"]
+    assert trl_patches("import trl\nsetattr(trl.trainer, 'x', 1)\n") == ["line 2: setattr(trl.trainer, 'x', 1)"]
+    assert trl_patches("import trl.trainer.utils as u\nu.f = 1\n") == ["line 2: u.f"]
+    assert trl_patches("from trl import GRPOTrainer\nGRPOTrainer._calculate_rewards = None\n") == [
+        "line 2: GRPOTrainer._calculate_rewards"]
+    assert trl_patches("from trl import GRPOConfig\nargs = GRPOConfig()\nargs.beta = 0\n") == []  # our own object
+
+
+def test_commands_patch_nothing_of_trl():
+    from pathlib import Path
+
+    import vpo.commands
+
+    folder = Path(vpo.commands.__file__).parent
+    found = {path.name: trl_patches(path.read_text(encoding="utf-8")) for path in sorted(folder.rglob("*.py"))}
+    assert len(found) > 5 and not any(found.values()), {k: v for k, v in found.items() if v}
+
+
+def test_train_reads_configs_builds_the_plan_loads_trains_saves_in_90_lines():
+    import inspect
+
+    from vpo.commands.train import train
+
+    lines = inspect.getsource(train).splitlines()
+    assert len(lines) <= 90, len(lines)
+    body = "\n".join(lines)
+    assert "plan_training(" in body and ".for_tokenizer(" in body and ".trainer(" in body

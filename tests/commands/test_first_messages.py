@@ -67,13 +67,13 @@ def test_a_single_answer_method_with_several_answers_is_refused_before_the_model
 def test_a_truncated_checkpoint_is_refused_before_the_training_rows_are_built(
         compact_checkpoint, tmp_path, capsys, forbid):
     # before: after building the training rows (8 s)
-    import vpo.commands.train
+    import vpo.integrations.trl.plan
 
     folder = tmp_path / "cut"
     shutil.copytree(compact_checkpoint, folder)
     weights = folder / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-100])
-    forbid(vpo.commands.train, "build_train_rows")
+    forbid(vpo.integrations.trl.plan, "build_train_rows")  # the rows are the plan's
     err, seconds = refusal(capsys, ["train", "--task", "maze", "--model", str(folder), "--out", str(tmp_path / "run")])
     assert "damaged weights" in err and str(folder) in err, err
     assert seconds < REFUSED_WITHIN_S

@@ -46,7 +46,7 @@ from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclas
 from vpo.estimators.options import WeightOptions
 from vpo.integrations.trl.config import (TASK_EPOCHS, VPO_OWNED, RLConfig, TRLOptions, check_engine, estimator_scale,
                                         read_grpo_yaml)
-from vpo.weights import given_key
+from vpo.integrations.trl.plan import build_train_rows, grpo_config, load_rows, plan_training, refuse_verl_row
 
 __all__ = ["RLConfig", "TASK_EPOCHS", "TRLOptions", "TrainArgs", "build_train_rows", "grpo_args", "parse_params",
            "resolve_answers", "train", "train_configs"]
@@ -134,77 +134,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def _load_rows(path: str) -> list[dict[str, Any]]:
-    from vpo.tasks.io import load_records
-
-    return [dict(row) for row in load_records(path, split="train")]
-
-
-def build_train_rows(task: Any, answers: int, *, data: str | None = None, n: int | None = None,
-                     seed: int = 42, goals: WeightOptions | None = None, chat: bool = False,
-                     loaded: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """Rows ``{prompt, example (JSON), task, answers, index, example_id}`` for TRL.
-
-    ``data`` rows that already carry ``prompt`` and ``example`` (a TRL export) are used as they
-    are (their ``answers`` must equal ``answers``); other rows are task examples and get their
-    m-answer prompt here. Without ``data`` the task supplies its training split. ``goals``
-    (goal-conditioned GRPO) gives each raw example its keyed goal weights (``vpo.goals``), which
-    its prompt states; an export must already carry them. ``chat``: prompts as the task's chat
-    turns (a TRL export's turns are used as written; a text export's are the task's turns),
-    else as one string. ``loaded``: the rows of ``data``, when the caller has read them already.
-    """
-    if data is not None:
-        raw = loaded if loaded is not None else _load_rows(data)
-        if n is not None:
-            from vpo.tasks.io import select
-
-            raw = select(raw, n=n, seed=seed)
-    else:
-        default_n = n if n is not None else (1000 if task.name == "maze" else None)
-        raw = task.examples("train", default_n, seed=seed)
-    if not raw:
-        raise ValueError("no training examples")
-    from vpo.export import example_key, trl_row
-    from vpo.goals import GOAL_FIELD, attach_goal
-
-    rows = []
-    for i, row in enumerate(raw):
-        _refuse_verl_row(row, i, data)
-        if "prompt" in row and "example" in row:
-            if row.get("task") not in (None, task.name):
-                raise ValueError(f"row {i}: the data is for task {row['task']!r}, not {task.name!r}")
-            have = row.get("answers")
-            if have is not None and int(have) != answers:
-                raise ValueError(f"row {i}: the data was exported for answers={have}, but training uses "
-                                 f"answers={answers}; pass --answers {have} or re-export")
-            example = row["example"]
-            text = example if isinstance(example, str) else json.dumps(example)
-            if goals is not None and GOAL_FIELD not in json.loads(text):
-                raise ValueError(f"row {i}: goal-conditioned training needs prompts that state goal weights; "
-                                 "re-export with `vpo data export TASK --format trl --method goal_conditioned`")
-            key = given_key(row.get("example_id"))  # the group key every engine uses for this row's weights
-            prompt = row["prompt"]
-            if chat != (not isinstance(prompt, str)):  # the export's other prompt style
-                example = json.loads(text)
-                prompt = task.messages(example, answers) if chat else task.prompt(example, answers)
-            rows.append({"prompt": prompt, "example": text, "task": task.name, "answers": answers,
-                         "index": int(row.get("index", i)),
-                         "example_id": str(key) if key is not None else example_key(json.loads(text), "train", i)})
-        else:
-            example = task.validate(row, i)
-            if goals is not None:
-                example = attach_goal(task, example, key=example_key(example, "train", i), seed=goals.seed,
-                                      alpha=goals.alpha, sampler=goals.sampler)
-            rows.append(trl_row(task, example, index=i, split="train", answers=answers, chat=chat))
-    return rows
-
-
-def _refuse_verl_row(row: Any, i: int, data: str | None) -> None:
-    if isinstance(row, dict) and "reward_model" in row and "data_source" in row and "example" not in row:
-        raise ValueError(f"{data}: row {i} looks like a verl export (data_source, prompt, reward_model, "
-                         "extra_info); `vpo train` reads the TRL layout: `vpo data export TASK --format trl`")
-
-
 def train_configs(args: argparse.Namespace) -> tuple[TrainArgs, RLConfig, TRLOptions]:
     """The configs of a parsed ``vpo train`` command line: the defaults (the paper's presets), then
     the ``--config`` YAML's values, then the flags typed (which win). Refused options fail here,
@@ -234,7 +163,7 @@ def train_configs(args: argparse.Namespace) -> tuple[TrainArgs, RLConfig, TRLOpt
 def grpo_args(cfg: TrainArgs, rl: RLConfig, engine: TRLOptions, *, task: str, answers: int, **derived: Any) -> Any:
     """The ``trl.GRPOConfig`` of a ``vpo train`` run: RLConfig's presets, ``derived`` (settings the
     prompt format implies), then the TRL settings and ``--config`` values, which win."""
-    return rl.to_grpo_config(cfg.out, task=task, answers=answers, **{**derived, **engine.grpo_values()})
+    return grpo_config(rl, engine, cfg.out, task=task, answers=answers, **derived)
 
 
 def _resume_path(value: str | None, out: str) -> str | None:
@@ -262,113 +191,6 @@ def run(args: argparse.Namespace) -> int:
     if not cfg.model:
         raise ValueError("--model is required")
     return train(cfg, rl, engine)
-
-
-@contextlib.contextmanager
-def _reference_from_policy(model: Any, *, enabled: bool) -> Iterator[None]:
-    """While TRL's GRPOTrainer is built, give it a frozen copy of ``model`` as the KL reference.
-
-    For full fine-tuning with a KL term, GRPOTrainer re-loads the reference from
-    ``model.config._name_or_path`` (``create_model_from_path``). That breaks for models that
-    ``load_pretrained`` changed or that cannot be re-loaded by name: a ``.gguf`` file (its folder
-    has no config.json: "Unrecognized model"), and any checkpoint that got a new ``<pad>`` token
-    (the re-loaded reference lacks the resized embedding row, so pad ids index out of range).
-    The reference is meant to be the initial policy, so a copy of the loaded model is exact.
-    Without ``enabled`` (LoRA: TRL disables the adapter instead; beta 0: no reference) or if TRL
-    no longer has that hook, nothing is patched.
-    """
-    from trl.trainer import grpo_trainer
-
-    original = getattr(grpo_trainer, "create_model_from_path", None)
-    if not enabled or original is None:
-        yield
-        return
-    reference = [copy.deepcopy(model)]
-
-    def create_reference(model_id: str, *args: Any, **kwargs: Any) -> Any:
-        if not reference:  # any later call is not for the reference: TRL's own loader
-            return original(model_id, *args, **kwargs)
-        ref = reference.pop()
-        dtype = kwargs.get("dtype")
-        return ref.to(dtype) if dtype is not None and not isinstance(dtype, str) else ref
-
-    grpo_trainer.create_model_from_path = create_reference
-    try:
-        yield
-    finally:
-        grpo_trainer.create_model_from_path = original
-
-
-def _objectives(task: Any, rows: list[dict[str, Any]], own_name: str | None) -> int | None:
-    """D of the training rows without scoring anything (None: your reward functions must score an
-    answer first, which the trainer does at its first step)."""
-    if own_name is None:
-        return task.num_objectives(json.loads(rows[0]["example"]))
-    try:
-        return task.num_objectives()  # declared by every function
-    except ValueError:
-        return None
-
-
-def _prompt_text(prompt: Any) -> str:
-    """A row's prompt as text: itself, or its chat turns' contents joined."""
-    if isinstance(prompt, str):
-        return prompt
-    return "".join(str(turn.get("content", "")) for turn in prompt)
-
-
-def _check_memory(model: str, args: Any, rows: list[dict[str, Any]], fmt: Any, answers: int, *, lora: bool,
-                  completion_given: bool) -> str | None:
-    """Refuse in one line, before ``model`` loads, a run whose weights, reference copy, gradients,
-    optimiser state and generation batch (``vpo.workload.training_estimate``; ``args``: its
-    GRPOConfig) exceed the memory of its device; the estimate in words, or None when the model's
-    shape cannot be read (a .gguf file)."""
-    from vpo.formats import TaskFormat
-    from vpo.workload import check_memory, device_memory, optimizer_state_bytes, prompt_tokens, read_model_shape
-    from vpo.workload import training_estimate
-
-    shape = read_model_shape(model)
-    if shape is None:
-        return None
-    if isinstance(fmt, TaskFormat):
-        prompts = [_prompt_text(row["prompt"]) for row in rows]
-        completion = args.max_completion_length
-    else:  # a checkpoint's own format (the demo's) prompts, and sets the budget unless given
-        examples = [json.loads(row["example"]) for row in rows]
-        prompts = [fmt.prompt(example, answers) for example in examples]
-        completion = args.max_completion_length if completion_given else fmt.completion_budget(examples, answers)
-    import torch
-
-    cpu = args.use_cpu or not torch.cuda.is_available()
-    device = "cpu" if cpu else f"cuda:{int(os.environ.get('LOCAL_RANK') or 0)}"
-    world = int(os.environ.get("WORLD_SIZE") or 1)
-    chains = 0 if args.use_vllm else args.generation_batch_size // world   # vLLM sizes its own cache
-    estimate = training_estimate(shape, chains=chains, tokens=prompt_tokens(prompts, shape.vocab) + completion,
-                                 kv_itemsize=2 if args.bf16 else 4, reference=float(args.beta) != 0.0 and not lora,
-                                 full=not lora, optimizer_bytes=optimizer_state_bytes(str(args.optim)))
-    available = device_memory(device)
-    check_memory(estimate, available=available,
-                 what=f"training {model} ({shape.parameters / 1e6:,.2f}M parameters) on {device} with "
-                      f"{chains} rollouts of up to {completion} tokens per generation batch",
-                 lower="--per-device-train-batch-size or --steps-per-generation (the generation batch) or "
-                       "--max-completion-length" + ("" if lora else ", or train with --lora")
-                       + (" or --kl-beta 0 (no reference copy)" if float(args.beta) and not lora else ""))
-    return estimate.describe(available)
-
-
-def _format_record(info: Any, task: Any, params: dict[str, Any], method: str, answers: int, *,
-                   own: bool) -> dict[str, Any]:
-    """The run's ``vpo_format.json``: the starting checkpoint's prompt format when it records one
-    (the demo's compact maze format), else the task's own prompts (``"task"``); with the task, its
-    parameters, the method and m, so ``vpo eval`` on the model or any of its ``checkpoint-N``
-    prompts and samples it as trained. Your own reward functions record no task (their prompts
-    are ``--source``'s)."""
-    if own:
-        return {"format": "task", "method": method, "answers": answers}
-    kept = info.record if info.record is not None and info.format_applies else None
-    record = dict(kept) if kept is not None and kept.get("format") != "task" else {"format": "task"}
-    record.update(task=task.name, task_params=params, method=method, answers=answers)
-    return record
 
 
 @contextlib.contextmanager
@@ -428,17 +250,13 @@ def finished_message(state: Mapping[str, Any], args: Any, checkpoint: str | Path
             f"train, nothing changed; {model}. To train on, raise {flag}; to start over, pass --overwrite")
 
 
-def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
-    """Run ``vpo train`` from its configs (``engine``: TRL's run settings, default TRL's own);
-    returns 0. Prints where the model went."""
-    from vpo.checkpoints import check_checkpoints, format_record_callback
+def _checked(cfg: TrainArgs, rl: Any, engine: TRLOptions | None) -> tuple[TrainArgs, TRLOptions, dict[str, Any], int]:
+    """``cfg`` (its model alias resolved) and ``engine`` (its resume folder found), the estimator's
+    options and m, once every option and path is checked: before TRL is imported or any data or
+    model is read (seconds). Prints the first stage line."""
     from vpo.estimators import get_spec
-    from vpo.formats import FORMAT_FILE, TaskFormat, load_format, resolve_task_params
-    from vpo.models import check_model_path, load_pretrained, resolve_model
-    from vpo.runs import atomic_write_text, check_claim, claim_out_dir
-    from vpo.tasks import get_task
+    from vpo.models import check_model_path, resolve_model
 
-    # every option and path is checked before TRL is imported or any data or model is read (seconds)
     check_fields(cfg)
     check_fields(rl)
     world = int(os.environ.get("WORLD_SIZE") or 1)  # processes of a distributed launch (accelerate, torchrun)
@@ -452,8 +270,6 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     # the estimator's options (the weight flags and --estimator-options), their names checked here and their
     # values once the task gives D; VPOTrainer keys the weights on args.seed = --seed
     options = estimator_options(cfg)
-    weight_options = WeightOptions(**{k: options[k] for k in ("num_weights", "alpha", "sampler") if k in options},
-                                   seed=rl.seed)
     estimator_scale(getattr(engine, "scale_rewards", None), spec, options.get("scale"), flag=True)  # as VPOTrainer
     answers = answers_for(cfg.method, cfg.answers)  # VPOTrainer says the same, but only once the model has loaded
     cfg = copy.copy(cfg)
@@ -470,24 +286,41 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
     engine.resume_from_checkpoint = _resume_path(engine.resume_from_checkpoint, cfg.out)
     if cfg.reward_funcs and cfg.task:
         raise ValueError("--task and --reward-funcs are alternatives: give one")
+    return cfg, engine, options, answers
+
+
+def _task(cfg: TrainArgs) -> tuple[Any, dict[str, Any], dict[str, Any], bool, Any]:
+    """``(task, params, given, own, scaling)``: the task to train on with its parameters (``given``:
+    those typed), whether it is your reward functions' (``own``) and their scaling."""
+    from vpo.formats import resolve_task_params
+    from vpo.tasks import get_task
+
     own_name, own_params = resolve_task(cfg, None, source=cfg.source)
-    scaling = None
-    given = {} if own_name is not None else parse_params(cfg.task_params)
     if own_name is not None:
-        params = own_params
-        scaling = params.pop("scaling", None)  # the trainer's (minmax too: it has a batch); the task only reads rows
-        task = get_task(own_name, **params)
-    else:
-        # a checkpoint that records its task (the demo's) is trained on that task, in its own format
-        params = resolve_task_params(given, [cfg.model] if Path(cfg.model).is_dir() else [], task=cfg.task)
-        task = apply_failure_policy(get_task(cfg.task, **params), cfg)
+        scaling = own_params.pop("scaling", None)  # the trainer's (minmax too: it has a batch); the task reads rows
+        return get_task(own_name, **own_params), own_params, {}, True, scaling
+    given = parse_params(cfg.task_params)
+    # a checkpoint that records its task (the demo's) is trained on that task, in its own format
+    params = resolve_task_params(given, [cfg.model] if Path(cfg.model).is_dir() else [], task=cfg.task)
+    return apply_failure_policy(get_task(cfg.task, **params), cfg), params, given, False, None
+
+
+def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
+    """Run ``vpo train`` from its configs (``engine``: TRL's run settings, default TRL's own);
+    returns 0. Prints where the model went. The run is a ``TrainPlan`` (``vpo.integrations.trl.plan``)."""
+    from vpo.checkpoints import check_checkpoints, format_record_callback
+    from vpo.formats import FORMAT_FILE, TaskFormat
+    from vpo.models import load_pretrained
+    from vpo.runs import atomic_write_text, check_claim, claim_out_dir
+
+    cfg, engine, options, answers = _checked(cfg, rl, engine)
+    task, params, given, own, scaling = _task(cfg)
     source_rows = None
-    if cfg.source and own_name is None:  # the layout of --source, read as it is: verl's is named at once
-        source_rows = _load_rows(cfg.source)
+    if cfg.source and not own:  # the layout of --source, read as it is: verl's is named at once
+        source_rows = load_rows(cfg.source)
         for i, row in enumerate(source_rows[:1]):
-            _refuse_verl_row(row, i, cfg.source)
+            refuse_verl_row(row, i, cfg.source)
     _, (info,) = check_checkpoints([cfg.model], task=task.name, given=given)  # vouched for before the rows are built
-    model_dir = info.path if info.kind in ("folder", "lora") and info.format_applies else None
     claim = dict(command="train", record={"method": cfg.method, "task": task.name, "answers": answers},
                  resume=engine.resume_from_checkpoint is not None, overwrite=cfg.overwrite)
     check_claim(cfg.out, **claim)  # a used --out, before the rows are built and the model is read
@@ -500,126 +333,77 @@ def train(cfg: TrainArgs, rl: Any, engine: TRLOptions | None = None) -> int:
         if finished:  # resuming would train past the end and save over the run's model
             print(finished, flush=True)
             return 0
-    if own_name is not None:  # the rows as they are: VPOTrainer(reward_funcs=) asks for m answers and passes columns
-        from vpo.tasks.io import select
-
-        rows = [task.validate(row, i) for i, row in enumerate(_load_rows(cfg.source))]
-        rows = select(rows, n=cfg.examples, seed=cfg.data_seed if cfg.examples is not None else None)
-        if not rows:
-            raise ValueError(f"--source {cfg.source}: no training rows")
-        own_setup(task, rows, answers, echo=False)  # a column your functions need: named before the model loads
-    else:
-        rows = build_train_rows(task, answers, data=cfg.source, n=cfg.examples, seed=cfg.data_seed,
-                                goals=weight_options if spec.conditions_prompt else None, chat=True,
-                                loaded=source_rows)
-    check_estimator_options(cfg.method, options, answers=answers, objectives=_objectives(task, rows, own_name),
+    weights = WeightOptions(**{k: options[k] for k in ("num_weights", "alpha", "sampler") if k in options},
+                            seed=rl.seed)
+    plan = plan_training(task, method=cfg.method, answers=answers, rl=rl, engine=engine, out=cfg.out, model=cfg.model,
+                         checkpoint=info, params=params, options=options, own=own, scaling=scaling,
+                         source=cfg.source, examples=cfg.examples, data_seed=cfg.data_seed, weights=weights,
+                         lora_rank=cfg.lora_rank if cfg.lora else None, lora_alpha=cfg.lora_alpha,
+                         loaded=source_rows, args=args)
+    if plan.own:  # a column your functions need: named before the model loads
+        own_setup(task, plan.rows, answers, echo=False)
+    check_estimator_options(cfg.method, options, answers=answers, objectives=plan.objectives,
                             group_size=rl.num_generations)
-    memory = _check_memory(cfg.model, args, rows, load_format(model_dir, task, chat=False), answers,
-                           lora=cfg.lora, completion_given=rl.max_completion_length is not None)
     claim_out_dir(cfg.out, stale=("checkpoint-*",), **claim)
-    record = _format_record(info, task, params, cfg.method, answers, own=own_name is not None)
     # the run's prompt format, task and m: in the run folder from the start (a checkpoint-N killed
     # before its own record landed inherits it), in every checkpoint-N, and beside the final model
-    atomic_write_text(Path(cfg.out, FORMAT_FILE), json.dumps(record, indent=1, sort_keys=True, default=str))
+    atomic_write_text(Path(cfg.out, FORMAT_FILE), json.dumps(plan.record, indent=1, sort_keys=True, default=str))
     if engine.resume_from_checkpoint is not None:
         print(f"resuming from {engine.resume_from_checkpoint} (step {state['global_step']})", flush=True)
-    from datasets import Dataset
-
-    from vpo.integrations.trl import StepLines, VPOTrainer, chain_shares, label_progress
-
+    from vpo.integrations.trl import StepLines, chain_shares, label_progress
     from vpo.sampling import hide_library_progress
 
     hide_library_progress()  # transformers' weight loading and saving bars: noise between the step lines
-    print(f"loading {cfg.model}" + (f" (memory: {memory})" if memory else ""), flush=True)
+    print(f"loading {cfg.model}" + (f" (memory: {plan.memory})" if plan.memory else ""), flush=True)
     model, tokenizer = load_pretrained(cfg.model)
-    fmt = load_format(model_dir, task, tokenizer=tokenizer, chat=False)
-    grpo_overrides: dict[str, Any] = {}
-    chat_prompts = False
-    if own_name is not None:
-        if not isinstance(fmt, TaskFormat):
-            raise ValueError(f"--reward-funcs trains on the prompts of --source, but {cfg.model} was trained on the "
-                             f"{fmt.name!r} prompt format; start from a checkpoint without {FORMAT_FILE}")
-        if cfg.chat_template and getattr(tokenizer, "chat_template", None):
-            # a string prompt goes to the model as one user turn (TRL applies the chat template); your
-            # functions still get the string and text completions, as the check and eval give them
-            chat_prompts = True
-            grpo_overrides["chat_template_kwargs"] = {"enable_thinking": False}
-        elif any(not isinstance(row["prompt"], str) for row in rows):
-            raise ValueError(f"--source {cfg.source} has chat-turn prompts, but "
-                             + ("--no-chat-template is set" if not cfg.chat_template else
-                                f"the tokenizer of {cfg.model} has no chat template") + " to render them")
-    elif not isinstance(fmt, TaskFormat):
-        if spec.conditions_prompt:
-            raise ValueError(f"--method {cfg.method} states goal weights in the task's prompts, but {cfg.model} was "
-                             f"trained on the {fmt.name!r} prompt format, which has no place for them")
-        examples = [json.loads(row["example"]) for row in rows]
-        for row, example in zip(rows, examples, strict=True):
-            row["prompt"] = fmt.prompt(example, answers)
-        if rl.max_completion_length is None:
-            grpo_overrides["max_completion_length"] = fmt.completion_budget(examples, answers)
-    elif cfg.chat_template and getattr(tokenizer, "chat_template", None):
-        # the rows hold the task's chat turns, as verl and evaluation send them (toolcall: system + user)
-        grpo_overrides["chat_template_kwargs"] = {"enable_thinking": False}
-    else:  # no chat template: one string per prompt, the task's merged prompt
-        for row in rows:
-            if not isinstance(row["prompt"], str):
-                row["prompt"] = task.prompt(json.loads(row["example"]), answers)
-    dataset = Dataset.from_list(rows)
-    if grpo_overrides:
-        args = grpo_args(cfg, rl, engine, task=task.name, answers=answers, **grpo_overrides)
-
-    peft_config = None
-    if cfg.lora:
-        from peft import LoraConfig
-
-        peft_config = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules="all-linear",
-                                 task_type="CAUSAL_LM")
-    with _reference_from_policy(model, enabled=peft_config is None and float(args.beta) != 0.0):
-        objectives: dict[str, Any] = (
-            {"task": task} if own_name is None else  # your functions, each called once per step on all answers
-            {"reward_funcs": task.reward_funcs, "reward_names": task.reward_names, "scaling": scaling,
-             "reward_failures": task.failures.policy, "chat_prompts": chat_prompts})
-        trainer = VPOTrainer(model, answers=answers, estimator=cfg.method, estimator_options=options,
-                             args=args, train_dataset=dataset, processing_class=tokenizer,
-                             peft_config=peft_config, untagged_fallback=cfg.untagged_fallback, **objectives)
+    plan = plan.for_tokenizer(tokenizer, chat_template=cfg.chat_template)
+    trainer = plan.trainer(model, tokenizer, untagged_fallback=cfg.untagged_fallback)
+    args = plan.args
     # transformers hides the bar below its WARNING log level; its 40-key dicts per step go to the log file
     bar = cfg.progress and not trainer.args.disable_tqdm
     label_progress(trainer, f"train {cfg.method}", show=bar, logs=False)
     Path(cfg.out).mkdir(parents=True, exist_ok=True)
-    lines = StepLines(str(Path(cfg.out) / "train_log.jsonl"), heartbeat=None if bar else HEARTBEAT_S,
-                      own_line=bar and not sys.stderr.isatty())
-    trainer.add_callback(lines)
-    trainer.add_callback(format_record_callback(record))
+    log = Path(cfg.out) / "train_log.jsonl"
+    trainer.add_callback(StepLines(str(log), heartbeat=None if bar else HEARTBEAT_S,
+                                   own_line=bar and not sys.stderr.isatty()))
+    trainer.add_callback(format_record_callback(plan.record))
     length = (f"{args.max_steps} steps" if args.max_steps > 0 else
-              f"{args.num_train_epochs:g} epoch(s) of {len(rows)} rows")
+              f"{args.num_train_epochs:g} epoch(s) of {len(plan.rows)} rows")
     for line in getattr(trainer, "vpo_length_budgets", ()):  # chain-level length budgets scaled by m
         print(line, flush=True)
-    print(f"training: {length}, a line every {args.logging_steps} step(s) (the full log: "
-          f"{Path(cfg.out) / 'train_log.jsonl'})", flush=True)
+    print(f"training: {length}, a line every {args.logging_steps} step(s) (the full log: {log})", flush=True)
     with _quiet_tied_keys(trainer.model):  # a resume's harmless lm_head "missing keys" warning
         trainer.train(resume_from_checkpoint=engine.resume_from_checkpoint)
-    rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
+    history = trainer.state.log_history
+    rewards = [h["reward"] for h in history if "reward" in h]
     summary = {"task": task.name, "method": cfg.method, "answers": answers, "steps": trainer.state.global_step,
                "first_reward": rewards[0] if rewards else None, "last_reward": rewards[-1] if rewards else None,
-               **chain_shares(trainer.state.log_history)}  # more than m answers, cut at the budget: run means
+               **chain_shares(history)}  # more than m answers, cut at the budget: run means
     if cfg.save:
-        trainer.save_model(cfg.out)
-        tokenizer.save_pretrained(cfg.out)
-        atomic_write_text(Path(cfg.out, "vpo_train.json"), json.dumps(
-            {"train": {k: v for k, v in vars(cfg).items()}, "rl": rl.as_dict(), "trl": dataclasses.asdict(engine),
-             "summary": summary},
-            indent=2, default=str))
-        atomic_write_text(Path(cfg.out, FORMAT_FILE), json.dumps(record, indent=1, sort_keys=True, default=str))
+        _save(trainer, tokenizer, cfg, rl, engine, summary, plan.record)
     print(json.dumps(summary))
     if cfg.save:
         print(f"saved to {cfg.out}")
-    note = unparsed_note(trainer.state.log_history, answers, Path(cfg.out) / "train_log.jsonl",
-                         fallback=bool(getattr(cfg, "untagged_fallback", False)), own=own_name is not None)
-    if not isinstance(fmt, TaskFormat):  # a checkpoint's own format (the demo's): its warm-up teaches it
-        note = None
-    if note:
+    note = unparsed_note(history, answers, log, fallback=bool(getattr(cfg, "untagged_fallback", False)),
+                         own=plan.own)
+    if note and isinstance(plan.fmt, TaskFormat):  # a checkpoint's own format (the demo's): its warm-up teaches it
         print(note, flush=True)
     return 0
+
+
+def _save(trainer: Any, tokenizer: Any, cfg: TrainArgs, rl: Any, engine: TRLOptions, summary: dict[str, Any],
+          record: dict[str, Any]) -> None:
+    """The final model (or adapter) and tokenizer in ``cfg.out``, with the run's record
+    (``vpo_train.json``: its configs and summary) and its prompt format."""
+    from vpo.formats import FORMAT_FILE
+    from vpo.runs import atomic_write_text
+
+    trainer.save_model(cfg.out)
+    tokenizer.save_pretrained(cfg.out)
+    atomic_write_text(Path(cfg.out, "vpo_train.json"), json.dumps(
+        {"train": dict(vars(cfg)), "rl": rl.as_dict(), "trl": dataclasses.asdict(engine), "summary": summary},
+        indent=2, default=str))
+    atomic_write_text(Path(cfg.out, FORMAT_FILE), json.dumps(record, indent=1, sort_keys=True, default=str))
 
 
 def unparsed_note(history: list[dict[str, Any]], answers: int, log: Path, *, fallback: bool = False,

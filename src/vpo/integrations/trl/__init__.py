@@ -28,7 +28,8 @@ Usage::
 
 Modules (imported on first use, so ``config`` stays light for the CLI): ``rewards`` (A, A'),
 ``scorers`` (a task's and a user's functions' scorer), ``trainer`` (B, C), ``config`` (presets,
-TRL's run settings and options), ``progress`` (terminal).
+TRL's run settings and options), ``plan`` (a run's rows, prompt style and memory before the model
+loads: ``vpo train``), ``progress`` (terminal).
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ _EXPORTS = {
     "scorers": ("FunctionScorer", "ScoredChains", "TaskScorer", "decode_examples", "group_keys", "parse_example",
                 "score_task_chains"),
     "trainer": ("COLLINEAR_STEPS", "EXPECTED_TRL_HOOKS", "PRIVATE_MEMBERS", "TRL_VERSIONS", "VPOTrainer",
-                "check_trl_hooks"),
+                "check_trl_hooks", "reference_checkpoint"),
+    "plan": ("TrainPlan", "plan_training"),
     "progress": ("BUDGET_KEY", "StageProgress", "StepLines", "chain_shares", "label_progress", "step_line"),
 }
 _SHARED = {"completion_text": "vpo.rewards", "prompt_key": "vpo.rewards"}

@@ -23,11 +23,12 @@ completions table's advantages).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 import warnings
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -44,7 +45,7 @@ from vpo.step_metrics import ParseWatch, StillObjectiveWatch, score_metrics
 from vpo.tasks.base import Example, Task
 
 __all__ = ["COLLINEAR_STEPS", "EXPECTED_TRL_HOOKS", "PRIVATE_MEMBERS", "TRL_VERSIONS", "VPOTrainer",
-           "check_trl_hooks"]
+           "check_trl_hooks", "reference_checkpoint"]
 
 TRL_VERSIONS = "1.16.*"
 """The TRL releases VPOTrainer is written against (pyproject's ``trl`` pin)."""
@@ -157,6 +158,46 @@ def _reward_funcs(reward_funcs: Any, classes: Any) -> tuple[list[Any], list[Any]
     return funcs, classes
 
 
+def _check_ref_model(ref_model: Any, model: Any, args: Any, kwargs: Mapping[str, Any]) -> None:
+    """Refuse a ``ref_model`` GRPOTrainer would not use (no KL term, or LoRA, whose reference is the
+    model with its adapter off) or could not be given (no ``config``, no processing class)."""
+    if ref_model is None:
+        return
+    if getattr(ref_model, "config", None) is None or not hasattr(ref_model, "save_pretrained"):
+        raise ValueError(f"ref_model must be a transformers model (save_pretrained, config), got "
+                         f"{type(ref_model).__name__}")
+    if isinstance(model, str):
+        raise ValueError("ref_model= needs the policy as a model object, not a name: TRL loads a named policy's "
+                         "reference by that name")
+    beta = float(getattr(args, "beta", 0.0) or 0.0) if args is not None else 0.0
+    if beta == 0.0:
+        raise ValueError("ref_model= is the KL reference, but args.beta is 0 (no KL term): drop ref_model or set beta")
+    if kwargs.get("peft_config") is not None or getattr(model, "peft_config", None):
+        raise ValueError("ref_model= is for full fine-tuning: with a LoRA adapter TRL's reference is the model with "
+                         "its adapter off")
+    if kwargs.get("processing_class") is None:
+        raise ValueError("ref_model= needs processing_class= (the policy's tokenizer)")
+
+
+@contextlib.contextmanager
+def reference_checkpoint(policy: Any, reference: Any) -> Iterator[str]:
+    """While GRPOTrainer builds its KL reference, the policy's name (``config._name_or_path``, what
+    TRL re-loads the reference from) is a temporary folder holding ``reference``'s weights
+    (``save_pretrained``; the same object as ``policy``: its weights now). Yields the folder;
+    the name is restored and the folder removed on exit. The folder lies in the system's
+    temporary directory (``TMPDIR``), one per process, as large as the weights."""
+    import tempfile
+
+    kept = policy.config._name_or_path
+    with tempfile.TemporaryDirectory(prefix="vpo-kl-reference-") as folder:
+        reference.save_pretrained(folder)
+        policy.config._name_or_path = folder
+        try:
+            yield folder
+        finally:
+            policy.config._name_or_path = kept
+
+
 class VPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` whose advantages come from a ``vpo.estimators`` estimator on the whole
     generation batch. Two ways to give the objectives, exactly one of them:
@@ -191,6 +232,14 @@ class VPOTrainer(GRPOTrainer):
     at construction. ``reward_failures``: the ``RewardFailurePolicy`` of the functions
     (or of the task's scorers). TRL options with a VPO meaning are mapped, the others refused
     (``vpo.integrations.trl.config.map_trl_options``).
+
+    ``ref_model``: the KL reference's weights, a model object (``model`` itself: its weights as they
+    are now, before training), for full fine-tuning with ``beta != 0``. Without it GRPOTrainer
+    re-loads the reference by the policy's name (``config._name_or_path``), which fails for a
+    model that cannot be re-loaded so or was changed after loading: a ``.gguf`` file, a tokenizer's
+    new ``<pad>`` row (``vpo.models.load_pretrained``). With it, TRL loads its reference, as ever,
+    from a folder that holds ``ref_model``'s weights (``reference_checkpoint``), so it gets TRL's
+    dtype, attention and dropout settings and placement.
     """
 
     def __init__(self, model: Any, reward_funcs: Any = None, args: GRPOConfig | None = None,
@@ -198,8 +247,10 @@ class VPOTrainer(GRPOTrainer):
                  estimator: str = "vpo", estimator_options: Mapping[str, Any] | None = None,
                  scaling: Any = None, reward_names: Sequence[Any] | None = None,
                  reward_processing_classes: Any = None, reward_failures: Any = None,
-                 untagged_fallback: bool = False, chat_prompts: bool = False, **kwargs: Any) -> None:
+                 untagged_fallback: bool = False, chat_prompts: bool = False, ref_model: Any = None,
+                 **kwargs: Any) -> None:
         check_trl_hooks(GRPOTrainer)
+        _check_ref_model(ref_model, model, args, kwargs)
         if (task is None) == (reward_funcs is None):
             raise ValueError("VPOTrainer takes exactly one of task= (a vpo task scores the chains) and "
                              "reward_funcs= (your reward functions, one objective each)")
@@ -281,9 +332,11 @@ class VPOTrainer(GRPOTrainer):
         kept_weights = getattr(args, "reward_weights", None)
         if kept_weights is not None:
             args.reward_weights = None
+        reference = reference_checkpoint(model, ref_model) if ref_model is not None else contextlib.nullcontext()
         try:
-            super().__init__(model, reward_funcs=_ScoreColumn(self.vpo_scorer.name, self), args=args,
-                             train_dataset=train_dataset, **kwargs)
+            with reference:
+                super().__init__(model, reward_funcs=_ScoreColumn(self.vpo_scorer.name, self), args=args,
+                                 train_dataset=train_dataset, **kwargs)
         finally:
             if kept_weights is not None:
                 args.reward_weights = kept_weights
