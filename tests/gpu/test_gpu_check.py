@@ -56,11 +56,11 @@ def test_dry_run_prints_the_plan_and_checks_the_listing(listing):
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("gpu_check plan")
-    for step in ("install", "a-gpu-tests", "b-train", "c-eval", "d-demo"):
+    for step in ("install", "p-pretrained", "a-gpu-tests", "b-train", "c-eval", "d-demo"):
         assert any(line.strip().startswith(step) for line in lines), step
     total = next(line for line in lines if line.strip().startswith("total"))
     assert float(total.split()[1]) < 25
-    assert "m-memory" in done.stdout and "lane B" in done.stdout
+    assert "m-memory" in done.stdout and "lane B" in done.stdout and "lane C" in done.stdout
     assert f"wheels: listing {listing}:" in done.stdout and "none of the" in done.stdout
     assert "nothing was run" in lines[-1] and "wheels ok" in lines[-1]
 
@@ -174,9 +174,17 @@ def test_gpu_tests_are_collected_and_skip_with_a_reason_without_cuda():
 def test_the_plan_fits_nine_minutes_and_reads_the_preset(tmp_path, monkeypatch):
     helper = _helper()
     steps = helper.plan_steps(tmp_path / "out", tmp_path / "wheels")
-    assert [s["name"] for s in steps] == ["install", "d-demo", "a-gpu-tests", "b-train", "c-eval", "m-memory"]
+    # the pretrained-model demo first (lane A starts with it), then the maze's steps beside it
+    assert [s["name"] for s in steps] == ["install", "p-pretrained", "d-demo", "a-gpu-tests", "b-train", "c-eval",
+                                          "m-memory"]
     assert helper.critical_minutes(steps, "limit") <= helper.BUDGET_MINUTES == 9
     assert all(s["limit"] > 0 for s in steps)
+    pretrained = steps[1]
+    assert pretrained["lane"] == "A" and pretrained["limit"] <= 8
+    assert "--preset smollm2" in pretrained["shell"] and "all four methods x 2 seeds" in pretrained["what"]
+    assert pretrained["expected"] <= pretrained["limit"], pretrained["what"]  # the preset is sized to the limit
+    assert helper.MODEL_FILE in pretrained["shell"]
+    assert str(tmp_path / "m.gguf") in helper.plan_steps(tmp_path, tmp_path, model=tmp_path / "m.gguf")[1]["shell"]
     demo = next(s for s in steps if s["name"] == "d-demo")
     assert "--preset paper-maze" in demo["shell"] and "all four methods x 2 seeds" in demo["what"]
     # step d's expectation follows vpo.demo.config's PRESETS (maze9's values apply): half the steps, less time
@@ -366,3 +374,31 @@ def test_the_listing_for_the_images_python_has_no_cuda_wheel(tmp_path):
     assert not [name for name in wheels if helper.CUDA_WHEELS.match(name)], sorted(wheels)
     assert "torch" in image and not set(image) & set(wheels)
     assert all("cp312" in file or "py3" in file or "abi3" in file for _, file in wheels.values()), wheels
+
+
+def test_the_model_travels_in_two_parts_and_is_checked_when_joined(tmp_path):
+    """scripts/carry_model.sh: step p's GGUF is over the 64 MiB a device call carries; split here,
+    joined there, its checksum checked (a damaged part is refused)."""
+    import shutil
+
+    model = tmp_path / "tiny.gguf"
+    model.write_bytes(bytes(range(256)) * 1001)
+    root = tmp_path / "repo"
+    (root / "scripts").mkdir(parents=True)
+    shutil.copy(SCRIPTS / "carry_model.sh", root / "scripts")
+    assert _run(root / "scripts" / "carry_model.sh", "split", model).returncode == 0
+    parts = [root / "models" / "part1", root / "models" / "part2"]
+    assert all(len(list(p.iterdir())) == 2 for p in parts)
+    there = tmp_path / "there"
+    there.mkdir()
+    for part in parts:  # one device call each
+        for f in part.iterdir():
+            shutil.copy(f, there / f.name)
+    done = _run(root / "scripts" / "carry_model.sh", "join", there)
+    assert done.returncode == 0 and (there / "tiny.gguf").read_bytes() == model.read_bytes()
+    (there / "tiny.gguf").unlink()
+    for part in parts:
+        for f in part.iterdir():
+            shutil.copy(f, there / f.name)
+    (there / "tiny.gguf.part2").write_bytes(b"damaged")
+    assert _run(root / "scripts" / "carry_model.sh", "join", there).returncode != 0

@@ -1,4 +1,5 @@
-"""``vpo demo``: the CPU maze demo (warm-up, GRPO, Max@K, Multi-RLVR and VPO, evaluation, report).
+"""``vpo demo``: the CPU maze demo (warm-up, GRPO, Max@K, Multi-RLVR and VPO, evaluation, report),
+and the same pipeline on a pretrained model (``--preset smollm2``).
 
 Usage: see ``vpo demo --help`` (its measured times come from ``vpo.demo.config.MEASURED_RUNS``).
 Re-running the same command after an interruption resumes where it stopped.
@@ -22,6 +23,8 @@ Usage::
     vpo demo --quick              # smoke test ({measured_time('quick')}) -> runs/demo-quick/
     vpo demo --methods grpo,vpo   # two of the paper's four methods (all four is the default)
     vpo demo --preset paper-maze  # the paper's 9x9 mazes, 4 methods x 2 seeds (one GPU; --device cpu: the CPU proxy)
+    vpo demo --preset smollm2     # a pretrained model (SmolLM2-135M) on the describe task: chain warm-up, then
+                                  # 4 methods x 2 seeds on a GPU, GRPO and VPO x 1 seed on CPU (docs/demo/smollm2.md)
 
 Re-running the same command after an interruption resumes where it stopped.
 """)

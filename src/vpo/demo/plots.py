@@ -91,7 +91,7 @@ def _diversity(metrics: Mapping[str, Any], path: Path) -> None:
                             color=style["color"])
     ax.set_xlabel("RL step")
     ax.set_ylabel("mean pairwise L1 of reward vectors")
-    ax.set_title("Diversity of the training rollouts' answers per maze", fontsize=11)
+    ax.set_title(f"Diversity of the training rollouts' answers per {_one(metrics)}", fontsize=11)
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=9, frameon=False)
@@ -106,7 +106,12 @@ def _objective_space(metrics: Mapping[str, Any], path: Path) -> None:
     _plot_objective_space(metrics["story_space"], list(metrics["task"]["objectives"]), metrics["methods"], path)
 
 
-CAPTIONS = {
+def _one(metrics: Mapping[str, Any]) -> str:
+    """One evaluation example, in words: "maze" (the maze demo), "prompt" (a pretrained model's)."""
+    return str(metrics.get("unit", "mazes")).removesuffix("s")
+
+
+MAZE_CAPTIONS = {
     "story_best_at_k.png": "best@k against k (log scale) on the held-out mazes, mean over seeds: every method, the "
                            "warm start (dotted) and the oracle ceiling (dashed); stars: the paper's best@30 on its "
                            "9x9 maze with Qwen3-4B (not comparable in absolute value; the ordering is what to compare).",
@@ -115,6 +120,23 @@ CAPTIONS = {
     "story_objective_space.png": "One held-out maze (of the first ten, the one where all pools together reach the "
                                  "most distinct gold x diamond points): where each pool's answers land.",
 }
+
+
+def captions(metrics: Mapping[str, Any]) -> dict[str, str]:
+    """The three figures' captions: the maze demo's, or in a pretrained-model report's own words."""
+    if "unit" not in metrics or metrics["unit"] == "mazes":
+        return MAZE_CAPTIONS
+    space = metrics.get("story_space") or {}
+    return {
+        "story_best_at_k.png": "best@k against k (log scale) on the held-out prompts, mean over seeds: every method "
+                               "and the warm start (dotted); left the mean of the objectives, right preference-"
+                               "weighted (the mean over fixed Dirichlet(1) weights of the best w . r).",
+        "story_diversity.png": "Reward diversity of the training rollouts (mean pairwise L1 between the reward vectors "
+                               "of all answers to a prompt) over RL steps; mean over seeds, band = min..max over seeds.",
+        "story_objective_space.png": f"One held-out prompt ({', '.join(space.get('examples', []))}: of the first ten, "
+                                     f"the one where all pools together reach the most distinct {space.get('x')} x "
+                                     f"{space.get('y')} points): where each pool's answers land.",
+    }
 
 
 def headline_plots(metrics: Mapping[str, Any], out_dir: str | Path) -> list[dict[str, str]]:
@@ -135,5 +157,5 @@ def headline_plots(metrics: Mapping[str, Any], out_dir: str | Path) -> list[dict
                               ("story_objective_space.png", _objective_space, "story_space")):
         if metrics.get(needs):
             draw(metrics, plot_dir / name)
-            drawn.append({"file": f"{PLOT_DIR}/{name}", "caption": CAPTIONS[name]})
+            drawn.append({"file": f"{PLOT_DIR}/{name}", "caption": captions(metrics)[name]})
     return drawn

@@ -11,6 +11,7 @@ Usage::
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import numpy as np
@@ -97,14 +98,15 @@ def _series_stats(records: list[dict[str, Any]]) -> dict[str, Any]:
     return {"steps": steps, "series": series}
 
 
-def build_metrics(cfg: DemoConfig, task: Any, methods: list[str], seeds: list[int], warm: dict[str, Any],
-                  runs: dict[tuple[str, int], dict[str, Any]], evaluated: dict[str, Any]) -> dict[str, Any]:
-    """The report's metrics dict (see ``vpo.report``) from the runs and the evaluated pools."""
-    from vpo.evaluation import paired, summarize
+def method_entries(cfg: DemoConfig, methods: list[str], seeds: list[int], evaluated: dict[str, Any],
+                   objectives: list[str], distinct: Any) -> tuple[dict[str, tuple[str, int, list[str]]],
+                                                              dict[str, Any], dict[str, list[Any]]]:
+    """(groups, entries, seed_metrics) of a demo's pools: the warm start in both formats and every
+    method, each entry ``vpo.evaluation.summarize`` of its per-seed metrics with the pools' tokens
+    per chain, truncation and ``distinct(pools, examples)`` answers per pool."""
+    from vpo.evaluation import summarize
 
-    objectives = list(task.objective_names())
     per_ex, pools = evaluated["metrics"], evaluated["pools"]
-    fmt = CompactMazeFormat(max_answers=max(3, cfg.answers))
     m_multi = cfg.answers
     groups: dict[str, tuple[str, int, list[str]]] = {
         "warmup_m1": ("warm-up (m=1)", 1, ["warmup-m1"]),
@@ -121,9 +123,17 @@ def build_metrics(cfg: DemoConfig, task: Any, methods: list[str], seeds: list[in
                                  seeds=seeds if key in methods else [cfg.seed],
                                  extra={"tokens_per_chain": float(np.mean(tokens)),
                                         "truncated": float(np.mean([pools[n].truncated for n in names])),
-                                        "distinct_answers": float(np.mean([distinct_answers(
-                                            pools[n], fmt, evaluated["examples"]) for n in names]))})
-    pool = cfg.pool
+                                        "distinct_answers": float(np.mean([distinct(
+                                            pools[n], evaluated["examples"]) for n in names]))})
+    return groups, entries, seed_metrics
+
+
+def paired_comparisons(cfg: DemoConfig, methods: list[str], seed_metrics: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Paired differences over the same examples: VPO against each other method, and every method
+    against its own warm start (same m), at k = 1, m and the pool, and the pools' diversity."""
+    from vpo.evaluation import paired
+
+    pool, m_multi = cfg.pool, cfg.answers
     comparisons: list[tuple[str, str]] = []
     if "vpo" in methods and "grpo" in methods:
         comparisons.append(("vpo", "grpo"))
@@ -132,18 +142,38 @@ def build_metrics(cfg: DemoConfig, task: Any, methods: list[str], seeds: list[in
             comparisons.append(("vpo", other))
     for method in methods:
         comparisons.append((method, "warmup_m1" if cfg.method_answers(method) == 1 else f"warmup_m{m_multi}"))
-    paired_rows = []
+    rows = []
     for a, b in comparisons:
         for metric, k in (("pref_best_at_k", 1), ("pref_best_at_k", m_multi), ("pref_best_at_k", pool),
                           ("best_at_k", 1), ("best_at_k", pool), ("diversity", None)):
-            row = paired(seed_metrics[a], seed_metrics[b], metric, k=k)
-            paired_rows.append({"a": a, "b": b, "metric": metric, "k": k, **row})
+            rows.append({"a": a, "b": b, "metric": metric, "k": k, **paired(seed_metrics[a], seed_metrics[b], metric,
+                                                                             k=k)})
+    return rows
 
+
+def training_curves(methods: list[str], seeds: list[int], groups: dict[str, Any],
+                    runs: dict[tuple[str, int], dict[str, Any]]) -> dict[str, Any]:
+    """Each method's logged series over RL steps (mean, min and max over seeds) and its mean seconds."""
     training = {}
     for method in methods:
         stats = _series_stats([runs[(method, s)] for s in seeds])
         training[method] = {"label": groups[method][0], **stats,
                             "seconds": float(np.mean([runs[(method, s)]["seconds"] for s in seeds]))}
+    return training
+
+
+def build_metrics(cfg: DemoConfig, task: Any, methods: list[str], seeds: list[int], warm: dict[str, Any],
+                  runs: dict[tuple[str, int], dict[str, Any]], evaluated: dict[str, Any]) -> dict[str, Any]:
+    """The report's metrics dict (see ``vpo.report``) from the runs and the evaluated pools."""
+    objectives = list(task.objective_names())
+    pools = evaluated["pools"]
+    fmt = CompactMazeFormat(max_answers=max(3, cfg.answers))
+    m_multi = cfg.answers
+    groups, entries, seed_metrics = method_entries(
+        cfg, methods, seeds, evaluated, objectives, lambda p, examples: distinct_answers(p, fmt, examples))
+    pool = cfg.pool
+    paired_rows = paired_comparisons(cfg, methods, seed_metrics)
+    training = training_curves(methods, seeds, groups, runs)
 
     # objective space: the first three test mazes, seed-0 pool of each entry
     first = {key: names[0] for key, (_, _, names) in groups.items()}
@@ -208,7 +238,7 @@ def build_metrics(cfg: DemoConfig, task: Any, methods: list[str], seeds: list[in
     return metrics
 
 
-def pipeline_checks(metrics: dict[str, Any], cfg: DemoConfig, plots: list[str]) -> list[str]:
+def pipeline_checks(metrics: dict[str, Any], cfg: DemoConfig, plots: list[str], unit: str = "mazes") -> list[str]:
     """What a smoke run checks, one line each, "ok: ..." or "FAILED: ...": every RL run logged its
     steps, every pool has its mazes and answers, every number is finite, best@k never falls as k
     grows, every plot was written (``plots``: the PNG files found)."""
@@ -230,7 +260,7 @@ def pipeline_checks(metrics: dict[str, Any], cfg: DemoConfig, plots: list[str]) 
     missing = [name for name in expected if name not in plots]
     return [
         line(steps_ok, f"{len(training)} RL runs logged {cfg.rl_steps} steps each"),
-        line(shapes_ok, f"{len(methods)} pools of {cfg.eval_examples} mazes x {cfg.pool} answers scored"),
+        line(shapes_ok, f"{len(methods)} pools of {cfg.eval_examples} {unit} x {cfg.pool} answers scored"),
         line(finite_ok, f"{len(numbers)} reported numbers (best@k curves, paired differences, training series) "
                         "are finite"),
         line(monotone_ok, "every best@k curve is non-decreasing in k"),
@@ -278,18 +308,20 @@ def _above_range(entry: dict[str, Any], base: dict[str, Any]) -> str:
     return f"; its preference-weighted best@k curve is above the warm start's at {len(above)} of {len(diff)} k"
 
 
-def _fmt_diff(row: dict[str, Any]) -> str:
+def _fmt_diff(row: dict[str, Any], unit: str = "mazes") -> str:
     """``+0.028 ± 0.018 (significant, 300 mazes)``: a paired difference with the test-set size it
     was measured on (the width of the interval depends on it)."""
     half = row.get("half_width")
-    size = f", {row['n']} mazes" if row.get("n") else ""
+    size = f", {row['n']} {unit}" if row.get("n") else ""
     sig = "significant" if row.get("significant") else "not significant"
     return f"{row['mean']:+.3f} ± {half:.3f} ({sig}{size})" if half is not None else f"{row['mean']:+.3f}"
 
 
 def findings(entries: dict[str, Any], paired_rows: list[dict[str, Any]], methods: list[str], pool: int,
-             cfg: DemoConfig) -> list[str]:
-    """Plain statements read off the numbers (no thresholds tuned to a conclusion)."""
+             cfg: DemoConfig, unit: str = "mazes", answer: str = "routes") -> list[str]:
+    """Plain statements read off the numbers (no thresholds tuned to a conclusion); ``unit`` names
+    the evaluation examples and ``answer`` what a chain holds."""
+    diff = functools.partial(_fmt_diff, unit=unit)
     def find(a: str, b: str, metric: str, k: int | None) -> dict[str, Any] | None:
         for row in paired_rows:
             if (row["a"], row["b"], row["metric"], row["k"]) == (a, b, metric, k):
@@ -302,9 +334,9 @@ def findings(entries: dict[str, Any], paired_rows: list[dict[str, Any]], methods
         rm = find(method, base, "pref_best_at_k", cfg.answers)
         f1, fk = find(method, base, "best_at_k", 1), find(method, base, "best_at_k", pool)
         out.append(f"{METHODS[method][0]} vs its warm start ({entries[base]['label']}): preference-weighted "
-                   f"best@1 {_fmt_diff(r1)}, best@{cfg.answers} {_fmt_diff(rm)}, best@{pool} {_fmt_diff(rk)}; "
-                   f"fixed-scalar best@1 {_fmt_diff(f1)}, "
-                   f"best@{pool} {_fmt_diff(fk)}{_above_range(entries[method], entries[base])}.")
+                   f"best@1 {diff(r1)}, best@{cfg.answers} {diff(rm)}, best@{pool} {diff(rk)}; "
+                   f"fixed-scalar best@1 {diff(f1)}, "
+                   f"best@{pool} {diff(fk)}{_above_range(entries[method], entries[base])}.")
 
     out: list[str] = []
     if "vpo" in methods:
@@ -316,8 +348,8 @@ def findings(entries: dict[str, Any], paired_rows: list[dict[str, Any]], methods
                 return "level with" if abs(d) < 5e-4 else "above" if d > 0 else "below"
 
             verdict_hi, verdict_lo = verdict(hi["mean"]), verdict(lo["mean"])
-            out.append(f"{name}: VPO is {verdict_hi} GRPO at k={pool}, VPO - GRPO = {_fmt_diff(hi)}; "
-                       f"at k=1 VPO is {verdict_lo} GRPO, {_fmt_diff(lo)} (paired over the same mazes, "
+            out.append(f"{name}: VPO is {verdict_hi} GRPO at k={pool}, VPO - GRPO = {diff(hi)}; "
+                       f"at k=1 VPO is {verdict_lo} GRPO, {diff(lo)} (paired over the same {unit}, "
                        f"seed-averaged).")
         g, v = entries["grpo"]["diversity"]["mean"], entries["vpo"]["diversity"]["mean"]
         ratio = f"{v / g:.1f}x" if g > 0 else "infinitely"
@@ -325,7 +357,7 @@ def findings(entries: dict[str, Any], paired_rows: list[dict[str, Any]], methods
                    f"the paper reports {PAPER_DIVERSITY[0]} -> {PAPER_DIVERSITY[1]} on its 9x9 maze.")
     for other in ("multi_rlvr", "max_at_k"):
         if other in methods and "vpo" in methods:
-            parts = [f"best@{k} {_fmt_diff(find('vpo', other, 'pref_best_at_k', k))}"
+            parts = [f"best@{k} {diff(find('vpo', other, 'pref_best_at_k', k))}"
                      for k in dict.fromkeys((1, cfg.answers, pool))]
             out.append(f"VPO vs {METHODS[other][0]} (preference-weighted): " + ", ".join(parts) + ".")
     for method in methods:
@@ -334,9 +366,47 @@ def findings(entries: dict[str, Any], paired_rows: list[dict[str, Any]], methods
     if "vpo" in entries and "grpo" in entries:
         tv, tg = entries["vpo"].get("tokens_per_chain"), entries["grpo"].get("tokens_per_chain")
         if tv and tg:
-            out.append(f"Compute: at equal RL steps a VPO chain holds {cfg.answers} routes and costs about "
+            out.append(f"Compute: at equal RL steps a VPO chain holds {cfg.answers} {answer} and costs about "
                        f"{tv / tg:.1f}x the tokens of a GRPO completion ({tv:.1f} vs {tg:.1f} tokens at evaluation).")
     return out
+
+
+def story_checks(entries: dict[str, Any], paired_rows: list[dict[str, Any]], methods: list[str], pool: int,
+                 cfg: DemoConfig, unit: str = "mazes") -> list[str]:
+    """The paper's four claims as checks, each with its paired interval over the same ``unit``:
+    VPO above GRPO at preference-weighted best@pool (significantly); GRPO first at preference-weighted
+    best@1; VPO's pools more diverse than GRPO's (significantly); VPO at or above its own warm start
+    at best@pool (not significantly below). "held" or "not held" is read off the numbers, never
+    tuned; a check whose methods were not run says so."""
+    def find(a: str, b: str, metric: str, k: int | None) -> dict[str, Any] | None:
+        return next((row for row in paired_rows if (row["a"], row["b"], row["metric"], row["k"]) == (a, b, metric, k)),
+                    None)
+
+    def verdict(ok: bool) -> str:
+        return "held" if ok else "NOT held"
+
+    diff = functools.partial(_fmt_diff, unit=unit)
+    if not {"vpo", "grpo"} <= set(methods):
+        return ["Checks: the paper's four claims compare VPO with GRPO; run both (--methods) to check them."]
+    hi, lo = find("vpo", "grpo", "pref_best_at_k", pool), find("vpo", "grpo", "pref_best_at_k", 1)
+    div = find("vpo", "grpo", "diversity", None)
+    warm = find("vpo", f"warmup_m{cfg.answers}", "pref_best_at_k", pool)
+    firsts = {m: entries[m]["pref_best_at_k"]["mean"][0] for m in methods}
+    leader = max(firsts, key=firsts.get)
+    below = (warm["half_width"] is not None and warm["mean"] < -warm["half_width"])
+    return [
+        f"Check 1, VPO above GRPO at preference-weighted best@{pool}, significantly: "
+        f"{verdict(hi['mean'] > 0 and hi['significant'])}: VPO - GRPO = {diff(hi)}.",
+        f"Check 2, GRPO first at preference-weighted best@1: {verdict(leader == 'grpo')}: "
+        + ", ".join(f"{entries[m]['label']} {v:.3f}" for m, v in sorted(firsts.items(), key=lambda kv: -kv[1]))
+        + f"; VPO - GRPO = {diff(lo)}.",
+        f"Check 3, VPO's pools more diverse than GRPO's, significantly (mean pairwise L1 of the answers' reward "
+        f"vectors): {verdict(div['mean'] > 0 and div['significant'])}: VPO - GRPO = {diff(div)} "
+        f"({entries['grpo']['diversity']['mean']:.3f} -> {entries['vpo']['diversity']['mean']:.3f}).",
+        f"Check 4, VPO at or above its warm start ({entries[f'warmup_m{cfg.answers}']['label']}) at "
+        f"preference-weighted best@{pool}, not significantly below: {verdict(not below)}: VPO - warm start = "
+        f"{diff(warm)}.",
+    ]
 
 
 INVESTIGATION = (

