@@ -338,7 +338,8 @@ PRESETS["smollm2"] = {
 }
 
 PRESET_CPU: dict[str, dict[str, Any]] = {
-    # the same preset reduced to what 2 CPU cores finish within an hour: GRPO and VPO, one seed
+    # the same preset reduced for 2 CPU cores: GRPO and VPO, one seed. Measured: its longest path (warm-up, VPO's RL,
+    # its pool) takes about 80 minutes of CPU, over the hour it was meant to fit (docs/demo/smollm2.md)
     "smollm2": {
         "out": "runs/demo-smollm2-cpu",
         "methods": "grpo,vpo", "seeds": 1,

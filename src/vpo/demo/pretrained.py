@@ -323,10 +323,18 @@ def distinct_texts(pools: Any, task: Any, examples: list[dict[str, Any]]) -> flo
     return float(np.mean(counts))
 
 
+PRETRAINED_INVESTIGATION = (
+    "How the preset's values were chosen, and every configuration tried on the pretrained model (the task and "
+    "its readers, warm-up size, learning rate, steps, batch and micro-batch, truncation rule), with their "
+    "numbers and what did not work: docs/demo/smollm2.md in the vpo repository.")
+"""The pretrained-model report's pointer to its development log."""
+
+
 def pretrained_metrics(cfg: DemoConfig, task: Any, methods: list[str], seeds: list[int], warm: dict[str, Any],
                        runs: dict[tuple[str, int], dict[str, Any]], evaluated: dict[str, Any]) -> dict[str, Any]:
     """The report's metrics dict (``vpo.report``) of a pretrained-model preset."""
-    from vpo.demo.results import (INVESTIGATION, TRUNCATED_RULES, findings, method_entries,
+    from vpo.demo.config import MAZE_ONLY
+    from vpo.demo.results import (TRUNCATED_RULES, findings, method_entries,
                                   paired_comparisons, story_checks, training_curves)
 
     examples, pools = evaluated["examples"], evaluated["pools"]
@@ -374,7 +382,7 @@ def pretrained_metrics(cfg: DemoConfig, task: Any, methods: list[str], seeds: li
         + "; ".join(f"{e['label']} parsed {e['chains_parsed']:.0%}, {e['m']} tagged answers {e['chains_complete']:.0%},"
                     f" more than m {e['chains_over']:.0%}, at the token budget {e['truncated']:.0%}"
                     for e in entries.values()) + ".",
-        INVESTIGATION.replace("docs/demo/investigation.md", "docs/demo/smollm2.md"),
+        PRETRAINED_INVESTIGATION,
     ]
     metrics: dict[str, Any] = {
         "title": f"VPO on a pretrained model: {model} on {task.name}",
@@ -385,7 +393,7 @@ def pretrained_metrics(cfg: DemoConfig, task: Any, methods: list[str], seeds: li
                  "eval_weights": cfg.eval_weights, "ks_shown": [1, cfg.answers, 10, pool]},
         "methods": entries, "paired": paired_rows, "training": training,
         "objective_space": space, "story_space": story_space, "references": [],
-        "config": dataclasses.asdict(cfg),
+        "config": {k: v for k, v in dataclasses.asdict(cfg).items() if k not in MAZE_ONLY},
         "warmup": {k: v for k, v in warm.items() if k not in ("loss_curve", "choices")},
         "runs": {f"{m}-s{s}": {k: v for k, v in r.items() if k not in ("series", "reward", "steps")}
                  for (m, s), r in runs.items()},

@@ -488,7 +488,8 @@ def load_note(cpus: int, workers: int, threads: int, load_start: float, load_end
     if busy_start is not None:
         load = f"{busy_start:.1f} cores busy in a 1 s sample at the start; {load}"
     busy = busy_start if busy_start is not None else load_start
-    machine = (f"the CPUs were otherwise idle ({load})" if busy < IDLE_LOAD else
+    machine = (f"the CPUs were otherwise idle at the start ({load}; work that came later is in the log's "
+               "'workers' lines, each job start's sample)" if busy < IDLE_LOAD else
                f"other work shared the CPUs ({load}), so the stages ran slower than they would on an idle machine")
     return (f"Timings measured on this machine ({cpus} CPUs, up to {workers} worker process(es) at once, torch "
             f"threads {threads or 'default'}): {machine}. Stages finished by an earlier invocation keep their original "
