@@ -346,6 +346,31 @@ class BusyThenIdle:
         return CpuSample(busy=1.8 if self.calls <= self.busy_calls else 0.0, usable=2, seconds=seconds)
 
 
+def run_busy_then_idle(config: DemoConfig, done: Path, out: Path, monkeypatch) -> tuple[dict, BusyThenIdle, list[str]]:
+    """``config`` run again in ``out`` from ``done``'s warm-up on a simulated machine busy at the start
+    and idle later (``--workers 0``: one worker, then two, the jobs on other processes in another
+    order). Returns (the run's result, the simulated machine, the worker counts its log states)."""
+    import dataclasses
+    import shutil
+
+    import vpo.cores
+    import vpo.demo.run
+    from vpo.demo.run import run_demo
+
+    out.mkdir()
+    shutil.copy(done / "config.json", out / "config.json")
+    shutil.copytree(done / "checkpoints" / "warmup", out / "checkpoints" / "warmup")
+    machine = BusyThenIdle(busy_calls=3)  # the start sample, then two at job starts
+    monkeypatch.setattr(vpo.cores, "sample_cpu", machine)
+    monkeypatch.setattr(vpo.cores, "usable_cpus", lambda: [0, 1])
+    monkeypatch.setattr(vpo.demo.run, "RECHECK_S", 0.2)
+    result = run_demo(dataclasses.replace(config, out=str(out), workers=0))
+    log = (out / "logs" / "demo.log").read_text()
+    said = [line.split("RL and evaluation: ")[1].split(" (")[0] for line in log.splitlines()
+            if "RL and evaluation: workers: " in line]
+    return result, machine, said
+
+
 @pytest.mark.slow  # the same guarantee on a small demo: test_small_demo_numbers_do_not_depend_on_the_workers_...
 def test_quick_demo_numbers_do_not_depend_on_the_workers_the_load_or_the_job_order(quick_run, tmp_path,
                                                                                      monkeypatch, capfd):
@@ -355,10 +380,6 @@ def test_quick_demo_numbers_do_not_depend_on_the_workers_the_load_or_the_job_ord
     threads were threads x workers, and the worker count followed the load. Both runs show their
     bars (the default), and print a few lines per job (before: 2,682 lines for the default demo,
     376 of them transformers' weight loading and saving bars)."""
-    import shutil
-
-    import vpo.cores
-    import vpo.demo.run
     from vpo.demo.results import result_numbers
     from vpo.demo.run import run_demo
 
@@ -374,23 +395,13 @@ def test_quick_demo_numbers_do_not_depend_on_the_workers_the_load_or_the_job_ord
     assert len(lines) <= 5 * jobs + 10, "\n".join(lines)
     assert not any(mark in printed.out + printed.err for mark in ("Loading weights", "Writing model shards"))
     # busy, then idle: the warm-up of the run above, then the jobs on what the simulated CPU allows
-    busy = tmp_path / "busy-then-idle"
-    busy.mkdir()
-    shutil.copy(tmp_path / "one" / "config.json", busy / "config.json")
-    shutil.copytree(tmp_path / "one" / "checkpoints" / "warmup", busy / "checkpoints" / "warmup")
-    machine = BusyThenIdle(busy_calls=3)  # the start sample, then two at job starts
-    monkeypatch.setattr(vpo.cores, "sample_cpu", machine)
-    monkeypatch.setattr(vpo.cores, "usable_cpus", lambda: [0, 1])
-    monkeypatch.setattr(vpo.demo.run, "RECHECK_S", 0.2)
-    loaded = run_demo(DemoConfig(quick=True, out=str(busy), workers=0))
+    loaded, machine, said = run_busy_then_idle(DemoConfig(quick=True), tmp_path / "one", tmp_path / "busy-then-idle",
+                                               monkeypatch)
     assert result_numbers(loaded["metrics"]) == reference
     printed = capfd.readouterr()  # the worker processes print to the same terminal: stage lines, no bars
     lines = (printed.out + printed.err).split("\n")
     assert len(lines) <= 5 * jobs + 10 and "%|" not in printed.out + printed.err, "\n".join(lines)
-    log = (busy / "logs" / "demo.log").read_text()
-    said = [line.split("RL and evaluation: ")[1].split(" (")[0] for line in log.splitlines()
-            if "RL and evaluation: workers: " in line]
-    assert said == ["workers: 1", "workers: 2"], log
+    assert said == ["workers: 1", "workers: 2"]
     assert machine.calls >= 4
 
 
@@ -405,10 +416,6 @@ def test_small_demo_numbers_do_not_depend_on_the_workers_the_load_or_the_job_ord
     a machine busy at the start and idle later (one worker, then two: the jobs land on other
     processes in another order)."""
     pytest.importorskip("trl")
-    import shutil
-
-    import vpo.cores
-    import vpo.demo.run
     from vpo.demo.results import result_numbers
     from vpo.demo.run import run_demo
 
@@ -417,20 +424,10 @@ def test_small_demo_numbers_do_not_depend_on_the_workers_the_load_or_the_job_ord
     assert len(reference) > 100
     alone = run_demo(DemoConfig(**SMALL_DEMO, out=str(tmp_path / "one"), workers=1))
     assert result_numbers(alone["metrics"]) == reference
-    busy = tmp_path / "busy-then-idle"
-    busy.mkdir()
-    shutil.copy(tmp_path / "one" / "config.json", busy / "config.json")
-    shutil.copytree(tmp_path / "one" / "checkpoints" / "warmup", busy / "checkpoints" / "warmup")
-    machine = BusyThenIdle(busy_calls=3)  # the start sample, then two at job starts
-    monkeypatch.setattr(vpo.cores, "sample_cpu", machine)
-    monkeypatch.setattr(vpo.cores, "usable_cpus", lambda: [0, 1])
-    monkeypatch.setattr(vpo.demo.run, "RECHECK_S", 0.2)
-    loaded = run_demo(DemoConfig(**SMALL_DEMO, out=str(busy), workers=0))
+    loaded, _, said = run_busy_then_idle(DemoConfig(**SMALL_DEMO), tmp_path / "one", tmp_path / "busy-then-idle",
+                                         monkeypatch)
     assert result_numbers(loaded["metrics"]) == reference
-    log = (busy / "logs" / "demo.log").read_text()
-    said = [line.split("RL and evaluation: ")[1].split(" (")[0] for line in log.splitlines()
-            if "RL and evaluation: workers: " in line]
-    assert said == ["workers: 1", "workers: 2"], log
+    assert said == ["workers: 1", "workers: 2"]
 
 
 def test_the_shipped_quick_numbers_come_out_of_head(quick_run):
