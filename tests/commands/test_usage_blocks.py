@@ -51,6 +51,10 @@ def is_shell(block: str) -> bool:
 
 
 SKIP = {
+    "vpo.integrations.trl.plan": "loads a model and trains (tests/integrations/test_trl_plan.py runs plan_training "
+                                 "and its trainer on a tiny model)",
+    "vpo.integrations.trl.warmup": "samples from and trains a model (tests/commands/test_warmup.py and "
+                                   "tests/demo/test_demo_smollm2.py run the chain warm-up)",
     "vpo.demo.device": "takes a finished demo run's metrics (tests/demo/test_demo.py runs describe_setting)",
     "vpo.demo.plots": "takes a finished demo run's metrics (tests/demo/test_demo.py runs headline_plots)",
     "vpo.demo.results": "takes a finished demo run (tests/demo/test_demo.py runs build_metrics)",

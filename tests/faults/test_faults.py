@@ -365,7 +365,7 @@ WARMUP_DATA_DAMAGES = {
 
 @pytest.mark.parametrize("damage", list(WARMUP_DATA_DAMAGES))
 def test_damaged_warmup_data_before_the_sft(damage, user, tiny_model, tmp_path, capsys, monkeypatch):
-    from vpo.commands import warmup
+    from vpo.integrations.trl import warmup  # the chain warm-up reads its data back before the SFT
 
     read = warmup.read_warmup_data
 

@@ -4,11 +4,12 @@ Usage::
 
     from vpo.tasks import get_task
     task = get_task("describe")
-    example = task.examples("train")[0]     # {"prompt": [chat turn], "topic": "lemon", "known_facts": "sour ..."}
+    example = task.examples("train")[0]     # {"prompt": [chat turn], "topic": ..., "known_facts": ...}
+    text = task.format_chain(["It is good.", "A thing.", "Nice."])
     task.score_chain(text, example, 3)      # (3, 3): brevity, facts, flair of each answer
 
-    vpo train --model smollm2 --source src/vpo/tasks/describe/train.jsonl \\
-        --reward-funcs vpo.tasks.describe.rewards:brevity,vpo.tasks.describe.rewards:facts,vpo.tasks.describe.rewards:flair
+From the command line, as your own reward functions: ``vpo train --model smollm2 --source
+src/vpo/tasks/describe/train.jsonl --reward-funcs vpo.tasks.describe.rewards:brevity,...``.
 
 The pretrained-model task of ``vpo demo --preset smollm2`` (docs/demo/smollm2.md says why this
 one). A prompt asks for a one-sentence description of a topic (``"Describe a lemon in one

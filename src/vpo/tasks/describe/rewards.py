@@ -3,8 +3,9 @@
 Usage::
 
     from vpo.tasks.describe.rewards import brevity, facts, flair
-    GRPOTrainer(model, reward_funcs=[brevity, facts, flair], train_dataset=ds, ...)   # ds: topic, known_facts columns
-    vpo train --model smollm2 --source topics.jsonl --reward-funcs vpo.tasks.describe.rewards:brevity,...
+    columns = {"topic": ["lemon", "lemon"], "known_facts": ["sour yellow citrus juice", "sour yellow citrus juice"]}
+    answers = ["A sour lemon.", "A zesty, golden lemon: sour, yellow citrus full of juice."]
+    brevity(answers, **columns), facts(answers, **columns), flair(answers, **columns)   # as GRPOTrainer calls them
 
 Each is a plain callable ``f(completions, **kwargs) -> list[float]`` reading the dataset columns
 ``topic`` (the thing described, e.g. ``"lemon"``) and ``known_facts`` (words that state something true
