@@ -5,6 +5,7 @@ Usage::
     from _timing import StepTimer, time_calls
     timer = StepTimer()                       # pass in callbacks=[timer]; timer.marks: step starts + end
     spent = time_calls(trainer, "compute_advantages")   # spent[0]: seconds inside that method
+    share = StepShare(spent)                  # share.per_step: those seconds split by optimiser step
 """
 
 from __future__ import annotations
@@ -42,3 +43,14 @@ def time_calls(obj: Any, name: str) -> list[float]:
 
     setattr(obj, name, wrapper)
     return spent
+
+
+class StepShare(TrainerCallback):
+    """A ``time_calls`` total split into per-step seconds (``per_step``, one per optimiser step)."""
+
+    def __init__(self, spent: list[float]) -> None:
+        self.spent, self.per_step, self.last = spent, [], 0.0
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        self.per_step.append(self.spent[0] - self.last)
+        self.last = self.spent[0]

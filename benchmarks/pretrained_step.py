@@ -38,21 +38,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def step_share_class():
-    """``StepShare(spent)``: a callback that splits a ``time_calls`` total into per-step seconds."""
-    from transformers import TrainerCallback
-
-    class StepShare(TrainerCallback):
-        def __init__(self, spent: list[float]) -> None:
-            self.spent, self.per_step, self.last = spent, [], 0.0
-
-        def on_step_end(self, *args, **kwargs) -> None:
-            self.per_step.append(self.spent[0] - self.last)
-            self.last = self.spent[0]
-
-    return StepShare
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2", help="model folder, .gguf file, or smollm2")
@@ -75,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
     import torch
     from datasets import Dataset
-    from _timing import StepTimer, time_calls
+    from _timing import StepShare, StepTimer, time_calls
     from trl import GRPOConfig
 
     from vpo.integrations.trl import VPOTrainer
@@ -83,7 +68,6 @@ def main(argv: list[str] | None = None) -> int:
     from vpo.tasks import get_task
 
     torch.set_num_threads(args.threads)
-    StepShare = step_share_class()
     task = get_task("describe")
     rows = task.examples("train")[: args.prompts * (args.steps + 1)]
     model_path = resolve_model(args.model)
