@@ -295,8 +295,9 @@ class PretrainedStages:
 def chain_format(pools: Any, task: Any, m: int) -> dict[str, float]:
     """How a pool's chains follow the chain format: ``parsed`` (share with an answer in the
     numbered tags), ``complete`` (share with m of them), ``over`` (share writing more than m tagged
-    answers, the extra ones unread). For m = 1 a non-empty completion is its answer."""
-    import re
+    answers, the extra ones unread: ``vpo.chains.written_answers``, as training's step line counts
+    them). For m = 1 a non-empty completion is its answer."""
+    from vpo.chains import written_answers
 
     texts = [text for row in pools.texts for text in row]
     if not texts:
@@ -304,9 +305,8 @@ def chain_format(pools: Any, task: Any, m: int) -> dict[str, float]:
     if m == 1:
         share = float(np.mean([bool(text.strip()) for text in texts]))
         return {"parsed": share, "complete": share, "over": 0.0}
-    tag = re.compile(rf"<{re.escape(task.rewrite_rule.tag)}_(\d+)>")
     counts = [task.tagged_answers(text, m) for text in texts]
-    over = [max((int(i) for i in tag.findall(text)), default=0) > m for text in texts]
+    over = [written_answers(text, task.rewrite_rule.tag) > m for text in texts]
     return {"parsed": float(np.mean([c >= 1 for c in counts])), "complete": float(np.mean([c >= m for c in counts])),
             "over": float(np.mean(over))}
 
@@ -314,11 +314,12 @@ def chain_format(pools: Any, task: Any, m: int) -> dict[str, float]:
 def distinct_texts(pools: Any, task: Any, examples: list[dict[str, Any]]) -> float:
     """Mean number of distinct non-empty answers (up to case and spacing) in a prompt's pool."""
     from vpo.formats import TaskFormat
+    from vpo.integrations.trl.warmup import normal_answer
 
     fmt = TaskFormat(task)
     counts = []
     for example, texts in zip(examples, pools.texts, strict=True):
-        answers = {" ".join(a.split()).casefold() for text in texts for a in fmt.answers(text, example, pools.m)}
+        answers = {normal_answer(a) for text in texts for a in fmt.answers(text, example, pools.m)}
         counts.append(len(answers - {""}))
     return float(np.mean(counts))
 
