@@ -118,13 +118,16 @@ CODE_FAULTS = {
                "'score' returned"),
     "a generator": ("def score(completions, **kwargs):\n    return (1.0 for c in completions)\n",
                     "'score' returned"),
+    "a tensor on another device": ("import torch\ndef score(completions, **kwargs):\n"
+                                   "    return torch.zeros(len(completions), device='meta')\n",
+                                   "'score' returned a tensor on meta"),
     "raises": ("def score(completions, **kwargs):\n    raise ConnectionError('reward server unreachable')\n",
                "ConnectionError: reward server unreachable"),
     "missing column": ("def score(completions, solution, **kwargs):\n    return [1.0] * len(completions)\n",
                        "'score' needs the dataset column 'solution'"),
 }
 IMPORT_FAULTS = ("syntax error", "missing dependency", "exception at import", "missing name")
-OUTPUT_FAULTS = ("returns strings", "wrong length", "nested lists", "a dict", "a generator")
+OUTPUT_FAULTS = ("returns strings", "wrong length", "nested lists", "a dict", "a generator", "a tensor on another device")
 
 
 def code_fault_exit(fault: str, surface: str) -> tuple[int, bool]:
@@ -280,6 +283,60 @@ def test_a_damaged_output_folder(damage, surface, user, tiny_model, tmp_path, ca
     code, out_text, err = run_cli(surface_argv(surface, f"{user / 'my_rewards.py'}:score", user, tiny_model, out),
                                   capsys)
     assert_ends(code, out_text, err, 2, ".vpo_run.json" if damage in RUN_RECORD_DAMAGES else "--overwrite")
+    assert_kept(before)
+
+
+# ------------------------------------------------------------------------------------------------
+# a damaged data file of the user's, read by every command that takes a task's --source
+# ------------------------------------------------------------------------------------------------
+def _code_problem(**fields) -> bytes:
+    from vpo.tasks.code import FIXTURES  # the shipped problems: one is damaged here
+    first = Path(FIXTURES).read_text().splitlines()[0]
+    return (json.dumps({**json.loads(first), **fields}) + "\n").encode()
+
+
+SOURCE_DAMAGES = {
+    # damage: (the file's name, its bytes, the one line's needle; None: the file's path)
+    "truncated": ("problems.jsonl", lambda: _code_problem()[:150], "line 1 is not valid JSON"),
+    "not UTF-8": ("problems.jsonl", lambda: b"\x00\xff\xfegarbage", "not UTF-8 text"),
+    "empty": ("problems.jsonl", lambda: b"", "holds no rows"),
+    "a gzip cut short": ("problems.jsonl.gz", lambda: b"\x1f\x8b\x08garbage", "not a readable gzip file"),
+    "not parquet": ("problems.parquet", lambda: b"PAR1garbage", "not a readable parquet file"),
+    "a field missing": ("problems.jsonl", lambda: b'{"question_id": "x"}\n', "missing field 'question_content'"),
+    "tests not JSON": ("problems.jsonl", lambda: _code_problem(public_test_cases="not json"),
+                       "public_test_cases is not valid JSON"),
+    "metadata not JSON": ("problems.jsonl", lambda: _code_problem(metadata="{bad"), "metadata is not valid JSON"),
+}
+
+
+def source_argv(command: str, source: Path, model: Path, out: Path) -> list[str]:
+    """``command`` on the code task with the user's problems ``source``."""
+    return {
+        "search openevolve": ["search", "openevolve", "--task", "code", "--source", str(source), "--model",
+                              str(model), "--iterations", "1", "--chains", "1", "--m", "1", "--max-tokens", "4",
+                              "--threads", "1", "--out", str(out)],
+        "eval": ["eval", "--task", "code", "--source", str(source), "--model", str(model), "--pool", "1",
+                 "--examples", "1", "--max-new-tokens", "4", "--threads", "1", "--no-progress", "--out", str(out)],
+        "data export": ["data", "export", "code", "--source", str(source), "--out", str(out)],
+        "train": ["train", "--task", "code", "--source", str(source), "--model", str(model), "--out", str(out),
+                  "--max-steps", "1", "--num-generations", "2", "--per-device-train-batch-size", "2",
+                  "--max-completion-length", "6", "--force-cpu"],
+    }[command]
+
+
+@pytest.mark.parametrize("command", ("search openevolve", "eval", "data export", "train"))
+@pytest.mark.parametrize("damage", list(SOURCE_DAMAGES))
+def test_a_damaged_source_file(damage, command, tiny_model, tmp_path, capsys):
+    name, content, needle = SOURCE_DAMAGES[damage]
+    user = tmp_path / "user"
+    user.mkdir()
+    source = user / name
+    source.write_bytes(content())
+    before = snapshot(user, tiny_model)
+    code, out, err = run_cli(source_argv(command, source, tiny_model, tmp_path / "out"), capsys)
+    assert_ends(code, out, err, 2, needle)
+    if damage not in ("a field missing", "tests not JSON", "metadata not JSON"):  # a row's fault names the row
+        assert str(source) in err
     assert_kept(before)
 
 

@@ -59,3 +59,21 @@ def test_a_tokenizer_without_a_chat_template_gets_one_string_per_prompt(start, t
     assert templated.args.chat_template_kwargs == {"enable_thinking": False}
     assert templated.rows == plan.rows
     assert plan.for_tokenizer(tok, chat_template=False).overrides == {}
+
+
+def test_task_records_in_a_source_file_are_read_as_the_task_reads_them(tmp_path):
+    """A file of LiveCodeBench records trains as `vpo eval` and the export read it: the code task
+    converts each record (its tests, its mode); a row already in the example schema passes."""
+    from vpo.integrations.trl.plan import build_train_rows
+    from vpo.tasks.code import FIXTURES
+
+    task = get_task("code")
+    records = [json.loads(line) for line in FIXTURES.read_text().splitlines()[:2]]
+    assert "tests" not in records[0]  # a raw LiveCodeBench record
+    schema_row = task.examples("train", 1)[0]
+    path = tmp_path / "problems.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in [*records, schema_row]))
+    rows = build_train_rows(task, 1, data=str(path))
+    examples = [json.loads(row["example"]) for row in rows]
+    assert examples == task.examples("train", source=str(path))
+    assert [ex["id"] for ex in examples] == [r["question_id"] for r in records] + [schema_row["id"]]

@@ -124,9 +124,21 @@ def decode_private_tests(value: Any, *, max_bytes: int = MAX_DECOMPRESSED) -> li
     return parsed
 
 
+def _json_field(value: str, field: str, row: int | None) -> Any:
+    """``value`` parsed as JSON, or ValueError naming the row and the field."""
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"code: row {row}: {field} is not valid JSON ({err.msg} at offset {err.pos})") from None
+
+
 def _parse_test_list(value: Any, field: str, row: int | None) -> list[dict[str, str]]:
-    cases = decode_private_tests(value) if field == "private_test_cases" else (
-        json.loads(value) if isinstance(value, str) and value.strip() else (value or []))
+    try:
+        cases = decode_private_tests(value) if field == "private_test_cases" else (
+            _json_field(value, field, row) if isinstance(value, str) and value.strip() else (value or []))
+    except ValueError as err:
+        message = str(err)
+        raise ValueError(message if message.startswith("code: row") else f"code: row {row}: {message}") from None
     if not isinstance(cases, list):
         raise ValueError(f"code: row {row}: {field} must be a list")
     out = []
@@ -159,7 +171,7 @@ def from_livecodebench(record: Mapping[str, Any], *, max_tests: int = 16, row: i
         raise ValueError(f"code: row {row}: no test cases")
     metadata = record.get("metadata") or {}
     if isinstance(metadata, str):
-        metadata = json.loads(metadata) if metadata.strip() else {}
+        metadata = _json_field(metadata, "metadata", row) if metadata.strip() else {}
     fn_name = metadata.get("func_name") if isinstance(metadata, Mapping) else None
     types = {t["testtype"] for t in tests if t["testtype"]}
     mode = "functional" if fn_name or types == {"functional"} else "stdin"

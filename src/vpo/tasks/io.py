@@ -33,6 +33,7 @@ import gzip
 import json
 import os
 import random
+import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -97,8 +98,14 @@ def load_json_rows(path: str | os.PathLike[str]) -> list[Any]:
     """Rows of a JSON / JSON-lines file (see the module docstring for the accepted layouts)."""
     path = Path(path)
     opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as handle:  # type: ignore[operator]
-        text = handle.read()
+    try:
+        with opener(path, "rt", encoding="utf-8") as handle:  # type: ignore[operator]
+            text = handle.read()
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text (byte {err.object[err.start]:#04x} at offset {err.start}); "
+                         "save it as UTF-8 JSON or JSON lines") from None
+    except (EOFError, gzip.BadGzipFile, zlib.error) as err:  # a .gz cut short or not gzip at all
+        raise ValueError(f"{path}: not a readable gzip file ({err or type(err).__name__})") from None
     if path.name.endswith((".jsonl", ".jsonl.gz")):
         return _read_json_lines(text.splitlines(), path)
     try:
@@ -118,9 +125,13 @@ def load_json_rows(path: str | os.PathLike[str]) -> list[Any]:
 
 
 def _load_parquet(path: Path) -> list[dict[str, Any]]:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    return pq.read_table(path).to_pylist()
+    try:
+        return pq.read_table(path).to_pylist()
+    except (pa.ArrowException, OSError) as err:  # a truncated or foreign file: pyarrow's message names no file
+        raise ValueError(f"{path}: not a readable parquet file ({err})") from None
 
 
 def _load_hf(name: str, split: str | None) -> list[dict[str, Any]]:
@@ -176,10 +187,14 @@ def load_records(source: str | os.PathLike[str], split: str | None = None) -> li
     if path is None:
         return _load_hf(os.fspath(source), split)
     if path.name.endswith(".parquet"):
-        return _load_parquet(path)
-    if path.name.endswith((".json", ".jsonl", ".jsonl.gz", ".json.gz")):
-        return load_json_rows(path)
-    raise ValueError(f"{path}: unknown file type (expected one of {', '.join(_SUFFIXES)})")
+        rows = _load_parquet(path)
+    elif path.name.endswith((".json", ".jsonl", ".jsonl.gz", ".json.gz")):
+        rows = load_json_rows(path)
+    else:
+        raise ValueError(f"{path}: unknown file type (expected one of {', '.join(_SUFFIXES)})")
+    if not rows:  # said here, where the file is known, not later as "no examples" of a task
+        raise ValueError(f"{path}: holds no rows")
+    return rows
 
 
 def select(rows: Sequence[Any], n: int | None = None, seed: int | None = None) -> list[Any]:

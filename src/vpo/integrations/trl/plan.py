@@ -46,6 +46,24 @@ def refuse_verl_row(row: Any, i: int, data: str | None) -> None:
                          "extra_info); `vpo train` reads the TRL layout: `vpo data export TASK --format trl`")
 
 
+def _is_export_row(row: Any) -> bool:
+    return isinstance(row, Mapping) and "prompt" in row and "example" in row
+
+
+def _task_examples(task: Any, raw: list[Any], data: str) -> list[Any]:
+    """``raw`` with its task records (rows that are not a TRL export's) in the task's example
+    schema, as ``vpo eval`` and the export read them (LiveCodeBench records for code, raw EUREQA
+    or ToolRL rows, ...): the task's own ``convert_all``, which passes schema rows through."""
+    at = [i for i, row in enumerate(raw) if not _is_export_row(row)]
+    if not at or not hasattr(task, "convert_all"):
+        return raw
+    converted = task.convert_all([raw[i] for i in at], data, "train")
+    out = list(raw)
+    for i, example in zip(at, converted):
+        out[i] = example
+    return out
+
+
 def build_train_rows(task: Any, answers: int, *, data: str | None = None, n: int | None = None,
                      seed: int = 42, goals: WeightOptions | None = None, chat: bool = False,
                      loaded: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
@@ -61,6 +79,9 @@ def build_train_rows(task: Any, answers: int, *, data: str | None = None, n: int
     """
     if data is not None:
         raw = loaded if loaded is not None else load_rows(data)
+        for i, row in enumerate(raw):
+            refuse_verl_row(row, i, data)
+        raw = _task_examples(task, raw, data)
         if n is not None:
             from vpo.tasks.io import select
 
@@ -75,8 +96,7 @@ def build_train_rows(task: Any, answers: int, *, data: str | None = None, n: int
 
     rows = []
     for i, row in enumerate(raw):
-        refuse_verl_row(row, i, data)
-        if "prompt" in row and "example" in row:
+        if _is_export_row(row):
             if row.get("task") not in (None, task.name):
                 raise ValueError(f"row {i}: the data is for task {row['task']!r}, not {task.name!r}")
             have = row.get("answers")
