@@ -42,15 +42,17 @@ MIN_FIXED_BOUND_S = 10.0
 def cpu_seconds(run: Callable[[str], Any], text: str) -> float:
     """CPU seconds of ``run(text)`` in this process (robust to other processes on shared cores).
     The garbage collector is off while it runs: a full collection walks every object the process
-    holds, so work that makes many objects looks superlinear late in a long test session."""
-    gc.collect()
+    holds, so work that makes many objects looks superlinear late in a long test session. (No
+    collection before it either: late in a session one costs more than the work measured.)"""
+    was_on = gc.isenabled()
     gc.disable()
     try:
         start = time.process_time()
         run(text)
         return time.process_time() - start
     finally:
-        gc.enable()
+        if was_on:
+            gc.enable()
 
 
 def assert_linear(run: Callable[[str], Any], text: str, *, share: int = 10, repeats: int = 3,
