@@ -129,13 +129,26 @@ TYPED_FLAGS = "_vpo_typed_flags"
 """Namespace attribute: {field: the spelling of its flag that was typed} (an alias or the flag)."""
 
 
+def _record_typed(namespace: argparse.Namespace, dest: str, option_string: str | None) -> None:
+    setattr(namespace, TYPED_FLAGS, {**getattr(namespace, TYPED_FLAGS, {}), dest: option_string})
+
+
 class _StoreTyped(argparse.Action):
     """argparse's ``store``, also recording which spelling of the flag was typed."""
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
         setattr(namespace, self.dest, values)
-        setattr(namespace, TYPED_FLAGS, {**getattr(namespace, TYPED_FLAGS, {}), self.dest: option_string})
+        _record_typed(namespace, self.dest, option_string)
+
+
+class _BoolTyped(argparse.BooleanOptionalAction):
+    """argparse's ``--flag / --no-flag``, also recording which spelling was typed."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        super().__call__(parser, namespace, values, option_string)
+        _record_typed(namespace, self.dest, option_string)
 
 
 def _default_text(help_text: str, default: Any, form: str = "; default {}") -> str:
@@ -163,7 +176,7 @@ def add_dataclass_args(parser: argparse.ArgumentParser, cls: type, *, skip: tupl
             f.default_factory() if f.default_factory is not dataclasses.MISSING else None  # type: ignore[misc]
         )
         if tp is bool:
-            parser.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction,
+            parser.add_argument(*flags, dest=f.name, action=_BoolTyped,
                                 default=default, help=help_text)
         elif _is_sequence(tp):
             (item_type, *_) = typing.get_args(tp) or (str,)

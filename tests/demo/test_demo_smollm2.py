@@ -38,6 +38,20 @@ def test_the_preset_has_a_gpu_size_a_cpu_size_and_a_quick_size():
     assert DemoConfig(preset="smollm2", device="cpu", rl_steps=5, seeds=2).resolved().seeds == 2
 
 
+@pytest.mark.parametrize("argv, field, value", [
+    (["--rl-truncated", "zero"], "rl_truncated", "zero"),   # the default's value, which the preset replaces ("keep")
+    ([], "rl_truncated", "keep"),
+])
+def test_a_flag_typed_with_the_defaults_value_is_not_replaced_by_the_preset(argv, field, value):
+    """``vpo demo --preset smollm2 --rl-truncated zero`` trains with zero: the flag was typed, even though
+    "zero" is also DemoConfig's default (a preset replaces only what the user left alone)."""
+    from vpo.cli import build_parser
+    from vpo.commands.demo import config_from_args
+
+    args = build_parser().parse_args(["demo", "--preset", "smollm2", "--device", "cpu", *argv])
+    assert getattr(config_from_args(args).resolved(), field) == value
+
+
 @pytest.mark.parametrize("flags, refused", [
     ({"preset": "smollm2", "size": 7}, "--size"),
     ({"preset": "smollm2", "hidden": 32}, "--hidden"),

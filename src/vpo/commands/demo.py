@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from vpo.config import add_dataclass_args, check_out_dir, dataclass_from_args
+from vpo.config import TYPED_FLAGS, add_dataclass_args, check_out_dir, dataclass_from_args
 from vpo.demo.config import DemoConfig, measured_time
 
 
@@ -34,14 +34,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "demo", help="train a tiny model on mazes with GRPO and VPO on CPU and write a report",
         description=description(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_dataclass_args(parser, DemoConfig)
+    add_dataclass_args(parser, DemoConfig, skip=("given",))
     parser.set_defaults(func=run)
+
+
+def config_from_args(args: argparse.Namespace) -> DemoConfig:
+    """The demo's config from its flags; the flags typed are ``given``: a flag typed with its default's
+    value is still the user's choice, which a preset must not replace."""
+    return dataclass_from_args(DemoConfig, args, given=tuple(sorted(getattr(args, TYPED_FLAGS, {}))))
 
 
 def run(args: argparse.Namespace) -> int:
     from vpo.demo.run import run_demo
 
-    cfg = dataclass_from_args(DemoConfig, args)
+    cfg = config_from_args(args)
     check_out_dir(cfg.resolved().out)
     result = run_demo(cfg)
     paths, metrics = result["report"], result["metrics"]

@@ -170,6 +170,9 @@ class DemoConfig:
     force: bool = field(default=False, metadata={
         "help": "start over when --out holds a run with a different configuration"})
     progress: bool = field(default=True, metadata={"help": "progress bars"})
+    given: tuple[str, ...] = ()
+    """Fields set on purpose, which ``--preset`` and ``--quick`` leave as they are even where the value
+    equals the default (``vpo demo`` fills it with the flags typed; not a flag itself)."""
 
     def method_list(self) -> list[str]:
         names = list(PAPER_METHODS) if self.methods.strip() == "all" else [
@@ -254,13 +257,13 @@ class DemoConfig:
         if not overrides:
             return self.validate()
         defaults = DemoConfig()
-        changes = {k: v for k, v in overrides.items() if getattr(self, k) == getattr(defaults, k)}
+        changes = {k: v for k, v in overrides.items() if k not in self.given and getattr(self, k) == getattr(defaults, k)}
         return dataclasses.replace(self, **changes).validate()
 
     def fingerprint(self) -> dict[str, Any]:
         """Fields that change results (a resumed run must match them)."""
         skip = {"out", "quick", "force", "progress", "threads", "warmup_threads", "workers", "eval_batch", "methods", "seeds",
-                "preset", "device"}
+                "preset", "device", "given"}
         if not self.model:  # the maze demo's runs before a pretrained model was an option stay resumable
             skip |= set(PRETRAINED_ONLY) | {"model", "rl_micro_batch"}
         return {k: v for k, v in dataclasses.asdict(self).items() if k not in skip}
@@ -338,13 +341,13 @@ PRESETS["smollm2"] = {
 }
 
 PRESET_CPU: dict[str, dict[str, Any]] = {
-    # the same preset reduced for 2 CPU cores: GRPO and VPO, one seed. Measured: its longest path (warm-up, VPO's RL,
-    # its pool) takes about 80 minutes of CPU, over the hour it was meant to fit (docs/demo/smollm2.md)
+    # the same preset reduced for 2 CPU cores: GRPO and VPO, one seed, 10 RL steps. Measured: its longest path
+    # (warm-up, VPO's RL, its pool) took about 56 minutes of CPU; 16 steps took about 80 (docs/demo/smollm2.md)
     "smollm2": {
         "out": "runs/demo-smollm2-cpu",
         "methods": "grpo,vpo", "seeds": 1,
         "warmup_examples": 32, "warmup_steps": 16,
-        "rl_steps": 16, "rl_prompts": 8, "rl_generations": 4, "rl_micro_batch": 8,
+        "rl_steps": 10, "rl_prompts": 8, "rl_generations": 4, "rl_micro_batch": 8,
         "eval_batch": 160,
     },
 }
