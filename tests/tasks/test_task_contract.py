@@ -32,7 +32,10 @@ class _Toy(Task):
         return [{"id": i} for i in range(n or 2)]
 
 
-def test_a_correct_toy_task_passes_and_registers():
+def test_a_correct_toy_task_passes_and_registers(monkeypatch):
+    from vpo import tasks
+
+    monkeypatch.setattr(tasks, "_REGISTRY", tasks._REGISTRY.copy())  # registered for this test only
     register_task("toy-contract")(_Toy)
     assert "toy-contract" in list_tasks()
     check_task(get_task("toy-contract"))
