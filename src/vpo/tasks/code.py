@@ -133,12 +133,13 @@ def _json_field(value: str, field: str, row: int | None) -> Any:
 
 
 def _parse_test_list(value: Any, field: str, row: int | None) -> list[dict[str, str]]:
-    try:
-        cases = decode_private_tests(value) if field == "private_test_cases" else (
-            _json_field(value, field, row) if isinstance(value, str) and value.strip() else (value or []))
-    except ValueError as err:
-        message = str(err)
-        raise ValueError(message if message.startswith("code: row") else f"code: row {row}: {message}") from None
+    if field == "private_test_cases":
+        try:
+            cases = decode_private_tests(value)
+        except ValueError as err:
+            raise ValueError(f"code: row {row}: {err}") from None
+    else:
+        cases = _json_field(value, field, row) if isinstance(value, str) and value.strip() else (value or [])
     if not isinstance(cases, list):
         raise ValueError(f"code: row {row}: {field} must be a list")
     out = []
