@@ -7,7 +7,8 @@ command never meets the fault), and every file the user had is left byte for byt
 
 The cases are tables, one test id each: ``CODE_FAULTS`` x ``SURFACES`` and ``VPOTrainer``;
 ``FORMAT_DAMAGES`` x the commands that read a checkpoint's format record; ``RUN_RECORD_DAMAGES`` x
-the commands that write an output folder; ``RESUME_FAULTS``; ``WARMUP_DATA_DAMAGES``; and the
+the commands that write an output folder; ``SOURCE_DAMAGES`` x the commands that read a task's
+``--source`` (``vpo search openevolve`` among them); ``RESUME_FAULTS``; ``WARMUP_DATA_DAMAGES``; and the
 interrupted runs of each command. The models are tiny and random, so each case takes seconds. The
 behaviours have their own tests next to their code (tests/core/test_reward_guard.py,
 tests/core/test_records.py, tests/commands/test_reward_guard_cli.py, tests/commands/test_resume.py);
@@ -296,7 +297,7 @@ def _code_problem(**fields) -> bytes:
 
 
 SOURCE_DAMAGES = {
-    # damage: (the file's name, its bytes, the one line's needle; None: the file's path)
+    # damage: (the file's name, a function giving its bytes, the substring the one line holds)
     "truncated": ("problems.jsonl", lambda: _code_problem()[:150], "line 1 is not valid JSON"),
     "not UTF-8": ("problems.jsonl", lambda: b"\x00\xff\xfegarbage", "not UTF-8 text"),
     "empty": ("problems.jsonl", lambda: b"", "holds no rows"),
