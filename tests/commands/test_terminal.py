@@ -166,6 +166,33 @@ def test_a_quiet_training_terminal_gets_a_step_line_when_logged_steps_are_far_ap
     assert StepLines().heartbeat is None  # with a progress bar, no heartbeat lines
 
 
+def test_step_lines_to_a_stage_log_are_spaced_first_and_last_always():
+    """The demo's stage log gets a run's step lines through ``write``: 10 s steps with a 60 s spacing
+    log steps 1, 7, 13, 19 and the last (20); 90 s steps log every step; nothing reaches the terminal."""
+    pytest.importorskip("trl")
+    from types import SimpleNamespace
+
+    from vpo.integrations.trl import StepLines
+
+    def logged(seconds_per_step: float) -> list[str]:
+        now, written = [0.0], []
+        lines = StepLines(write=lambda line: written.append("RL VPO seed 0: " + line), spacing=60.0)
+        lines.clock = lambda: now[0]
+        args = SimpleNamespace(logging_steps=1)
+        state = SimpleNamespace(global_step=0, max_steps=20, is_world_process_zero=True)
+        lines.on_train_begin(args, state, None)
+        for step in range(1, 21):
+            now[0] += seconds_per_step
+            state.global_step = step
+            lines.on_log(args, state, None, logs={"reward": 0.25, "step_time": seconds_per_step})
+        return written
+
+    fast = logged(10.0)
+    assert [line.split()[5] for line in fast] == ["1/20", "7/20", "13/20", "19/20", "20/20"], fast
+    assert fast[0] == "RL VPO seed 0: step 1/20  objective 0.250  10.0 s/step"
+    assert len(logged(90.0)) == 20
+
+
 def test_a_slow_logged_step_gets_its_step_line_only(capsys):
     """Steps slower than the heartbeat, each logged: one line per step, not a ``step N/M (next
     logged step line: every 1 steps)`` line before each step line."""

@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from vpo.demo.config import PAPER_METHODS, PRESET_CPU, PRESETS, DemoConfig
+from vpo.demo.config import PAPER_METHODS, PRESET_CPU, PRESET_QUICK, PRESETS, DemoConfig
 
 torch = pytest.importorskip("torch")
 
@@ -181,3 +181,7 @@ def test_quick_run_on_the_real_model(tmp_path):
     assert main(["demo", "--preset", "smollm2", "--quick", "--device", "cpu", "--out", str(out), "--no-progress"]) == 0
     log = (out / "logs" / "demo.log").read_text()
     assert log.count("RL: VPO (m=3) seed 0") == 1
+    # the runs' first and last steps are in the stage log, with --no-progress too
+    steps = PRESET_QUICK["smollm2"]["rl_steps"]
+    for method in ("GRPO", "VPO"):
+        assert f"RL {method} seed 0: step 1/{steps}  objective " in log and f"RL {method} seed 0: step {steps}/{steps}" in log

@@ -199,7 +199,7 @@ def run_rl(cfg: DemoConfig, task: Any, method: str, seed: int, warmup_dir: Path,
                                estimator_options=options, reward_failures=task.failures.policy, args=args,
                                train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
                                peft_config=peft_config, truncated=cfg.rl_truncated)
-    quiet_trainer(trainer, cfg.progress, f"RL {METHODS[method][0]} seed {seed}")
+    quiet_trainer(trainer, cfg.progress, f"RL {METHODS[method][0]} seed {seed}", log=log)
     trainer.add_callback(format_record_callback(format_of(task, method=method, answers=m)))
     last = latest_complete_checkpoint(trainer_dir)
     last = str(last) if last is not None else None

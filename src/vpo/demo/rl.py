@@ -163,7 +163,7 @@ def run_rl(cfg: DemoConfig, task: Any, fmt: CompactMazeFormat, method: str, seed
     trainer = _trainer_class()(model, task=task, answers=m, estimator=estimator, estimator_options=options,
                                args=args, train_dataset=dataset, processing_class=tokenizer, fmt=fmt,
                                truncated=cfg.rl_truncated)
-    quiet_trainer(trainer, cfg.progress, f"RL {METHODS[method][0]} seed {seed}")
+    quiet_trainer(trainer, cfg.progress, f"RL {METHODS[method][0]} seed {seed}", log=log)
     # every checkpoint-N carries the run's format and m (vpo eval on one prompts it as trained)
     from vpo.checkpoints import format_record_callback
 

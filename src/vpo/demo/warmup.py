@@ -21,6 +21,7 @@ schedule. The checkpoint is shared by every RL method and seed.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,12 +59,20 @@ def warmup_records(task: Any, fmt: CompactMazeFormat, n: int, *, m: int, single_
     return records
 
 
-def quiet_trainer(trainer: Any, progress: bool, desc: str) -> None:
+STEP_LOG_SPACING_S = 60.0
+"""Seconds between two step lines of one run in the demo log (a run of slow steps logs every step)."""
+
+
+def quiet_trainer(trainer: Any, progress: bool, desc: str, log: Callable[[str], None] | None = None) -> None:
     """A trainer's progress bar labelled with its stage ``desc`` (when ``progress``), without its
-    per-step log printing (the logs stay in ``state.log_history``; the demo log says what ran)."""
-    from vpo.integrations.trl import label_progress
+    per-step log printing (the logs stay in ``state.log_history``). With ``log`` (the demo's stage
+    log), a step line (``vpo.integrations.trl.step_line``) goes there about once a minute, with or
+    without bars, so that a run of slow steps shows it is alive in the log and with ``--no-progress``."""
+    from vpo.integrations.trl import StepLines, label_progress
 
     label_progress(trainer, desc, show=progress, logs=False)
+    if log is not None:
+        trainer.add_callback(StepLines(write=lambda line: log(f"{desc}: {line}"), spacing=STEP_LOG_SPACING_S))
 
 
 def quiet_libraries(progress: bool) -> None:

@@ -110,16 +110,26 @@ class StepLines(TrainerCallback):
     only: one line per step). ``own_line``: start each line on a line of
     its own, for a progress bar that goes to a log file or a pipe (there a bar frame ends in a
     carriage return, not a newline, so a line written after it would share the frame's line; on a
-    terminal the bar is cleared and redrawn around the line, and nothing is needed)."""
+    terminal the bar is cleared and redrawn around the line, and nothing is needed). ``write``:
+    where the lines go instead of the terminal (e.g. a stage log); ``spacing``: seconds a step
+    line waits for after the last line (the first and the last step are always written), so that
+    a run of fast steps writes about one line per ``spacing`` seconds and a slow run every step."""
 
     def __init__(self, log_file: str | None = None, *, print_lines: bool = True,
-                 heartbeat: float | None = None, own_line: bool = False) -> None:
+                 heartbeat: float | None = None, own_line: bool = False,
+                 write: Callable[[str], None] | None = None, spacing: float = 0.0) -> None:
         self.log_file, self.print_lines, self.heartbeat = log_file, print_lines, heartbeat
-        self.own_line = own_line
+        self.own_line, self.write, self.spacing = own_line, write, spacing
         self.clock: Callable[[], float] = time.monotonic
         self._last_line = self.clock()
+        self._written = False
 
     def _write(self, line: str) -> None:
+        self._written = True
+        if self.write is not None:
+            self.write(line)
+            self._last_line = self.clock()
+            return
         from tqdm.auto import tqdm
 
         tqdm.write("\n" + line if self.own_line else line)   # above the progress bar, which then redraws
@@ -144,8 +154,12 @@ class StepLines(TrainerCallback):
             with open(self.log_file, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps({"step": state.global_step, **logs}, default=str) + "\n")
         line = step_line(logs, state.global_step, state.max_steps)
-        if line and self.print_lines:
-            self._write(line)
+        if not line or not self.print_lines:
+            return
+        last = bool(state.max_steps) and state.global_step >= state.max_steps
+        if self._written and not last and self.clock() - self._last_line < self.spacing:
+            return
+        self._write(line)
 
 
 def _logs_now(args: Any, state: Any, control: Any) -> bool:
