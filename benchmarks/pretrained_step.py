@@ -16,7 +16,12 @@ Rows:
 
 * ``grpo m=1, G``: GRPO, G rollouts per prompt (P x G answers per step);
 * ``grpo m=1, mG``: GRPO with m times the rollouts: as many answers generated as VPO's row;
-* ``vpo m=3, G``: VPO, G chains of m answers per prompt: as many chains (rollouts) as the first row.
+* ``vpo m=3, G``: VPO, G chains of m answers per prompt: as many chains (rollouts) as the first row;
+* ``vpo m=3, G, LoRA r``: that row with LoRA adapters of rank r on every linear layer (``--lora r``,
+  as ``vpo demo --lora``): what a step costs when only the adapters train.
+
+``--rows`` picks rows by name (``grpo``, ``grpo-answers``, ``vpo``, ``vpo-lora``); the ratios
+are printed for the rows that ran.
 
 Columns: the median step time over the timed steps (the first step is a warm-up), and the median
 seconds inside TRL's ``_generate`` (sampling), ``_calculate_rewards`` (the reward functions, the
@@ -38,6 +43,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+ROWS = ("grpo", "grpo-answers", "vpo", "vpo-lora")
+"""The rows by name, in the order they run and print."""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2", help="model folder, .gguf file, or smollm2")
@@ -50,8 +59,21 @@ def main(argv: list[str] | None = None) -> int:
                         help="rollouts per forward/backward pass (gradient accumulation over a step's rollouts; "
                              "0: all at once, which a VPO step of 16 chains on CPU needs about 13 GB for)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--lora", type=int, default=0,
+                        help="rank of the LoRA adapters of the vpo-lora row (0: no such row)")
+    parser.add_argument("--rows", default=None,
+                        help=f"comma-separated rows to run, of {', '.join(ROWS)} (default: all; vpo-lora "
+                             "only with --lora)")
     parser.add_argument("--json", default=None, help="also write the rows to this JSON file")
     args = parser.parse_args(argv)
+    if args.lora < 0:
+        parser.error(f"--lora must be >= 0, got {args.lora}")
+    chosen = [r for r in ROWS if r != "vpo-lora" or args.lora] if args.rows is None else args.rows.split(",")
+    unknown = sorted(set(chosen) - set(ROWS))
+    if unknown or not chosen:
+        parser.error(f"--rows: unknown {', '.join(unknown) or 'empty list'}; the rows are {', '.join(ROWS)}")
+    if "vpo-lora" in chosen and not args.lora:
+        parser.error("--rows vpo-lora needs --lora RANK")
     for generations in (args.generations, args.answers * args.generations):
         if args.micro_batch and (args.prompts * generations) % args.micro_batch:
             parser.error(f"--micro-batch {args.micro_batch} does not divide a step's {args.prompts * generations} "
@@ -72,8 +94,13 @@ def main(argv: list[str] | None = None) -> int:
     rows = task.examples("train")[: args.prompts * (args.steps + 1)]
     model_path = resolve_model(args.model)
 
-    def run(label: str, estimator: str, m: int, generations: int) -> dict:
+    def run(label: str, estimator: str, m: int, generations: int, lora: int = 0) -> dict:
         model, tokenizer = load_pretrained(model_path)
+        peft_config = None
+        if lora:
+            from peft import LoraConfig
+
+            peft_config = LoraConfig(r=lora, lora_alpha=2 * lora, target_modules="all-linear", task_type="CAUSAL_LM")
         rollouts = args.prompts * generations
         micro = args.micro_batch or rollouts
         cfg = GRPOConfig(
@@ -86,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
             chat_template_kwargs={"enable_thinking": False})
         timer = StepTimer()
         trainer = VPOTrainer(model, reward_funcs=task.reward_funcs, answers=m, estimator=estimator, args=cfg,
-                             train_dataset=Dataset.from_list(rows), processing_class=tokenizer, callbacks=[timer])
+                             train_dataset=Dataset.from_list(rows), processing_class=tokenizer, callbacks=[timer],
+                             peft_config=peft_config)
         marks = {part: StepShare(time_calls(trainer, name)) for name, part in
                  (("_generate", "generation"), ("_calculate_rewards", "scoring"))}
         trainer.callback_handler.callbacks.extend(marks.values())  # two of one class: add_callback would warn
@@ -103,19 +131,25 @@ def main(argv: list[str] | None = None) -> int:
                 "wall_s": time.perf_counter() - start}
 
     g, m = args.generations, args.answers
-    table = [run(f"grpo m=1, G={g}", "grpo", 1, g), run(f"grpo m=1, G={m * g}", "grpo", 1, m * g),
-             run(f"vpo m={m}, G={g}", "vpo", m, g)]
+    specs = {"grpo": (f"grpo m=1, G={g}", "grpo", 1, g), "grpo-answers": (f"grpo m=1, G={m * g}", "grpo", 1, m * g),
+             "vpo": (f"vpo m={m}, G={g}", "vpo", m, g),
+             "vpo-lora": (f"vpo m={m}, G={g}, LoRA r{args.lora}", "vpo", m, g, args.lora)}
+    done = {name: run(*specs[name]) for name in ROWS if name in chosen}
+    table = list(done.values())
     print(f"\n{args.model}, {args.prompts} prompts per step, answer budget {args.answer_tokens} tokens, "
           f"{args.threads} torch thread(s), micro-batches of {args.micro_batch or 'all'} rollouts, "
           f"median of {args.steps} timed steps")
-    print(f"{'row':18s} {'rollouts':>8s} {'answers':>7s} {'tok/rollout':>11s} {'s/step':>7s} {'generation':>10s} "
+    width = max(len(row["row"]) for row in table)
+    print(f"{'row':{width}s} {'rollouts':>8s} {'answers':>7s} {'tok/rollout':>11s} {'s/step':>7s} {'generation':>10s} "
           f"{'scoring':>8s} {'rest':>6s}")
     for row in table:
-        print(f"{row['row']:18s} {row['rollouts']:8d} {row['answers']:7d} {row['tokens_per_rollout']:11.1f} "
+        print(f"{row['row']:{width}s} {row['rollouts']:8d} {row['answers']:7d} {row['tokens_per_rollout']:11.1f} "
               f"{row['median_s']:7.1f} {row['generation_s']:10.1f} {row['scoring_s']:8.2f} {row['rest_s']:6.1f}")
-    base = {"answers": table[1], "chains": table[0]}
-    for what, ref in base.items():
-        print(f"VPO / GRPO at equal {what}: {table[2]['median_s'] / ref['median_s']:.2f}x")
+    ratios = [("VPO / GRPO at equal answers", "vpo", "grpo-answers"), ("VPO / GRPO at equal chains", "vpo", "grpo"),
+              ("VPO with LoRA / VPO", "vpo-lora", "vpo")]
+    for what, top, bottom in ratios:
+        if top in done and bottom in done:
+            print(f"{what}: {done[top]['median_s'] / done[bottom]['median_s']:.2f}x")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(table, fh, indent=2)
