@@ -166,7 +166,7 @@ def test_a_quiet_training_terminal_gets_a_step_line_when_logged_steps_are_far_ap
     assert StepLines().heartbeat is None  # with a progress bar, no heartbeat lines
 
 
-def test_step_lines_to_a_stage_log_are_spaced_first_and_last_always():
+def test_step_lines_to_a_stage_log_are_spaced_first_and_last_always(capsys):
     """The demo's stage log gets a run's step lines through ``write``: 10 s steps with a 60 s spacing
     log steps 1, 7, 13, 19 and the last (20); 90 s steps log every step; nothing reaches the terminal."""
     pytest.importorskip("trl")
@@ -191,6 +191,7 @@ def test_step_lines_to_a_stage_log_are_spaced_first_and_last_always():
     assert [line.split()[5] for line in fast] == ["1/20", "7/20", "13/20", "19/20", "20/20"], fast
     assert fast[0] == "RL VPO seed 0: step 1/20  objective 0.250  10.0 s/step"
     assert len(logged(90.0)) == 20
+    assert capsys.readouterr().out == ""
 
 
 def test_a_slow_logged_step_gets_its_step_line_only(capsys):
