@@ -39,12 +39,14 @@ def test_the_preset_has_a_gpu_size_a_cpu_size_and_a_quick_size():
 
 
 @pytest.mark.parametrize("argv, field, value", [
-    (["--rl-truncated", "zero"], "rl_truncated", "zero"),   # the default's value, which the preset replaces ("keep")
-    ([], "rl_truncated", "keep"),
+    (["--rl-lr", "3e-4"], "rl_lr", 3e-4),   # the default's value, which the preset replaces (2e-5)
+    ([], "rl_lr", 2e-5),
+    (["--rl-truncated", "keep"], "rl_truncated", "keep"),
+    ([], "rl_truncated", "zero"),
 ])
 def test_a_flag_typed_with_the_defaults_value_is_not_replaced_by_the_preset(argv, field, value):
-    """``vpo demo --preset smollm2 --rl-truncated zero`` trains with zero: the flag was typed, even though
-    "zero" is also DemoConfig's default (a preset replaces only what the user left alone)."""
+    """``vpo demo --preset smollm2 --rl-lr 3e-4`` trains at 3e-4: the flag was typed, even though 3e-4 is
+    also DemoConfig's default (a preset replaces only what the user left alone)."""
     from vpo.cli import build_parser
     from vpo.commands.demo import config_from_args
 

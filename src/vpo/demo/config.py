@@ -336,7 +336,8 @@ PRESETS["smollm2"] = {
     "warmup_examples": 50, "warmup_samples": 6, "warmup_steps": 24, "warmup_lr": 5e-5, "warmup_batch": 4,
     "answer_tokens": 48,
     "rl_steps": 12, "rl_prompts": 16, "rl_generations": 8, "rl_micro_batch": 32, "rl_lr": 2e-5,
-    "rl_temperature": 1.0, "rl_beta": 0.0, "rl_truncated": "keep",
+    # a rollout cut at the budget scores as a failure: kept, GRPO learned to run every answer to the budget
+    "rl_temperature": 1.0, "rl_beta": 0.0, "rl_truncated": "zero",
     "eval_examples": 16, "pool": 30, "eval_weights": 64, "eval_batch": 480,
 }
 
