@@ -38,6 +38,16 @@ def test_the_preset_has_a_gpu_size_a_cpu_size_and_a_quick_size():
     assert DemoConfig(preset="smollm2", device="cpu", rl_steps=5, seeds=2).resolved().seeds == 2
 
 
+def test_the_committed_cpu_report_ran_the_presets_cpu_configuration():
+    """docs/demo/smollm2-cpu is what ``vpo demo --preset smollm2 --device cpu`` runs today: its recorded
+    configuration (every field that changes results) is the preset's, so a change of the preset needs
+    a new report (or says in docs/demo/smollm2.md why not)."""
+    from pathlib import Path
+
+    committed = Path(__file__).resolve().parents[2] / "docs" / "demo" / "smollm2-cpu" / "config.json"
+    assert json.loads(committed.read_text()) == DemoConfig(preset="smollm2", device="cpu").resolved().fingerprint()
+
+
 @pytest.mark.parametrize("argv, field, value", [
     (["--rl-lr", "3e-4"], "rl_lr", 3e-4),   # the default's value, which the preset replaces (2e-5)
     ([], "rl_lr", 2e-5),
