@@ -59,7 +59,7 @@ def _task_examples(task: Any, raw: list[Any], data: str) -> list[Any]:
         return raw
     converted = task.convert_all([raw[i] for i in at], data, "train")
     out = list(raw)
-    for i, example in zip(at, converted):
+    for i, example in zip(at, converted, strict=True):  # convert_all is one example per record
         out[i] = example
     return out
 

@@ -125,16 +125,15 @@ class StepLines(TrainerCallback):
         self._written = False
 
     def _write(self, line: str) -> None:
-        self._written = True
         if self.write is not None:
             self.write(line)
-            self._last_line = self.clock()
-            return
-        from tqdm.auto import tqdm
+        else:
+            from tqdm.auto import tqdm
 
-        tqdm.write("\n" + line if self.own_line else line)   # above the progress bar, which then redraws
-        if self.own_line:
-            sys.stdout.flush()  # in a pipe, stdout is block-buffered: the line goes out beside the bar's frames
+            tqdm.write("\n" + line if self.own_line else line)   # above the progress bar, which then redraws
+            if self.own_line:
+                sys.stdout.flush()  # in a pipe, stdout is block-buffered: the line goes out beside the bar's frames
+        self._written = True
         self._last_line = self.clock()
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
