@@ -11,7 +11,7 @@ Usage::
 
     from vpo.cores import WorkerBudget, pick_threads, sample_cpu
     threads, why = pick_threads()   # e.g. (1, "1 of 2 cores free: 0.9 busy over a 1.0 s sample")
-    budget = WorkerBudget(jobs=12, threads=1, caps=[lambda: (3, "memory holds 3")])
+    budget = WorkerBudget(jobs=12, threads=1, caps=[lambda running: (3, "memory holds 3")])
     workers, why = budget.allowed(running=1)   # re-checked whenever a job may start
 """
 
@@ -114,9 +114,11 @@ def pick_threads(workers: int = 1, seconds: float = SAMPLE_SECONDS / 2) -> tuple
     return max(1, sample.free() // max(1, workers)), sample.describe()
 
 
-Cap = Callable[[], tuple[int, str]]
-"""A limit on worker processes besides the cores: ``() -> (at most, why)``, e.g. how many
-workers the memory holds, or a GPU's share per worker."""
+Cap = Callable[[int], tuple[int, str]]
+"""A limit on worker processes besides the cores: ``(running) -> (at most, why)``, e.g. how many
+workers the memory holds; ``running``: this run's workers already started (what they hold is
+part of the memory no longer free, so a cap counts it as theirs, as the CPU sample counts their
+cores as free)."""
 
 
 @dataclass
@@ -148,20 +150,21 @@ class WorkerBudget:
         """The most workers this run may ever use (``fixed``, else the usable cores), after caps."""
         most, why = (self.fixed, self.fixed_why) if self.fixed else (len(usable_cpus()) // max(1, self.threads),
                                                                     "usable cores")
-        return self._capped(max(1, min(self.jobs, most)), why)
+        return self._capped(max(1, min(self.jobs, most)), why, running=0)
 
     def allowed(self, running: int = 0) -> tuple[int, str]:
         """(workers, why): how many may run now, ``running`` of them already started (at least
         ``max(1, running)``: a running job is never stopped)."""
         if self.fixed:
-            return self._capped(max(1, min(self.jobs, self.fixed)), self.fixed_why)
+            return self._capped(max(1, min(self.jobs, self.fixed)), self.fixed_why, running)
         sample = (self.sample or sample_cpu)(self.seconds)
         free = sample.free(own=running * self.threads)
-        return self._capped(max(1, min(self.jobs, free // max(1, self.threads))), sample.describe(running * self.threads))
+        return self._capped(max(1, min(self.jobs, free // max(1, self.threads))), sample.describe(running * self.threads),
+                            running)
 
-    def _capped(self, workers: int, why: str) -> tuple[int, str]:
+    def _capped(self, workers: int, why: str, running: int) -> tuple[int, str]:
         for cap in self.caps:
-            most, reason = cap()
+            most, reason = cap(running)
             if most < workers:
                 workers, why = max(1, most), f"{why}; {reason}"
         return workers, why

@@ -66,7 +66,7 @@ def test_the_budget_reads_the_cpu_anew_each_time(monkeypatch):
     first, why = budget.allowed(running=0)
     assert first == 1 and "1.8 busy" in why                   # busy at the start: one worker
     assert budget.allowed(running=1)[0] == 2                  # idle now: a second one
-    capped = WorkerBudget(jobs=12, sample=BusyThenIdle(0), caps=[lambda: (1, "memory holds 1")])
+    capped = WorkerBudget(jobs=12, sample=BusyThenIdle(0), caps=[lambda running: (1, "memory holds 1")])
     assert capped.allowed(0) == (1, "2 of 2 cores free: 0.0 busy over a 1.0 s sample; memory holds 1")
     assert WorkerBudget(jobs=12, fixed=3).allowed(0) == (3, "--workers")
 

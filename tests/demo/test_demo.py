@@ -516,3 +516,25 @@ def test_quick_demo_with_goal_conditioned_grpo(tmp_path):
     metrics = result["metrics"]
     assert {"grpo", "goal_conditioned"} <= set(metrics["methods"])
     assert all(0.0 <= v <= 1.0 for v in metrics["methods"]["goal_conditioned"]["pref_best_at_k"]["mean"])
+
+
+def test_the_memory_cap_counts_a_running_workers_memory_as_its_own(monkeypatch):
+    """A worker's memory is no longer free while it runs: with one RL worker holding its share, the
+    memory free beside it (13.6 GB against a 9 GB peak) still holds a second, as the 22.7 GB free at
+    the start held two. Before, the free memory alone capped every worker, so the smollm2 CPU demo's
+    warm-start pools waited for VPO's 45-minute RL run on an idle core. Never more than the start held;
+    fewer when something else took the memory."""
+    from vpo.demo.run import worker_budget
+
+    gb = 1 << 30
+    free = [int(22.7 * gb)]
+    monkeypatch.setattr("vpo.workload.device_memory", lambda device: free[0])
+    budget = worker_budget(DemoConfig(workers=0), 9 * gb)
+    (cap,) = budget.caps
+    assert cap(0)[0] == 2
+    free[0] = int(13.6 * gb)
+    assert cap(1) == (2, "13.6 GB of memory free beside 1 running holds 2")
+    free[0] = 40 * gb                       # more than at the start: still what the start held
+    assert cap(1)[0] == 2
+    free[0] = 5 * gb                        # something else took it: only the running one
+    assert cap(1)[0] == 1

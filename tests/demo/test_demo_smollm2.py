@@ -69,6 +69,7 @@ def test_a_flag_typed_with_the_defaults_value_is_not_replaced_by_the_preset(argv
     ({"preset": "smollm2", "hidden": 32}, "--hidden"),
     ({"lora": True}, "--lora"),
     ({"answer_tokens": 10}, "--answer-tokens"),
+    ({"warmup_temperature": 0.7}, "--warmup-temperature"),
     ({"model": "smollm2"}, "--preset smollm2"),
 ])
 def test_flags_of_the_other_kind_of_demo_are_refused(flags, refused):
@@ -79,9 +80,32 @@ def test_flags_of_the_other_kind_of_demo_are_refused(flags, refused):
 def test_the_maze_demo_fingerprint_is_unchanged_by_the_pretrained_fields():
     # a maze run started before these fields existed resumes: they are not part of its fingerprint
     print_ = DemoConfig().resolved().fingerprint()
-    assert not {"model", "lora", "lora_rank", "warmup_samples", "warmup_steps", "answer_tokens",
+    assert not {"model", "lora", "lora_rank", "warmup_samples", "warmup_temperature", "warmup_steps", "answer_tokens",
                 "rl_micro_batch"} & set(print_)
     assert "answer_tokens" in DemoConfig(preset="smollm2", device="cpu").resolved().fingerprint()
+
+
+def test_the_warm_up_samples_its_answers_at_the_warm_up_temperature(monkeypatch, tmp_path):
+    """The answers the warm-up's SFT chains are picked from are sampled at ``--warmup-temperature``,
+    not at the rollouts' temperature (docs/demo/smollm2.md, configuration 9)."""
+    import vpo.integrations.trl.warmup as warmup
+    import vpo.models as models
+    from vpo.demo import pretrained
+
+    seen = {}
+
+    def fake_warmup(model, tokenizer, task, examples, plan, out, log):
+        seen["plan"] = plan
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(models, "load_pretrained", lambda path: (None, None))
+    monkeypatch.setattr(models, "resolve_model", lambda name: name)
+    monkeypatch.setattr(warmup, "chain_warmup", fake_warmup)
+    cfg = DemoConfig(preset="smollm2", device="cpu", warmup_temperature=0.7, rl_temperature=1.2).resolved()
+    with pytest.raises(RuntimeError, match="stop here"):
+        pretrained.run_chain_warmup(cfg, pretrained.task_of(cfg),
+                                    tmp_path, log=lambda line: None)
+    assert seen["plan"].temperature == 0.7
 
 
 def test_memory_plan_of_a_135m_model_with_chains():

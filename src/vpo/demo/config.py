@@ -120,6 +120,9 @@ class DemoConfig:
         "help": "pretrained model: single answers sampled per warm-up prompt; the m that together score highest "
                 "under the set score become the prompt's SFT chain (the chain warm-up of `vpo warmup`, no labels)",
         "min": 2})
+    warmup_temperature: float = field(default=1.0, metadata={
+        "help": "pretrained model: sampling temperature of the warm-up's single answers, from which its SFT "
+                "chains are picked (the rollouts sample at --rl-temperature)", "above": 0.0})
     warmup_steps: int = field(default=24, metadata={
         "help": "pretrained model: SFT steps of the chain warm-up (of --warmup-batch chains)", "min": 1})
     answer_tokens: int = field(default=48, metadata={
@@ -324,7 +327,7 @@ PRETRAINED_PRESETS = ("smollm2",)
 
 MAZE_ONLY = ("size", "reward_mode", "hidden", "layers", "heads", "mlp", "warmup_data", "warmup_single_fraction")
 """Fields of the maze demo alone: refused with a pretrained model."""
-PRETRAINED_ONLY = ("lora", "lora_rank", "warmup_samples", "warmup_steps", "answer_tokens")
+PRETRAINED_ONLY = ("lora", "lora_rank", "warmup_samples", "warmup_temperature", "warmup_steps", "answer_tokens")
 """Fields of a pretrained-model preset alone: refused without one."""
 
 PRESETS["smollm2"] = {

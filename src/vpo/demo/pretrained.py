@@ -87,7 +87,7 @@ def run_chain_warmup(cfg: DemoConfig, task: Any, out_dir: Path, *, log: Any = pr
     log(f"warm-up: loading {cfg.model}")
     model, tokenizer = load_pretrained(resolve_model(cfg.model))
     plan = ChainWarmup(answers=cfg.answers, samples=cfg.warmup_samples, max_new_tokens=cfg.answer_tokens,
-                       temperature=cfg.rl_temperature, sft_steps=cfg.warmup_steps, learning_rate=cfg.warmup_lr,
+                       temperature=cfg.warmup_temperature, sft_steps=cfg.warmup_steps, learning_rate=cfg.warmup_lr,
                        batch_size=cfg.warmup_batch, lora=cfg.lora, lora_rank=cfg.lora_rank,
                        lora_alpha=2 * cfg.lora_rank, seed=cfg.seed, progress=cfg.progress, rank=True,
                        device=cfg.torch_device())
@@ -251,7 +251,8 @@ class PretrainedStages:
 
     def warmup(self, warm_dir: Path, log: Any) -> dict[str, Any]:
         cfg = self.cfg
-        log(f"warm-up: {cfg.warmup_samples} answers of {cfg.model} to each of {cfg.warmup_examples} prompts, "
+        log(f"warm-up: {cfg.warmup_samples} answers of {cfg.model} to each of {cfg.warmup_examples} prompts "
+            f"(temperature {cfg.warmup_temperature:g}), "
             f"the {cfg.answers} that together score highest as one chain, then {cfg.warmup_steps} SFT steps")
         return run_chain_warmup(cfg, self.task, warm_dir, log=log)
 
@@ -364,7 +365,8 @@ def pretrained_metrics(cfg: DemoConfig, task: Any, methods: list[str], seeds: li
     model = "SmolLM2-135M-Instruct" if cfg.model == "smollm2" else cfg.model
     intro = (f"{model} ({warm['params']:,} parameters, pretrained){' with LoRA adapters' if cfg.lora else ''}: a "
              f"chain warm-up from its own samples ({warm.get('rows', '?')} chains of m = {cfg.answers} of its "
-             f"answers, no labels, {cfg.warmup_steps} SFT steps through TRL), then {cfg.rl_steps} RL steps per "
+             f"answers sampled at temperature {cfg.warmup_temperature:g}, no labels, {cfg.warmup_steps} SFT steps "
+             f"through TRL), then {cfg.rl_steps} RL steps per "
              f"method and seed with VPOTrainer and the {task.name} task's own reward functions "
              f"({', '.join(objectives)}), {cfg.rl_prompts} prompts x {cfg.rl_generations} rollouts per step, from "
              f"the same warm start on the same prompts. Evaluation on {len(examples)} held-out prompts with "

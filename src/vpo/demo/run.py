@@ -262,15 +262,21 @@ def worker_budget(cfg: DemoConfig, peak: int, plan: CudaPlan | None = None) -> W
     """How many worker processes the demo may run at once (``vpo.cores.WorkerBudget``): on a GPU
     the ``plan``'s count (``plan_cuda``: from its memory, docs/gpu.md); else ``--workers``, else
     the cores free at each job's start, capped by the memory that holds ``peak`` bytes per worker
-    (a worker's RL run or evaluation batch, ``worker_memory``)."""
+    (a worker's RL run or evaluation batch, ``worker_memory``): the running workers plus as many
+    as the memory free now holds, and never more than the memory free before the first held."""
     from vpo.workload import device_memory, human_bytes
 
-    def memory_cap() -> tuple[int, str]:
+    at_start = device_memory(cfg.torch_device())  # before any worker of this run holds memory
+    size = max(peak, 1)
+
+    def memory_cap(running: int) -> tuple[int, str]:
         available = device_memory(cfg.torch_device())
-        if available is None:
+        if available is None or at_start is None:
             return 1 << 30, "memory not known"
-        most = max(1, available // max(peak, 1))
-        return most, f"{human_bytes(available)} of memory holds {most}"
+        # a running worker's memory is no longer free: it counts as one worker's planned peak
+        most = max(1, min(at_start // size, running + available // size))
+        beside = f" beside {running} running" if running else ""
+        return most, f"{human_bytes(available)} of memory free{beside} holds {most}"
 
     jobs = len(cfg.method_list()) * cfg.seeds + 2
     if plan is not None:
