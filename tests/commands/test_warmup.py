@@ -98,6 +98,19 @@ def test_pick_answers_maximises_the_set_score_greedily():
     assert pick_answers(np.array([[0.5], [0.5], [0.7]]), 2, np.ones((1, 1))) == [2, 0]  # tie: the earlier
 
 
+def test_pick_answers_breaks_a_tie_by_the_score_alone():
+    """Once the set covers what the candidates are good at, every further answer adds nothing to
+    the set score: the next pick is the best answer alone, not the earliest (which here scores 0)."""
+    from vpo.commands.warmup import pick_answers
+
+    vectors = np.array([[0.0, 0.0, 0.0], [0.0, 0.0, 1 / 3], [0.0, 0.0, 0.0], [0.0, 0.25, 0.0], [0.0, 0.0, 1 / 3]])
+    weights = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [0.2, 0.3, 0.5]])
+    # by hand: 1 and 4 score (1/3 + 0.5/3) / 4 = 0.125 alone, 3 (0.25 + 0.075) / 4 = 0.081: 1 (the earlier);
+    # then 3 adds 0.25/4 on the second weight; then 0, 2 and 4 add nothing, and 4 scores 0.125 alone
+    assert pick_answers(vectors, 3, weights) == [1, 3, 4]
+    assert pick_answers(vectors[[0, 2]], 2, weights) == [0, 1]  # all tied at 0: the earliest
+
+
 def test_ranked_task_data_and_chat_rows(tiny, tmp_path):
     """--task: the task's scorer ranks (maze, tag <route_i>); a tokenizer with a chat template gives
     conversational rows rendered as vpo train renders them, which TRL's SFT takes; --no-sft only

@@ -127,18 +127,23 @@ def candidates(generations: Sequence[Any], task: Any) -> list[str]:
 def pick_answers(vectors: np.ndarray | None, m: int, weights: np.ndarray | None = None) -> list[int]:
     """Indices of the ``m`` answers to keep: without ``vectors``, the first m; with (n, D)
     ``vectors`` and (K, D) ``weights``, a greedy maximum of the set score E_w[max_i w . r_i]
-    (``vpo.objective.set_scores``): each step adds the answer that raises the set's score most, the
-    earliest on a tie, so the chain holds what VPO rewards a set for (good answers that differ
-    in what they are good at)."""
+    (``vpo.objective.set_scores``): each step adds the answer that raises the set's score most, so
+    the chain holds what VPO rewards a set for (good answers that differ in what they are good at).
+    On a tie, the answer that scores higher alone (E_w[w . r]), then the earliest: once the set
+    covers what the candidates are good at, every further answer adds nothing, and the earliest
+    would often be one that scores 0 everywhere, which the SFT would then teach as a chain's later
+    answers."""
     from vpo.objective import set_scores
 
     if vectors is None or weights is None:
         return list(range(m))
+    alone = np.asarray(set_scores([vectors[[i]] for i in range(len(vectors))], weights))
     chosen: list[int] = []
     for _ in range(min(m, len(vectors))):
         rest = [i for i in range(len(vectors)) if i not in chosen]
-        scores = set_scores([vectors[chosen + [i]] for i in rest], weights)
-        chosen.append(rest[int(np.argmax(scores))])
+        gains = np.asarray(set_scores([vectors[chosen + [i]] for i in rest], weights))
+        best = [i for i, g in zip(rest, gains) if g >= gains.max() - 1e-12]
+        chosen.append(max(best, key=lambda i: (alone[i], -i)))
     return chosen
 
 
