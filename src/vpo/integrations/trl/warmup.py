@@ -141,8 +141,8 @@ def pick_answers(vectors: np.ndarray | None, m: int, weights: np.ndarray | None 
     chosen: list[int] = []
     for _ in range(min(m, len(vectors))):
         rest = [i for i in range(len(vectors)) if i not in chosen]
-        gains = np.asarray(set_scores([vectors[chosen + [i]] for i in rest], weights))
-        best = [i for i, g in zip(rest, gains) if g >= gains.max() - 1e-12]
+        scores = np.asarray(set_scores([vectors[chosen + [i]] for i in rest], weights))
+        best = [i for i, score in zip(rest, scores) if score >= scores.max() - 1e-12]
         chosen.append(max(best, key=lambda i: (alone[i], -i)))
     return chosen
 
