@@ -49,8 +49,10 @@ def test_the_committed_cpu_report_ran_the_presets_cpu_configuration():
 
 
 @pytest.mark.parametrize("argv, field, value", [
-    (["--rl-lr", "3e-4"], "rl_lr", 3e-4),   # the default's value, which the preset replaces (2e-5)
-    ([], "rl_lr", 2e-5),
+    (["--rl-lr", "3e-4"], "rl_lr", 3e-4),   # the default's value, which the preset replaces (5e-5)
+    ([], "rl_lr", 5e-5),
+    (["--rl-beta", "0"], "rl_beta", 0.0),   # the default's value again, which the preset replaces (0.04)
+    ([], "rl_beta", 0.04),
     (["--rl-truncated", "keep"], "rl_truncated", "keep"),
     ([], "rl_truncated", "zero"),
 ])
@@ -116,11 +118,15 @@ def test_memory_plan_of_a_135m_model_with_chains():
 
     shape = ModelShape(parameters=134_515_008, layers=30, kv_heads=3, head_dim=64, vocab=49152, hidden=576, mlp=1536,
                        heads=9)
-    cfg = DemoConfig(preset="smollm2", device="cpu", rl_micro_batch=32).resolved()
+    cfg = DemoConfig(preset="smollm2", device="cpu", rl_micro_batch=32, rl_beta=0.0, given=("rl_beta",)).resolved()
     _, one, _ = pretrained_estimates(cfg, shape, 80, 16, device="cpu", m=1)
     _, three, sizes = pretrained_estimates(cfg, shape, 80, 16, device="cpu", m=3)
     assert three["rl"].total > one["rl"].total and sizes["tokens"] == 80 + 3 * cfg.answer_tokens
     assert three["rl"].weights == shape.parameters * 4  # float32, no KL reference at beta 0
+    penalised = DemoConfig(preset="smollm2", device="cpu", rl_micro_batch=32).resolved()
+    assert penalised.rl_beta > 0  # the preset's: a frozen reference copy beside the policy
+    _, with_reference, _ = pretrained_estimates(penalised, shape, 80, 16, device="cpu", m=3)
+    assert with_reference["rl"].weights == 2 * shape.parameters * 4
     micro = DemoConfig(preset="smollm2", device="cpu", rl_micro_batch=8).resolved()
     _, smaller, _ = pretrained_estimates(micro, shape, 80, 16, device="cpu", m=3)
     assert smaller["rl"].activations * 4 == pytest.approx(three["rl"].activations, rel=1e-9)
@@ -221,3 +227,45 @@ def test_quick_run_on_the_real_model(tmp_path):
     steps = PRESET_QUICK["smollm2"]["rl_steps"]
     for method in ("GRPO", "VPO"):
         assert f"RL {method} seed 0: step 1/{steps}  objective " in log and f"RL {method} seed 0: step {steps}/{steps}" in log
+    # the finished run's VPO checkpoint sampled on 2 of the extra held-out topics, as the demo samples a pool
+    from vpo.evaluation import Pools
+
+    script = _extra_pools_script()
+    script.sample(out, ["vpo-s0"], eval_batch=64, topics=2)
+    extra = Pools.load(out / "eval-extra" / "vpo-s0.npz")
+    assert extra.vectors.shape == (2, PRESET_QUICK["smollm2"]["pool"], 3) and extra.m == 3
+    assert len(extra.texts) == 2 and all(len(chains) == 1 for chains in extra.texts)  # pool 3 = one chain of 3
+    lines = script.compare(out, "vpo-s0", "vpo-s0")
+    assert "(4 topics)" in lines[3] and "pref best@3 +0.000" in lines[3]
+
+
+def _extra_pools_script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "demo_extra_pools.py"
+    spec = importlib.util.spec_from_file_location("demo_extra_pools", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
+def test_extra_topics_compare_pairs_the_shipped_the_extra_and_all_topics(tmp_path):
+    """scripts/demo_extra_pools.py compare, on pools whose every answer scores (1, 1, 1) against pools
+    of zeros: preference-weighted best@k is 1 against 0 under any weights on the simplex, so A - B is
+    exactly +1 on the 16 shipped topics, the 32 extra and all 48, and diversity differs by 0."""
+    from vpo.evaluation import Pools
+
+    cfg = DemoConfig(preset="smollm2", device="cpu").resolved()
+    (tmp_path / "config.json").write_text(json.dumps(cfg.fingerprint()))
+    for folder, topics in (("eval", 16), ("eval-extra", 32)):
+        Pools(vectors=np.ones((topics, 30, 3)), m=3).save(tmp_path / folder / "vpo-s0.npz")
+        Pools(vectors=np.zeros((topics, 30, 3)), m=1).save(tmp_path / folder / "grpo-s0.npz")
+    lines = _extra_pools_script().compare(tmp_path, "vpo-s0", "grpo-s0")
+    assert [line.split(" (")[0] for line in lines[1:]] == ["shipped", "extra", "all"]
+    assert "(16 topics)" in lines[1] and "(32 topics)" in lines[2] and "(48 topics)" in lines[3]
+    for line in lines[1:]:
+        assert "pref best@1 +1.000 ± 0.000 (significant)" in line and "pref best@30 +1.000 ± 0.000" in line
+        assert "diversity +0.000 ± 0.000;" in line and line.endswith("A 1.000, B 0.000")
+    with pytest.raises(SystemExit, match="one per seed"):
+        _extra_pools_script().compare(tmp_path, "vpo-s0,vpo-s1", "grpo-s0")

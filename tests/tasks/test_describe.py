@@ -68,9 +68,10 @@ def test_chat_completions_and_columns_as_trl_passes_them():
 
 def test_splits_are_disjoint_and_rows_are_trl_rows():
     rows = {split: [json.loads(line) for line in path.read_text().splitlines()] for split, path in SPLITS.items()}
-    assert len(rows["train"]) == 50 and len(rows["test"]) == 16
-    assert not {r["topic"] for r in rows["train"]} & {r["topic"] for r in rows["test"]}
-    for row in rows["train"] + rows["test"]:
+    assert len(rows["train"]) == 50 and len(rows["test"]) == 16 and len(rows["extra"]) == 32
+    topics = [r["topic"] for split in rows.values() for r in split]
+    assert len(set(topics)) == len(topics) == 98  # no topic in two splits, none twice in one
+    for row in rows["train"] + rows["test"] + rows["extra"]:
         assert row["prompt"][0]["content"].startswith("Describe ") and row["topic"] in row["prompt"][0]["content"]
         assert len(row["known_facts"].split()) >= 8
 

@@ -16,9 +16,10 @@ one). A prompt asks for a one-sentence description of a topic (``"Describe a lem
 sentence."``); each answer gets a vector of three objectives, one per reader: ``brevity`` (the
 skimmer), ``facts`` (the student) and ``flair`` (the copywriter), the plain TRL-style functions of
 ``vpo.tasks.describe.rewards``. The rows are a prompt dataset as a TRL user has one: a ``prompt``
-column (chat turns) and the columns the functions read (``topic``, ``known_facts``). 66 topics
-(fruit, vegetables, animals, objects, places, weather, food): 50 train and 16 held-out test rows,
-each topic in one split only.
+column (chat turns) and the columns the functions read (``topic``, ``known_facts``). 98 topics
+(fruit, vegetables, animals, objects, places, weather, food, vehicles): 50 train and 16 held-out
+test rows, and 32 more held-out rows (``extra``, written later to narrow the intervals over the
+test prompts), each topic in one split only.
 
 The task is the ``own_rewards`` task with those functions and rows built in: every engine and
 command that takes ``--reward-funcs ... --source ...`` runs it the same way.
@@ -36,7 +37,7 @@ from vpo.tasks.own_rewards import OwnRewardsTask
 __all__ = ["DescribeTask", "REWARD_FUNCS", "SPLITS"]
 
 HERE = Path(__file__).parent
-SPLITS = {"train": HERE / "train.jsonl", "test": HERE / "test.jsonl"}
+SPLITS = {"train": HERE / "train.jsonl", "test": HERE / "test.jsonl", "extra": HERE / "extra.jsonl"}
 """The shipped rows of each split (disjoint topics)."""
 
 REWARD_FUNCS = ("vpo.tasks.describe.rewards:brevity", "vpo.tasks.describe.rewards:facts",
@@ -58,7 +59,7 @@ class DescribeTask(OwnRewardsTask):
 
     def examples(self, split: str = "train", n: int | None = None, *, seed: int | None = None,
                  source: str | None = None) -> list[dict[str, Any]]:
-        """The rows of ``split`` (``train`` or ``test``; other names read ``test``), or of ``source``."""
+        """The rows of ``split`` (``train``, ``test`` or ``extra``; other names read ``test``), or of ``source``."""
         if source is None:
             source = str(SPLITS.get(split, SPLITS["test"]))
         return super().examples(split, n, seed=seed, source=source)
