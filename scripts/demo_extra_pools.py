@@ -28,8 +28,6 @@ import numpy as np
 
 EXTRA_WEIGHT_SEED_OFFSET = 1
 """The extra topics' preference weights: ``example_weights`` seeded one above the shipped topics'."""
-WEIGHT_SEED = 4242
-"""The demo's evaluation-weight seed offset (``cfg.seed + 4242``, vpo.demo)."""
 
 
 def run_config(run: Path) -> Any:
@@ -70,6 +68,7 @@ def sample(run: Path, names: list[str], eval_batch: int, topics: int | None = No
 
 def compare(run: Path, a: str, b: str) -> list[str]:
     from vpo.demo.pretrained import eval_examples, task_of
+    from vpo.demo.run import EVAL_WEIGHT_SEED
     from vpo.evaluation import Pools, example_weights, paired, pool_metrics
 
     cfg = run_config(run)
@@ -79,7 +78,7 @@ def compare(run: Path, a: str, b: str) -> list[str]:
 
     def weights(folder: str, topics: int) -> np.ndarray:
         offset = EXTRA_WEIGHT_SEED_OFFSET if folder == "eval-extra" else 0
-        return example_weights(topics, dim, cfg.eval_weights, seed=cfg.seed + WEIGHT_SEED + offset)
+        return example_weights(topics, dim, cfg.eval_weights, seed=cfg.seed + EVAL_WEIGHT_SEED + offset)
 
     def per_seed(pools: str) -> list[dict[str, dict[str, np.ndarray]]]:
         out = []

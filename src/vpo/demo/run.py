@@ -48,6 +48,8 @@ from vpo.records import Field, RecordError, check_fields, read_json, read_record
 from vpo.runs import atomic_write_text, claim_out_dir, release_out_dir
 
 _REDO = "pass --force to start the demo over"
+EVAL_WEIGHT_SEED = 4242
+"""The pools' fixed preference weights: ``example_weights(..., seed=cfg.seed + EVAL_WEIGHT_SEED)``."""
 _SECONDS = {"seconds": Field(float, required=True, low=0), "cpu_seconds": Field(float, low=0)}
 WARMUP_FIELDS = {**_SECONDS, "params": Field(int, required=True, low=0), "final_loss": Field(float, required=True),
                  "examples": Field(int, low=0), "loss_curve": Field(list, items=Field(float))}
@@ -573,7 +575,8 @@ def _evaluate_all(cfg: DemoConfig, stages: Any, methods: list[str], seeds: list[
 
     task = stages.task
     examples = stages.eval_examples()
-    weights = example_weights(len(examples), task.num_objectives(examples[0]), cfg.eval_weights, seed=cfg.seed + 4242)
+    weights = example_weights(len(examples), task.num_objectives(examples[0]), cfg.eval_weights,
+                              seed=cfg.seed + EVAL_WEIGHT_SEED)
     pools: dict[str, Pools] = {}
     per_example: dict[str, dict[str, np.ndarray]] = {}
     seconds: dict[str, Any] = {}
