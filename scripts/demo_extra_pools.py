@@ -46,19 +46,25 @@ def run_config(run: Path) -> Any:
 def sample(run: Path, names: list[str], eval_batch: int, topics: int | None = None) -> None:
     import dataclasses
 
+    from vpo.demo.config import METHODS
     from vpo.demo.pretrained import PretrainedStages
+    from vpo.demo.run import eval_jobs
 
     cfg = dataclasses.replace(run_config(run), eval_batch=eval_batch)
     stages = PretrainedStages(cfg)
     extra = stages.task.examples("extra")[:topics]
     stages.eval_examples = lambda: extra  # the demo's sampler, on the extra topics
+    # the demo's own names: every method at every seed the names mention
+    seeds = sorted({int(n.rsplit("-s", 1)[1]) for n in names if n.rsplit("-s", 1)[-1].isdigit()})
+    jobs = {n: (ckpt, m) for n, ckpt, m in eval_jobs(cfg, list(METHODS), seeds, run)}
+    for name in names:  # every name checked before the first pool's minutes of sampling
+        if name not in jobs:
+            raise SystemExit(f"{name!r} is not a pool name of the demo: warmup-m1, warmup-m{cfg.answers}, or "
+                             f"<method>-s<seed> with a method of {', '.join(METHODS)}")
+        if not (jobs[name][0] / "config.json").is_file():
+            raise SystemExit(f"no checkpoint for pool {name!r} at {jobs[name][0]}")
     for name in names:
-        if name.startswith("warmup-m"):
-            ckpt, m = run / "checkpoints" / "warmup", int(name.removeprefix("warmup-m"))
-        else:
-            ckpt, m = run / "checkpoints" / name, cfg.method_answers(name.split("-")[0])
-        if not (ckpt / "config.json").is_file():
-            raise SystemExit(f"no checkpoint for pool {name!r} at {ckpt}")
+        ckpt, m = jobs[name]
         out = run / "eval-extra" / f"{name}.npz"
         t, c = time.time(), time.process_time()
         stages.sample_pool(name, ckpt, m, out, print)

@@ -118,16 +118,18 @@ def test_memory_plan_of_a_135m_model_with_chains():
 
     shape = ModelShape(parameters=134_515_008, layers=30, kv_heads=3, head_dim=64, vocab=49152, hidden=576, mlp=1536,
                        heads=9)
-    cfg = DemoConfig(preset="smollm2", device="cpu", rl_micro_batch=32, rl_beta=0.0, given=("rl_beta",)).resolved()
+    # micro-batches of 32 rollouts: a step of 8 prompts x 4 (the CPU size's own 6 x 4 holds no 32)
+    cfg = DemoConfig(preset="smollm2", device="cpu", rl_prompts=8, rl_micro_batch=32, rl_beta=0.0,
+                     given=("rl_beta",)).resolved()
     _, one, _ = pretrained_estimates(cfg, shape, 80, 16, device="cpu", m=1)
     _, three, sizes = pretrained_estimates(cfg, shape, 80, 16, device="cpu", m=3)
     assert three["rl"].total > one["rl"].total and sizes["tokens"] == 80 + 3 * cfg.answer_tokens
     assert three["rl"].weights == shape.parameters * 4  # float32, no KL reference at beta 0
-    penalised = DemoConfig(preset="smollm2", device="cpu", rl_micro_batch=32).resolved()
+    penalised = DemoConfig(preset="smollm2", device="cpu", rl_prompts=8, rl_micro_batch=32).resolved()
     assert penalised.rl_beta > 0  # the preset's: a frozen reference copy beside the policy
     _, with_reference, _ = pretrained_estimates(penalised, shape, 80, 16, device="cpu", m=3)
     assert with_reference["rl"].weights == 2 * shape.parameters * 4
-    micro = DemoConfig(preset="smollm2", device="cpu", rl_micro_batch=8).resolved()
+    micro = DemoConfig(preset="smollm2", device="cpu", rl_prompts=8, rl_micro_batch=8).resolved()
     _, smaller, _ = pretrained_estimates(micro, shape, 80, 16, device="cpu", m=3)
     assert smaller["rl"].activations * 4 == pytest.approx(three["rl"].activations, rel=1e-9)
     h100 = 80 * 2**30

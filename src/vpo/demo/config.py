@@ -347,14 +347,14 @@ PRESETS["smollm2"] = {
 }
 
 PRESET_CPU: dict[str, dict[str, Any]] = {
-    # the same preset reduced for 2 CPU cores: GRPO and VPO, one seed, 10 RL steps. Measured: its longest path
-    # (warm-up, VPO's RL, its pool) took 74 minutes wall on a slow day, about 56 by estimate on a normal one
-    # (docs/demo/smollm2.md)
+    # the same preset reduced for 2 CPU cores: GRPO and VPO, one seed, 10 RL steps of 6 prompts x 4. The longest
+    # path (warm-up, VPO's RL, its pool) sets the wall time: with 8 prompts a step it took 74 minutes on a slow
+    # day, so a step holds 6 and the warm-up, which runs alone, takes both cores (docs/demo/smollm2.md)
     "smollm2": {
         "out": "runs/demo-smollm2-cpu",
         "methods": "grpo,vpo", "seeds": 1,
-        "warmup_examples": 32, "warmup_steps": 16,
-        "rl_steps": 10, "rl_prompts": 8, "rl_generations": 4, "rl_micro_batch": 8,
+        "warmup_examples": 32, "warmup_steps": 16, "warmup_threads": 2,
+        "rl_steps": 10, "rl_prompts": 6, "rl_generations": 4, "rl_micro_batch": 8,
         "eval_batch": 160,
     },
 }

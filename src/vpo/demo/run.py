@@ -360,10 +360,10 @@ def _run_demo(cfg: DemoConfig, out: Path, peak: int, memory: str, plan: CudaPlan
     # short pool jobs (the warm start's, and pools of runs finished by an earlier invocation) last
     pending.sort(key=lambda job: -cfg.method_answers(job[1]))
     training = {f"{method}-s{seed}" for _, method, seed in pending}  # these jobs sample their own pool
-    pending += [("pool", name, None) for name, _, _ in _eval_jobs(cfg, methods, seeds, out)
+    pending += [("pool", name, None) for name, _, _ in eval_jobs(cfg, methods, seeds, out)
                 if name not in training and not (out / "eval" / f"{name}.npz").is_file()]
     # the finished checkpoints this invocation reads are vouched for first: one line for a damaged one
-    folders = {name: folder for name, folder, _ in _eval_jobs(cfg, methods, seeds, out)}
+    folders = {name: folder for name, folder, _ in eval_jobs(cfg, methods, seeds, out)}
     reads = {warm_dir} if any(job[0] == "rl" for job in pending) else set()
     reads |= {folders[job[1]] for job in pending if job[0] == "pool"}
     for folder in sorted(reads):
@@ -541,7 +541,7 @@ def _job(cfg: DemoConfig, job: tuple[str, Any, Any], log: Any, stages: Any = Non
     return record
 
 
-def _eval_jobs(cfg: DemoConfig, methods: list[str], seeds: list[int], out: Path) -> list[tuple[str, Path, int]]:
+def eval_jobs(cfg: DemoConfig, methods: list[str], seeds: list[int], out: Path) -> list[tuple[str, Path, int]]:
     """(pool name, checkpoint, m) of every evaluation: the warm-up in both formats, each run."""
     warm_dir = out / "checkpoints" / "warmup"
     jobs = [("warmup-m1", warm_dir, 1), (f"warmup-m{cfg.answers}", warm_dir, cfg.answers)]
@@ -552,9 +552,9 @@ def _eval_jobs(cfg: DemoConfig, methods: list[str], seeds: list[int], out: Path)
 
 
 def _sample_pool(cfg: DemoConfig, stages: Any, name: str, out: Path, log: Any) -> dict[str, float]:
-    """Sample evaluation pool ``name`` (see ``_eval_jobs``) and write ``eval/<name>.npz`` and its
+    """Sample evaluation pool ``name`` (see ``eval_jobs``) and write ``eval/<name>.npz`` and its
     timing ``eval/<name>.seconds.json``. Returns {"wall", "cpu", "reward_failures"}."""
-    (ckpt, m), = [(c, m) for n, c, m in _eval_jobs(cfg, cfg.method_list(), cfg.seed_list(), out) if n == name]
+    (ckpt, m), = [(c, m) for n, c, m in eval_jobs(cfg, cfg.method_list(), cfg.seed_list(), out) if n == name]
     task = stages.task
     t, c = time.time(), time.process_time()
     before = task.failures.totals()
@@ -580,7 +580,7 @@ def _evaluate_all(cfg: DemoConfig, stages: Any, methods: list[str], seeds: list[
     pools: dict[str, Pools] = {}
     per_example: dict[str, dict[str, np.ndarray]] = {}
     seconds: dict[str, Any] = {}
-    for name, _, _ in _eval_jobs(cfg, methods, seeds, out):
+    for name, _, _ in eval_jobs(cfg, methods, seeds, out):
         path = out / "eval" / f"{name}.npz"
         if not path.is_file():
             _sample_pool(cfg, stages, name, out, log)
