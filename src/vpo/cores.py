@@ -146,11 +146,16 @@ class WorkerBudget:
     sample: Callable[[float], CpuSample] | None = None
     """How the CPU is sampled (None: ``sample_cpu``, looked up when called)."""
 
-    def most(self) -> tuple[int, str]:
-        """The most workers this run may ever use (``fixed``, else the usable cores), after caps."""
+    def ceiling(self) -> tuple[int, str]:
+        """The most workers this run could ever use (``fixed``, else the usable cores), before caps:
+        a cap reads the machine now, and what it holds back may be free later."""
         most, why = (self.fixed, self.fixed_why) if self.fixed else (len(usable_cpus()) // max(1, self.threads),
                                                                     "usable cores")
-        return self._capped(max(1, min(self.jobs, most)), why, running=0)
+        return max(1, min(self.jobs, most)), why
+
+    def most(self) -> tuple[int, str]:
+        """``ceiling``, after the caps as they read now."""
+        return self._capped(*self.ceiling(), running=0)
 
     def allowed(self, running: int = 0) -> tuple[int, str]:
         """(workers, why): how many may run now, ``running`` of them already started (at least
@@ -176,13 +181,14 @@ def run_parallel(jobs: Sequence[Hashable], work: Callable[..., Any], budget: Wor
                  local: Callable[..., Any] | None = None) -> tuple[dict[Any, Any], int]:
     """Run ``work(job, worker=...)`` for every job, in order, as many at once as ``budget``
     allows when each could start: the budget is asked again whenever a job ends and, while jobs
-    wait with fewer workers running than ``budget.most()``, every ``recheck`` seconds. With one
-    worker at most, the jobs run in this process (``local`` if given, else ``work``, with
-    ``worker=False``: it need not pickle); else in ``executor(n)``
+    wait with fewer workers running than ``budget.ceiling()``, every ``recheck`` seconds: a machine
+    busy when the jobs start gets its second worker once it frees. With one worker at most ever
+    (``ceiling``: ``--workers 1``, one usable core, one job), the jobs run in this process
+    (``local`` if given, else ``work``, with ``worker=False``: it need not pickle); else in ``executor(n)``
     (default: a pool of ``n`` spawned processes; ``worker=True``). A line goes to ``log``
     whenever the number allowed changes. Returns each job's result and the most jobs that ran at
     once; the first job that raises stops the run (the running ones finish first)."""
-    most, _ = budget.most()
+    most, _ = budget.ceiling()
     if most <= 1 or len(jobs) <= 1:
         log(f"{len(jobs)} job(s) in this process")
         here = local or work

@@ -101,6 +101,33 @@ def test_jobs_start_one_at_a_time_on_a_busy_cpu_and_two_at_once_when_it_is_idle(
                                                        "workers: 2"]
 
 
+def test_a_cap_that_holds_one_worker_at_the_start_is_asked_again():
+    """Memory other work held when the jobs started is free later: the jobs still run in workers,
+    and the second joins once the cap allows it (before, one job in this process after another)."""
+    reads = []
+
+    def memory(running: int) -> tuple[int, str]:
+        reads.append(running)
+        return (1, "busy") if len(reads) <= 2 else (2, "free")
+
+    seen, lock = [], threading.Lock()
+
+    def work(job: int, worker: bool) -> int:
+        with lock:
+            seen.append(worker)
+        time.sleep(0.15)
+        return job
+
+    lines: list[str] = []
+    budget = WorkerBudget(jobs=4, fixed=2, caps=[memory])
+    assert budget.most()[0] == 1 and budget.ceiling()[0] == 2
+    results, used = run_parallel(list(range(4)), work, budget, log=lines.append, recheck=0.05,
+                                 executor=lambda n: ThreadPoolExecutor(max_workers=n))
+    assert results == {job: job for job in range(4)} and seen == [True] * 4 and used == 2
+    assert [line.split(" (")[0] for line in lines] == ["4 jobs on up to 2 worker processes", "workers: 1",
+                                                       "workers: 2"]
+
+
 def test_one_worker_runs_the_jobs_in_this_process():
     calls = []
     results, used = run_parallel(["a", "b"], lambda job, worker: calls.append((job, worker)) or job.upper(),

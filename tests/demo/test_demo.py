@@ -538,3 +538,20 @@ def test_the_memory_cap_counts_a_running_workers_memory_as_its_own(monkeypatch):
     assert cap(1)[0] == 2
     free[0] = 5 * gb                        # something else took it: only the running one
     assert cap(1)[0] == 1
+
+
+def test_the_memory_cap_reads_the_machine_again_while_no_worker_runs(monkeypatch):
+    """Other work that held memory when the demo started and has ended since no longer caps it: with
+    none of its workers running, the memory free now is the memory free before they hold any."""
+    from vpo.demo.run import worker_budget
+
+    gb = 1 << 30
+    free = [int(16.0 * gb)]                 # two pools of another run beside the start
+    monkeypatch.setattr("vpo.workload.device_memory", lambda device: free[0])
+    (cap,) = worker_budget(DemoConfig(workers=0), int(9.3 * gb)).caps
+    assert cap(0)[0] == 1
+    free[0] = int(22.8 * gb)                # they ended
+    assert cap(1)[0] == 1                   # one running: what it holds is not known, the old reading stands
+    assert cap(0)[0] == 2
+    free[0] = int(13.6 * gb)
+    assert cap(1) == (2, "13.6 GB of memory free beside 1 running holds 2")

@@ -265,18 +265,21 @@ def worker_budget(cfg: DemoConfig, peak: int, plan: CudaPlan | None = None) -> W
     the ``plan``'s count (``plan_cuda``: from its memory, docs/gpu.md); else ``--workers``, else
     the cores free at each job's start, capped by the memory that holds ``peak`` bytes per worker
     (a worker's RL run or evaluation batch, ``worker_memory``): the running workers plus as many
-    as the memory free now holds, and never more than the memory free before the first held."""
+    as the memory free now holds, and never more than the memory free when none of them ran last."""
     from vpo.workload import device_memory, human_bytes
 
-    at_start = device_memory(cfg.torch_device())  # before any worker of this run holds memory
+    before_workers = [device_memory(cfg.torch_device())]  # free while no worker of this run holds any
     size = max(peak, 1)
 
     def memory_cap(running: int) -> tuple[int, str]:
         available = device_memory(cfg.torch_device())
-        if available is None or at_start is None:
+        if not running:  # read again: what other work held at the start may be free now
+            before_workers[0] = available
+        before = before_workers[0]
+        if available is None or before is None:
             return 1 << 30, "memory not known"
         # a running worker's memory is no longer free: it counts as one worker's planned peak
-        most = max(1, min(at_start // size, running + available // size))
+        most = max(1, min(before // size, running + available // size))
         beside = f" beside {running} running" if running else ""
         return most, f"{human_bytes(available)} of memory free{beside} holds {most}"
 
