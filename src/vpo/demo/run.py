@@ -268,14 +268,14 @@ def worker_budget(cfg: DemoConfig, peak: int, plan: CudaPlan | None = None) -> W
     as the memory free now holds, and never more than the memory free when none of them ran last."""
     from vpo.workload import device_memory, human_bytes
 
-    before_workers = [device_memory(cfg.torch_device())]  # free while no worker of this run holds any
+    before = device_memory(cfg.torch_device())  # free while no worker of this run holds any
     size = max(peak, 1)
 
     def memory_cap(running: int) -> tuple[int, str]:
+        nonlocal before
         available = device_memory(cfg.torch_device())
         if not running:  # read again: what other work held at the start may be free now
-            before_workers[0] = available
-        before = before_workers[0]
+            before = available
         if available is None or before is None:
             return 1 << 30, "memory not known"
         # a running worker's memory is no longer free: it counts as one worker's planned peak
