@@ -11,7 +11,8 @@ Usage::
 m, pool size, temperature, token budget and chat format; every chain seeded by the run's seed and
 its row). ``compare`` prints A - B at preference-weighted best@1 and best@<pool> (the demo's
 best@30) and in diversity, paired over the topics and seed-averaged as the demo's report pairs
-them (one pool name per seed, comma-separated, in seed order). The extra topics meet their own
+them (one pool name per seed, comma-separated, in seed order; a single seed's pools compare one
+seed). Without extra pools it compares the shipped topics alone. The extra topics meet their own
 fixed preference weights (the evaluation seed + 1), the same for every pool. An interval over 48
 topics is about 0.6x the width of one over 16 (1/sqrt(3)).
 """
@@ -76,6 +77,7 @@ def compare(run: Path, a: str, b: str) -> list[str]:
     from vpo.demo.pretrained import eval_examples, task_of
     from vpo.demo.run import EVAL_WEIGHT_SEED
     from vpo.evaluation import Pools, example_weights, paired, pool_metrics
+    from vpo.records import RecordError
 
     cfg = run_config(run)
     task = task_of(cfg)
@@ -86,23 +88,41 @@ def compare(run: Path, a: str, b: str) -> list[str]:
         offset = EXTRA_WEIGHT_SEED_OFFSET if folder == "eval-extra" else 0
         return example_weights(topics, dim, cfg.eval_weights, seed=cfg.seed + EVAL_WEIGHT_SEED + offset)
 
+    if len(a.split(",")) != len(b.split(",")):
+        raise SystemExit(f"{len(a.split(','))} pools against {len(b.split(','))}: give one per seed on each side")
+    names = a.split(",") + b.split(",")
+    missing = [name for name in names if not (run / "eval" / f"{name}.npz").is_file()]
+    if missing:
+        raise SystemExit(f"{run / 'eval'} has no pool {', '.join(missing)}: the demo samples a pool per method "
+                         "and seed it ran (`vpo demo --seeds N` over the same folder adds seeds)")
+    # the extra topics when every pool has them, the shipped topics alone when none has
+    extra = [name for name in names if (run / "eval-extra" / f"{name}.npz").is_file()]
+    if extra and len(extra) < len(names):
+        absent = " ".join(sorted({name for name in names if name not in extra}))
+        raise SystemExit(f"{run / 'eval-extra'} lacks the extra topics' pools of {absent}: sample them first "
+                         f"(python scripts/demo_extra_pools.py sample {run} {absent})")
+    folders = ("eval", "eval-extra") if extra else ("eval",)
+
     def per_seed(pools: str) -> list[dict[str, dict[str, np.ndarray]]]:
         out = []
         for name in pools.split(","):
-            vectors = {folder: Pools.load(run / folder / f"{name}.npz").vectors for folder in ("eval", "eval-extra")}
+            try:
+                vectors = {folder: Pools.load(run / folder / f"{name}.npz").vectors for folder in folders}
+            except RecordError as err:
+                raise SystemExit(str(err)) from None
             parts = {folder: pool_metrics(v, task, eval_weights=weights(folder, len(v))) for folder, v in vectors.items()}
-            parts["all"] = {k: np.concatenate([parts["eval"][k], parts["eval-extra"][k]]) for k in parts["eval"]}
+            if extra:
+                parts["all"] = {k: np.concatenate([parts["eval"][k], parts["eval-extra"][k]]) for k in parts["eval"]}
             out.append(parts)
         return out
 
-    if len(a.split(",")) != len(b.split(",")):
-        raise SystemExit(f"{len(a.split(','))} pools against {len(b.split(','))}: give one per seed on each side")
     seeds_a, seeds_b = per_seed(a), per_seed(b)
-    if len({len(s["eval-extra"]["diversity"]) for s in seeds_a + seeds_b}) != 1:
+    if extra and len({len(s["eval-extra"]["diversity"]) for s in seeds_a + seeds_b}) != 1:
         raise SystemExit("the pools were sampled on different numbers of extra topics")
     pool = cfg.pool  # k up to the pool: the demo's best@30
     lines = [f"A = {a}, B = {b}; A - B, 95% interval over the topics (seed-averaged)"]
-    for part, label in (("eval", "shipped"), ("eval-extra", "extra"), ("all", "all")):
+    parts = (("eval", "shipped"), ("eval-extra", "extra"), ("all", "all")) if extra else (("eval", "shipped"),)
+    for part, label in parts:
         cells = []
         for key, k, shown in (("pref_best_at_k", 1, "pref best@1"), ("pref_best_at_k", pool, f"pref best@{pool}"),
                               ("diversity", None, "diversity")):

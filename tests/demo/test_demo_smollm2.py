@@ -271,3 +271,26 @@ def test_extra_topics_compare_pairs_the_shipped_the_extra_and_all_topics(tmp_pat
         assert "diversity +0.000 ± 0.000;" in line and line.endswith("A 1.000, B 0.000")
     with pytest.raises(SystemExit, match="one per seed"):
         _extra_pools_script().compare(tmp_path, "vpo-s0,vpo-s1", "grpo-s0")
+
+
+def test_extra_topics_compare_without_extra_pools_compares_the_shipped_topics(tmp_path):
+    """With no extra pools sampled, compare pairs the 16 shipped topics alone; with some of the named
+    pools' extra pools missing, or a shipped pool missing, it stops with the command that mends it."""
+    from vpo.evaluation import Pools
+
+    cfg = DemoConfig(preset="smollm2", device="cpu").resolved()
+    (tmp_path / "config.json").write_text(json.dumps(cfg.fingerprint()))
+    for seed in (0, 1):
+        Pools(vectors=np.ones((16, 30, 3)), m=3).save(tmp_path / "eval" / f"vpo-s{seed}.npz")
+        Pools(vectors=np.zeros((16, 30, 3)), m=1).save(tmp_path / "eval" / f"grpo-s{seed}.npz")
+    script = _extra_pools_script()
+    lines = script.compare(tmp_path, "vpo-s0,vpo-s1", "grpo-s0,grpo-s1")
+    assert len(lines) == 2 and lines[1].startswith("shipped (16 topics): pref best@1 +1.000 ± 0.000 (significant)")
+    Pools(vectors=np.ones((32, 30, 3)), m=3).save(tmp_path / "eval-extra" / "vpo-s0.npz")
+    with pytest.raises(SystemExit, match=r"lacks the extra topics' pools of grpo-s0 grpo-s1 vpo-s1: sample them"):
+        script.compare(tmp_path, "vpo-s0,vpo-s1", "grpo-s0,grpo-s1")
+    with pytest.raises(SystemExit, match=r"has no pool vpo-s2, grpo-s2"):
+        script.compare(tmp_path, "vpo-s2", "grpo-s2")
+    (tmp_path / "eval" / "grpo-s0.npz").write_bytes(b"not a pool")
+    with pytest.raises(SystemExit, match="not a readable pool file"):
+        script.compare(tmp_path, "vpo-s1", "grpo-s0")
