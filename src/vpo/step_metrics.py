@@ -31,7 +31,7 @@ import numpy as np
 from vpo.estimators.common import ZERO_STD
 
 __all__ = ["LOW_PARSE_RATE", "METRICS", "PARSE_WATCH_BATCHES", "STILL_BATCHES", "ChainFormatWarning", "ParseWatch",
-           "StillObjectiveWarning", "StillObjectiveWatch", "chain_metrics", "over_m_metrics", "pool_metrics",
+           "StillObjectiveWarning", "StillObjectiveWatch", "answer_count_metrics", "chain_metrics", "pool_metrics",
            "score_metrics"]
 
 METRICS: dict[str, str] = {
@@ -41,6 +41,9 @@ METRICS: dict[str, str] = {
     "vpo/duplicate_rate": "share of the step's non-blank answers that the task's dedup drops",
     "vpo/over_m_rate": "share of rollouts whose chain wrote more than m non-blank answers in numbered tags (m > 1; "
                        "the answers past m are not scored)",
+    "vpo/under_m_rate": "share of rollouts whose chain wrote at least one but fewer than m non-blank answers in "
+                        "numbered tags (m > 1; a missing answer is a zero row: it never lowers VPO's max, and in "
+                        "an evaluation pool it is an answer that scores 0)",
     "vpo/objective/<name>": "mean over rollouts of the best answer's value on objective <name>",
     "vpo/mean_pool_size": "mean over groups of the answers (matrix rows, padding included) their rollouts hold",
     "vpo/score_mean": "mean per-rollout score: the estimator's objective (its registered reduction)",
@@ -80,7 +83,7 @@ def chain_metrics(*, answers: Sequence[float], parsed: Sequence[float], duplicat
     left out of its mean; None or ragged D: no objective metrics). ``parse_rate`` adds
     ``vpo/parse_rate``, the share of rollouts with at least one answer in their tags. ``written``
     (B,) the non-blank answers each chain wrote in numbered tags, past m too
-    (``vpo.chains.written_answers``), adds ``vpo/over_m_rate`` for m > 1.
+    (``vpo.chains.written_answers``), adds ``vpo/over_m_rate`` and ``vpo/under_m_rate`` for m > 1.
     """
     answers = np.asarray(answers, dtype=np.float64).reshape(-1)
     parsed_total = float(np.sum(parsed))
@@ -89,7 +92,7 @@ def chain_metrics(*, answers: Sequence[float], parsed: Sequence[float], duplicat
     if parse_rate:
         out["vpo/parse_rate"] = float(np.mean(answers > 0)) if answers.size else 0.0
     if written is not None:
-        out.update(over_m_metrics(written, m))
+        out.update(answer_count_metrics(written, m))
     if best is not None and names:
         rows = [np.asarray(b, dtype=np.float64).reshape(-1) for b in best]
         if rows and all(r.shape == (len(names),) for r in rows):
@@ -102,14 +105,18 @@ def chain_metrics(*, answers: Sequence[float], parsed: Sequence[float], duplicat
     return out
 
 
-def over_m_metrics(written: Sequence[int], m: int) -> dict[str, float]:
-    """``vpo/over_m_rate``: the share of B chains that wrote more than ``m`` answers, from
-    ``written`` (B,) each chain's non-blank answers in numbered tags (``vpo.chains.written_answers``);
-    nothing for m = 1 (no tags)."""
+def answer_count_metrics(written: Sequence[int], m: int) -> dict[str, float]:
+    """``vpo/over_m_rate`` and ``vpo/under_m_rate``: the shares of B chains that wrote more than
+    ``m`` answers, and at least one but fewer than ``m`` (a chain with none is a parse failure,
+    ``vpo/parse_rate``), from ``written`` (B,) each chain's non-blank answers in numbered tags
+    (``vpo.chains.written_answers``); nothing for m = 1 (no tags)."""
     counts = np.asarray(written, dtype=np.float64).reshape(-1)
     if m < 2:
         return {}
-    return {"vpo/over_m_rate": float(np.mean(counts > m)) if counts.size else 0.0}
+    if not counts.size:
+        return {"vpo/over_m_rate": 0.0, "vpo/under_m_rate": 0.0}
+    return {"vpo/over_m_rate": float(np.mean(counts > m)),
+            "vpo/under_m_rate": float(np.mean((counts >= 1) & (counts < m)))}
 
 
 def pool_metrics(rows: Sequence[int], group_ids: Sequence[Hashable]) -> dict[str, float]:

@@ -47,7 +47,7 @@ def test_the_parse_watch_names_its_caller(rate):
         ParseWatch(2, where="VPOReward").update(int(rate * 8), 8)
 
 
-def test_the_share_of_chains_that_wrote_more_than_m_answers():
+def test_the_shares_of_chains_that_wrote_more_and_fewer_than_m_answers():
     from vpo.chains import written_answers
 
     chains = ["<r_1>a</r_1><r_2>b</r_2><r_3>c</r_3><r_4>d</r_4>",   # four numbered answers for m = 3
@@ -58,7 +58,9 @@ def test_the_share_of_chains_that_wrote_more_than_m_answers():
     assert written == [4, 4, 2, 0]
     got = chain_metrics(answers=[3, 3, 2, 0], parsed=[3, 3, 2, 0], duplicates=[0] * 4, written=written, m=3)
     assert got["vpo/over_m_rate"] == 0.5
-    assert "vpo/over_m_rate" not in chain_metrics(answers=[1], parsed=[1], duplicates=[0], written=[4], m=1)
+    assert got["vpo/under_m_rate"] == 0.25  # the blank blocks' chain; the untagged one is a parse failure
+    single = chain_metrics(answers=[1], parsed=[1], duplicates=[0], written=[4], m=1)
+    assert "vpo/over_m_rate" not in single and "vpo/under_m_rate" not in single
 
 
 def test_an_objective_that_never_moves_warns_once_naming_it():

@@ -174,14 +174,17 @@ def test_two_rank_torchrun_with_reward_functions_and_a_group_across_ranks(tmp_pa
         assert len(r["adv"]) == 2 * 4  # 2 steps x 4 local completions
 
 
-def test_the_step_line_shows_chains_over_m_and_cut_at_the_budget():
+def test_the_step_line_shows_chains_over_m_under_m_and_cut_at_the_budget():
     from vpo.integrations.trl import BUDGET_KEY, chain_shares
 
-    logs = {"reward": 0.5, "vpo/over_m_rate": 0.828, BUDGET_KEY: 0.92, "vpo/objective/accuracy": 0.0}
+    logs = {"reward": 0.5, "vpo/over_m_rate": 0.828, "vpo/under_m_rate": 0.125, BUDGET_KEY: 0.92,
+            "vpo/objective/accuracy": 0.0}
     line = step_line(logs, 3, 12)
-    assert "83% over m" in line and "92% cut" in line, line
-    quiet = step_line({"reward": 0.5, "vpo/over_m_rate": 0.0, BUDGET_KEY: 0.0}, 3, 12)
-    assert "over m" not in quiet and "cut" not in quiet  # shown when not 0
-    history = [logs, {"reward": 0.7, "vpo/over_m_rate": 0.5, BUDGET_KEY: 0.5}, {"train_runtime": 3.0}]
-    assert chain_shares(history) == {"chains_over_m": 0.664, "chains_at_budget": 0.71}
-    assert chain_shares([{"reward": 0.1, BUDGET_KEY: 0.25}]) == {"chains_over_m": None, "chains_at_budget": 0.25}
+    assert "83% over m" in line and "12% under m" in line and "92% cut" in line, line
+    quiet = step_line({"reward": 0.5, "vpo/over_m_rate": 0.0, "vpo/under_m_rate": 0.0, BUDGET_KEY: 0.0}, 3, 12)
+    assert "over m" not in quiet and "under m" not in quiet and "cut" not in quiet  # shown when not 0
+    history = [logs, {"reward": 0.7, "vpo/over_m_rate": 0.5, "vpo/under_m_rate": 0.375, BUDGET_KEY: 0.5},
+               {"train_runtime": 3.0}]
+    assert chain_shares(history) == {"chains_over_m": 0.664, "chains_under_m": 0.25, "chains_at_budget": 0.71}
+    assert chain_shares([{"reward": 0.1, BUDGET_KEY: 0.25}]) == {"chains_over_m": None, "chains_under_m": None,
+                                                                 "chains_at_budget": 0.25}

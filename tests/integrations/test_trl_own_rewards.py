@@ -288,7 +288,7 @@ def test_an_objective_that_never_moves_warns_once_in_training(tmp_path, tok):
     assert f"first {STILL_BATCHES} batches" in still[0]
 
 
-def test_chains_that_write_more_than_m_answers_are_counted(tmp_path, tok):
+def test_chains_that_write_more_or_fewer_than_m_answers_are_counted(tmp_path, tok):
     trainer = VPOTrainer(build_tiny_qwen2(tok, seed=5), reward_funcs=[a_rate], answers=3,
                          args=config(tmp_path, max_steps=1), train_dataset=dataset(), processing_class=tok)
     completions = ["<response_1>a</response_1><response_2>b</response_2><response_3>x</response_3>"
@@ -297,3 +297,4 @@ def test_chains_that_write_more_than_m_answers_are_counted(tmp_path, tok):
     prompts = [trainer.vpo_scorer.chain_prompt(p) for p in PROMPTS]
     trainer.vpo_scorer.score(prompts, completions, None, {})
     assert trainer._pending_metrics["vpo/over_m_rate"] == [0.25]
+    assert trainer._pending_metrics["vpo/under_m_rate"] == [0.5]  # two answers, and one; "a" has no tags

@@ -60,8 +60,9 @@ def step_line(logs: Mapping[str, Any], step: int, max_steps: int) -> str | None:
     mean reward per objective, KL and seconds per step, each only when logged as a number. A
     step where every group scored alike says so, and why: "no gradient: nothing parsed" (no
     chain parsed) or "no gradient: rollouts tied" (each prompt's rollouts scored the same). The
-    shares of chains that wrote more than m answers (``vpo/over_m_rate``: "83% over m") and that
-    were cut at the token budget (``BUDGET_KEY``: "92% cut") are shown when not 0."""
+    shares of chains that wrote more than m answers (``vpo/over_m_rate``: "83% over m"), fewer
+    (``vpo/under_m_rate``: "21% under m") and that were cut at the token budget (``BUDGET_KEY``:
+    "92% cut") are shown when not 0."""
     def number(key: str) -> float | None:
         value = logs.get(key)
         return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
@@ -79,9 +80,11 @@ def step_line(logs: Mapping[str, Any], step: int, max_steps: int) -> str | None:
         parts.append("(" + ", ".join(per_objective) + ")")
     if why is not None:
         parts.append(why)
-    over_m, cut = number("vpo/over_m_rate"), number(BUDGET_KEY)
+    over_m, under_m, cut = number("vpo/over_m_rate"), number("vpo/under_m_rate"), number(BUDGET_KEY)
     if over_m:
         parts.append(f"{over_m:.0%} over m")  # chains that wrote more than m answers
+    if under_m:
+        parts.append(f"{under_m:.0%} under m")  # chains that wrote fewer: each missing answer scores 0
     if cut:
         parts.append(f"{cut:.0%} cut")  # chains cut at the token budget
     if number("kl") is not None:
@@ -93,9 +96,11 @@ def step_line(logs: Mapping[str, Any], step: int, max_steps: int) -> str | None:
 
 def chain_shares(history: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
     """A run's mean over its logged steps of the shares ``step_line`` shows: ``chains_over_m``
-    (``vpo/over_m_rate``; None where not logged: m = 1) and ``chains_at_budget`` (``BUDGET_KEY``)."""
+    (``vpo/over_m_rate``) and ``chains_under_m`` (``vpo/under_m_rate``), None where not logged
+    (m = 1), and ``chains_at_budget`` (``BUDGET_KEY``)."""
     out: dict[str, float | None] = {}
-    for name, key in (("chains_over_m", "vpo/over_m_rate"), ("chains_at_budget", BUDGET_KEY)):
+    for name, key in (("chains_over_m", "vpo/over_m_rate"), ("chains_under_m", "vpo/under_m_rate"),
+                      ("chains_at_budget", BUDGET_KEY)):
         values = [float(h[key]) for h in history if isinstance(h.get(key), int | float) and math.isfinite(h[key])]
         out[name] = round(sum(values) / len(values), 4) if values else None
     return out

@@ -30,7 +30,7 @@ import numpy as np
 from vpo.chains import finish_chain, written_answers
 from vpo.rewards import (CHAIN_TAG, TRL_HOOKS, ScoredAnswers, completion_form, completion_text, finish_chains,
                          prompt_key, rewrite_chain_prompt, score_every_answer)
-from vpo.step_metrics import chain_metrics, over_m_metrics, pool_metrics
+from vpo.step_metrics import answer_count_metrics, chain_metrics, pool_metrics
 from vpo.tasks.base import Example, Task
 
 __all__ = ["FunctionScorer", "ScoredChains", "TaskScorer", "decode_examples", "group_keys", "parse_example",
@@ -108,8 +108,8 @@ def score_task_chains(task: Task, texts: Sequence[str], examples: Sequence[Examp
     """The (m, D) matrices of ``texts`` (one parse and one scoring each) and each chain's count of
     answers in its tags; through ``log``, the chain metrics of that same pass
     (``vpo.step_metrics.chain_metrics``, the names every engine logs: ``vpo/answers_parsed``,
-    ``vpo/parse_rate``, ``vpo/duplicate_rate``, ``vpo/objective/<name>``; ``vpo/over_m_rate`` for
-    m > 1) and ``vpo/reward_failures`` (the step's failed reward calls, ``task.failures``; past its ``max_failure_rate`` this raises
+    ``vpo/parse_rate``, ``vpo/duplicate_rate``, ``vpo/objective/<name>``; ``vpo/over_m_rate`` and
+    ``vpo/under_m_rate`` for m > 1) and ``vpo/reward_failures`` (the step's failed reward calls, ``task.failures``; past its ``max_failure_rate`` this raises
     ``RewardFailureError``). ``untagged_fallback``: a chain with no parseable answer (m > 1) is
     scored as one answer, its whole text (``task.score_chain(text, example, 1)``), padded as the
     task pads."""
@@ -258,7 +258,7 @@ class FunctionScorer:
         matrices = [self._matrix(chains, i) for i in range(start, start + len(completions))]
         self._log_batch(chains, every_key)
         written = [written_answers(completion_text(c), CHAIN_TAG) for c in completions] if self.answers > 1 else []
-        for name, value in over_m_metrics(written, self.answers).items():  # this process's share: TRL averages
+        for name, value in answer_count_metrics(written, self.answers).items():  # this process's share: TRL averages
             self._log(name, value)
         return ScoredChains(matrices, keys, [None] * len(matrices), int(np.count_nonzero(batch.tagged)),
                             batch.num_chains, chains.stats["effective_dim"], len(self.names), tuple(self.names),
