@@ -109,8 +109,8 @@ def score_task_chains(task: Task, texts: Sequence[str], examples: Sequence[Examp
     answers in its tags; through ``log``, the chain metrics of that same pass
     (``vpo.step_metrics.chain_metrics``, the names every engine logs: ``vpo/answers_parsed``,
     ``vpo/parse_rate``, ``vpo/duplicate_rate``, ``vpo/objective/<name>``; ``vpo/over_m_rate`` and
-    ``vpo/under_m_rate`` for m > 1) and ``vpo/reward_failures`` (the step's failed reward calls, ``task.failures``; past its ``max_failure_rate`` this raises
-    ``RewardFailureError``). ``untagged_fallback``: a chain with no parseable answer (m > 1) is
+    ``vpo/under_m_rate`` for m > 1) and ``vpo/reward_failures`` (the step's failed reward calls,
+    ``task.failures``; past its ``max_failure_rate`` this raises ``RewardFailureError``). ``untagged_fallback``: a chain with no parseable answer (m > 1) is
     scored as one answer, its whole text (``task.score_chain(text, example, 1)``), padded as the
     task pads."""
     counts: dict[str, list[int]] = {"answers": [], "parsed": [], "duplicates": []}
