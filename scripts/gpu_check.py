@@ -5,7 +5,7 @@ coreutils is on a CUDA image); the helpers of the steps import vpo.
 
 Usage (gpu_check.sh passes its options to ``run``)::
 
-    python scripts/gpu_check.py run [--wheels wheels] [--out gpu_check] [--dry-run] [--wheel-list MANIFEST.txt]
+    python scripts/gpu_check.py run [--wheels wheels] [--out gpu_check] [--dry-run] [--wheel-list MANIFEST.txt] [--model GGUF]
     python scripts/gpu_check.py plan                       # the plan alone
     python scripts/gpu_check.py summarize OUT_DIR          # gpu_check.md from what the steps left
 
