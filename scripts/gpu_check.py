@@ -746,7 +746,7 @@ def verdict_eval(out: Path) -> tuple[bool, list[str]]:
         return False, [f"c: no metrics.json for {', '.join(missing)}"]
     lines, ok = [], True
     m = runs["cuda"]
-    seconds = m["timings"]["sampling and scoring"]
+    seconds = sum(t["wall"] for t in m["timings"].values())  # vpo eval times its one stage, load included
     answers = m["eval"]["examples"] * m["eval"]["pool"]
     lines.append(f"c: vpo eval --device cuda ({m['sampling']['dtype']}): {answers} answers in {seconds:.1f} s = "
                  f"{answers / seconds:.1f} answers/s (model load included)")

