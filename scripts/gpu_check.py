@@ -133,39 +133,34 @@ def demo_minutes(values: dict) -> tuple[float, str]:
                           f"{pools / 60:.1f}, start-up {DEMO_OVERHEAD_SECONDS / 60:.1f}")
 
 
-# Step p's expected minutes: no SmolLM2 run on a GPU has been timed yet, so the maze's H100 rates
-# (RL_STEP_SECONDS: 8 layers, about 20 tokens a rollout at m = 1 and 60 at m = 3) are scaled by layers
-# and by tokens a rollout (HF generate on a GPU is bound by the kernels each decoded token launches)
-MAZE_TOKENS = {1: 20, 3: 60}
-"""Tokens of a maze rollout behind ``RL_STEP_SECONDS`` (m = 1, m = 3)."""
-SMOLLM2_LAYERS = 30
-PRETRAINED_WARMUP_SECONDS = 75
-"""The chain warm-up (loading the GGUF, sampling, the SFT steps): a guess until a run records it."""
+# Step p's expected minutes, from its first run (one H200, 2026-11-30, docs/gpu.md: the preset at 1 seed,
+# 2 runs side by side, 182 s for the 4 runs and their pools; the warm-up 52 s after the GGUF's 31 s load)
+SMOLLM2_RUN_SECONDS = {1: 47.0, 3: 101.0}
+"""Seconds one RL run of the preset took with its pool, 2 runs side by side on the card: 12 steps of
+16 x 8 rollouts of 48-token answers (GRPO 45, Max@K 48; VPO 103, Multi-RLVR 99)."""
+SMOLLM2_PARALLEL_GAIN = 1.62
+"""The runs' summed seconds over the RL wall time, 2 workers on one card (measured with the above)."""
+PRETRAINED_WARMUP_SECONDS = 55
+"""The demo's start to its first RL run: loading the GGUF, sampling, the chain warm-up's SFT steps."""
+PRETRAINED_REPORT_SECONDS = 10
 
 
 def pretrained_minutes(values: dict) -> tuple[float, str]:
-    """Step p's expected minutes for the smollm2 preset ``values`` (``MAZE_TOKENS``), and how they
-    were reckoned; 2 runs at a time, as the demo plans a GPU."""
+    """Step p's expected minutes for the smollm2 preset ``values``, scaled from its measured run
+    (``SMOLLM2_RUN_SECONDS``) by steps, rollouts a step and tokens an answer, and how they were
+    reckoned."""
     if "error" in values:
         return float("nan"), f"the preset could not be read ({values['error']})"
     methods = ["grpo", "vpo", "multi_rlvr", "max_at_k"] if values["methods"] == "all" else values["methods"].split(",")
     single = {"grpo", "max_at_k", "goal_conditioned"}
-    layers = SMOLLM2_LAYERS / 8
-
-    rollouts = max(1.0, values["rl_prompts"] * values["rl_generations"] / 128)
-
-    def step(m: int) -> float:
-        return RL_STEP_SECONDS[m] * layers * values["answer_tokens"] * m / MAZE_TOKENS[m] * rollouts
-
-    rl = sum(values["rl_steps"] * step(1 if name.strip() in single else 3) for name in methods) * values["seeds"] / 2
-    pools = ((len(methods) * values["seeds"] + 2) * POOL_SECONDS * values["eval_examples"] / 100 * layers
-             * values["answer_tokens"] / MAZE_TOKENS[1] / 2)
-    seconds = rl + PRETRAINED_WARMUP_SECONDS + pools + DEMO_OVERHEAD_SECONDS
+    scale = values["rl_steps"] / 12 * values["rl_prompts"] * values["rl_generations"] / 128 * values["answer_tokens"] / 48
+    runs = sum(SMOLLM2_RUN_SECONDS[1 if name.strip() in single else 3] for name in methods) * values["seeds"] * scale
+    rl = runs / SMOLLM2_PARALLEL_GAIN
+    seconds = rl + PRETRAINED_WARMUP_SECONDS + PRETRAINED_REPORT_SECONDS
     return seconds / 60, (f"{len(methods)} methods x {values['seeds']} seeds x {values['rl_steps']} steps of "
-                          f"{values['rl_prompts']} x {values['rl_generations']} rollouts: RL {rl / 60:.1f}, warm-up "
-                          f"{PRETRAINED_WARMUP_SECONDS / 60:.1f}, pools {pools / 60:.1f}, start-up "
-                          f"{DEMO_OVERHEAD_SECONDS / 60:.1f}; scaled from the maze's H100 rates, no SmolLM2 run timed "
-                          "on a GPU yet")
+                          f"{values['rl_prompts']} x {values['rl_generations']} rollouts: RL and pools {rl / 60:.1f}, "
+                          f"warm-up {PRETRAINED_WARMUP_SECONDS / 60:.1f}, report {PRETRAINED_REPORT_SECONDS / 60:.1f}; "
+                          "scaled from its run on one H200 at 1 seed")
 
 
 def plan_steps(out: Path, wheels: Path, python: str = sys.executable, model: Path | None = None) -> list[dict]:

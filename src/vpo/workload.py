@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ALLOCATOR_OVERHEAD", "CUDA_CONTEXT_BYTES", "DTYPE_BYTES", "KV_CACHES", "MemoryEstimate", "ModelShape",
+__all__ = ["ALLOCATOR_OVERHEAD", "AUTOCAST_BYTES_PER_ELEMENT", "CUDA_CONTEXT_BYTES", "DTYPE_BYTES", "KV_CACHES", "MemoryEstimate", "ModelShape",
            "PoolWorkload", "RESERVED_PER_ALLOCATED", "activation_bytes_per_token", "allocated_budget",
            "available_memory", "cap_process_memory", "chains_in_budget", "check_memory", "check_pool_workload",
            "cuda_memory", "device_memory", "fused_head_bytes", "generation_bytes", "human_bytes", "model_folder",
@@ -283,7 +283,8 @@ class MemoryEstimate:
     torch's caching allocator holds on a GPU beyond them)."""
 
     weights: int
-    """The model's weights (and the frozen KL reference copy when training keeps one)."""
+    """The model's weights (and the frozen KL reference copy when training keeps one, and under
+    bf16 autocast its cached bf16 copies of them)."""
     generation: int
     """One generation batch: its KV cache (2 x layers x KV heads x head size x dtype size x chains
     x (prompt + new tokens)), the prompt's forward pass (``prefill_bytes_per_token``) and one
@@ -362,15 +363,27 @@ def fused_head_bytes(positions: int, itemsize: int) -> int:
     return min(max(positions, 0), rows) * columns * itemsize
 
 
-def activation_bytes_per_token(shape: ModelShape, itemsize: int, *, checkpointing: bool = False) -> int:
+AUTOCAST_BYTES_PER_ELEMENT = 2.75
+"""Bytes per ``ACTIVATION_ELEMENTS`` element that a forward pass under bf16 autocast over float32
+weights keeps (TRL's ``bf16=True``): the matmuls' inputs and outputs in bf16, the residual stream
+and the norms in float32. Measured on an H200 (SmolLM2-135M, TRL 1.16's GRPO trainer with its fused
+LM head, micro-batches of 32 x 85 and 32 x 228 tokens): allocated peaks of 5.45 and 9.81 GiB, 0.98
+MiB a token between them, 2.6 bytes an element over 30 layers; rounded up (docs/gpu.md)."""
+
+
+def activation_bytes_per_token(shape: ModelShape, itemsize: float, *, checkpointing: bool = False,
+                               logits: bool = True) -> int:
     """Bytes the backward pass keeps per token of a micro-batch: ``ACTIVATION_ELEMENTS`` per
-    layer, or with gradient checkpointing one hidden state per layer plus one layer recomputed;
-    outside the layers the embeddings' output and the final norm (2 x hidden); and the float32 logits with what a loss derives from them (log-softmax, the probabilities of
-    an entropy, their gradients: 8 x 4 bytes per vocabulary entry)."""
+    layer (``itemsize`` bytes each; ``AUTOCAST_BYTES_PER_ELEMENT`` under bf16 autocast), or with
+    gradient checkpointing one hidden state per layer plus one layer recomputed; outside the layers
+    the embeddings' output and the final norm (2 x hidden); and with ``logits`` the float32 logits
+    with what a loss derives from them (log-softmax, the probabilities of an entropy, their
+    gradients: 8 x 4 bytes per vocabulary entry). TRL's fused LM head never holds the logits of a
+    whole micro-batch (``logits=False``; its tile is ``fused_head_bytes``)."""
     per_hidden, per_mlp = ACTIVATION_ELEMENTS
     layer = (per_hidden * shape.hidden + per_mlp * shape.mlp) * itemsize
     kept = shape.layers * shape.hidden * itemsize + layer if checkpointing else shape.layers * layer
-    return kept + 2 * shape.hidden * itemsize + 32 * shape.vocab
+    return int(kept + 2 * shape.hidden * itemsize + (32 * shape.vocab if logits else 0))
 
 
 def generation_bytes(shape: ModelShape, *, chains: int, tokens: int, itemsize: int, prompt: int = 0,
@@ -497,7 +510,7 @@ def check_memory(estimate: MemoryEstimate, *, available: int | None, what: str, 
 def training_estimate(shape: ModelShape, *, chains: int, tokens: int, kv_itemsize: int, weight_bytes: int = 4,
                       reference: bool = True, full: bool = True, optimizer_bytes: int = ADAMW_STATE_BYTES,
                       micro_batch: int = 0, checkpointing: bool = False, prompt: int = 0,
-                      cache: str = "static", fused_head: bool = False) -> MemoryEstimate:
+                      cache: str = "static", fused_head: bool = False, autocast: bool = False) -> MemoryEstimate:
     """Memory of an RL run on one device: the policy's weights (``weight_bytes`` each; twice with
     a frozen KL ``reference`` copy), gradients and ``optimizer_bytes`` of optimiser state per
     parameter when ``full`` (all weights trained; a LoRA adapter's are a small share, not counted),
@@ -505,13 +518,19 @@ def training_estimate(shape: ModelShape, *, chains: int, tokens: int, kv_itemsiz
     prompt; ``generation_bytes``), and the activations the backward pass keeps for a micro-batch
     of ``micro_batch`` rows of ``tokens`` tokens (``activation_bytes_per_token``; 0: not counted,
     and the estimate is a lower bound), with ``fused_head`` the tile of TRL's fused LM head
-    (``fused_head_bytes``: on a GPU, whose allocator reserves all of it; on CPU only its first
-    vocabulary columns are written, so few of its pages are ever touched)."""
+    in place of the logits (``fused_head_bytes``: on a GPU, whose allocator reserves all of it; on
+    CPU only its first vocabulary columns are written, so few of its pages are ever touched).
+    ``autocast``: bf16 autocast over the weights (TRL's ``bf16=True``): activations at
+    ``AUTOCAST_BYTES_PER_ELEMENT``, a bf16 tile, and autocast's cached bf16 copies of the weights."""
     weights = shape.parameters * weight_bytes * (2 if reference else 1)
     training = shape.parameters * (weight_bytes + optimizer_bytes) if full else 0
-    activations = micro_batch * tokens * activation_bytes_per_token(shape, weight_bytes, checkpointing=checkpointing)
+    if autocast:
+        weights += shape.parameters * DTYPE_BYTES["bfloat16"]
+    itemsize = AUTOCAST_BYTES_PER_ELEMENT if autocast else weight_bytes
+    activations = micro_batch * tokens * activation_bytes_per_token(shape, itemsize, checkpointing=checkpointing,
+                                                                    logits=not fused_head)
     if fused_head and micro_batch:
-        activations += fused_head_bytes(micro_batch * tokens, weight_bytes)
+        activations += fused_head_bytes(micro_batch * tokens, DTYPE_BYTES["bfloat16"] if autocast else weight_bytes)
     return MemoryEstimate(weights=weights, training=training, activations=activations,
                           generation=generation_bytes(shape, chains=chains, tokens=tokens, itemsize=kv_itemsize,
                                                       prompt=prompt, cache=cache))

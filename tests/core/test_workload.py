@@ -455,7 +455,7 @@ def test_each_demo_job_is_estimated_with_its_own_m_and_the_plan_holds_the_larges
     its estimate is below, job_memory's lookup picks it by the job's name, and the plan's rl and pool (what a
     worker's share must hold) are the m=3 ones. On a GPU the training estimates carry TRL's fused-head tile."""
     from vpo.demo.device import demo_estimates, plan_cuda
-    from vpo.workload import FUSED_HEAD_TILE, fused_head_bytes
+    from vpo.workload import FUSED_HEAD_TILE, activation_bytes_per_token, fused_head_bytes
 
     monkeypatch.delenv("VPO_DEMO_CARD_SHARE", raising=False)
     cfg, fmt, examples = _paper_maze()
@@ -472,8 +472,11 @@ def test_each_demo_job_is_estimated_with_its_own_m_and_the_plan_holds_the_larges
     assert plan.estimate("warmup", "warm-up") == plan.warmup
     rows, columns = FUSED_HEAD_TILE
     assert fused_head_bytes(10**6, 4) == rows * columns * 4 == 512 * 2**20 and fused_head_bytes(100, 2) == 100 * columns * 2
-    _, cpu, _ = demo_estimates(cfg, fmt, examples, device="cpu", m=3)
-    assert three["warmup"].activations - cpu["warmup"].activations == 512 * 2**20   # the tile, on a GPU only
+    shape, cpu, _ = demo_estimates(cfg, fmt, examples, device="cpu", m=3)
+    positions, rest = divmod(cpu["warmup"].activations, activation_bytes_per_token(shape, 4))
+    assert rest == 0 and positions > 0
+    logits = positions * 32 * shape.vocab            # the float32 logits and what a loss derives from them
+    assert three["warmup"].activations - cpu["warmup"].activations == 512 * 2**20 - logits   # on a GPU the tile instead
 
 
 def test_a_small_evaluation_is_estimated_with_the_chains_it_holds():
@@ -513,6 +516,8 @@ def test_trl_fused_head_allocates_the_tile_the_estimate_counts():
     plain = training_estimate(shape, chains=0, tokens=tokens, kv_itemsize=4, reference=False, micro_batch=rows)
     fused = training_estimate(shape, chains=0, tokens=tokens, kv_itemsize=4, reference=False, micro_batch=rows,
                               fused_head=True)
-    assert fused.activations - plain.activations == fused_head_bytes(rows * tokens, 4) == rows * tokens * 32768 * 4
+    logits = rows * tokens * 32 * shape.vocab      # what the fused head never holds, the plain estimate counts
+    assert fused.activations - plain.activations == fused_head_bytes(rows * tokens, 4) - logits
+    assert fused_head_bytes(rows * tokens, 4) == rows * tokens * 32768 * 4
     assert live.peak > fused_head_bytes(rows * (tokens - 1), 4) > plain.activations   # the tile dwarfs the rest
     assert live.peak <= fused.activations

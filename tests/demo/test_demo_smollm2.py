@@ -144,6 +144,42 @@ def test_memory_plan_of_a_135m_model_with_chains():
     assert plan.by_answers["3"]["rl"] > plan.by_answers["1"]["rl"]
 
 
+
+# What one H200 measured for the GPU size, one seed (scripts/gpu_check.sh step p, 2026-11-30; docs/gpu.md):
+# per job, torch.cuda.max_memory_reserved in GiB, and the m of its chains. The prompts' tokens under
+# SmolLM2's chat template, counted with its tokenizer: 37 at m = 1, 84 at m = 3.
+H200_RESERVED_GIB = {"rl vpo-s0": (3, 9.91), "rl multi_rlvr-s0": (3, 9.85), "rl grpo-s0": (1, 5.55),
+                     "rl max_at_k-s0": (1, 5.57), "warm-up": (3, 2.38)}
+SMOLLM2_PROMPT_TOKENS = {1: 37, 3: 84}
+
+
+def test_the_gpu_training_estimates_hold_what_an_h200_reserved():
+    """The RL and warm-up estimates of the GPU size (bf16 autocast, TRL's fused head; the warm-up
+    with gradient checkpointing) against what the H200 reserved: never below, within 1.5x with the
+    prompts' real token counts, and within 1.65x with the character heuristic the demo sizes by
+    (``prompt_tokens``: 51 and 135 tokens here). Before autocast and the fused head were counted,
+    the RL estimates were 3.7x to 4.5x what was reserved."""
+    from vpo.demo.device import pretrained_estimates
+    from vpo.tasks import get_task
+    from vpo.workload import ModelShape, prompt_tokens, reserved_bytes
+
+    shape = ModelShape(parameters=134_515_008, layers=30, kv_heads=3, head_dim=64, vocab=49152, hidden=576, mlp=1536,
+                       heads=9)
+    import dataclasses
+
+    cfg = dataclasses.replace(DemoConfig(preset="smollm2", device="cpu").resolved(), **PRESETS["smollm2"])
+    assert (cfg.rl_prompts, cfg.rl_generations, cfg.rl_micro_batch, cfg.answer_tokens, cfg.warmup_batch) == \
+        (16, 8, 32, 48, 4) and cfg.rl_beta > 0 and not cfg.lora      # the GPU size that ran
+    task = get_task("describe")
+    heuristic = {m: prompt_tokens([task.prompt(e, m) for e in task.examples("train", 64)], shape.vocab)
+                 for m in (1, 3)}
+    assert heuristic[1] > SMOLLM2_PROMPT_TOKENS[1] and heuristic[3] > SMOLLM2_PROMPT_TOKENS[3]
+    for prompts, ceiling in ((SMOLLM2_PROMPT_TOKENS, 1.5), (heuristic, 1.65)):
+        for job, (m, measured) in H200_RESERVED_GIB.items():
+            _, est, _ = pretrained_estimates(cfg, shape, prompts[m], 16, device="cuda:0", m=m)
+            ratio = reserved_bytes(est["warmup" if job == "warm-up" else "rl"]) / (measured * 2**30)
+            assert 1.0 <= ratio <= ceiling, (job, prompts[m], ratio)
+
 def test_gguf_shape_reads_the_header():
     from vpo.workload import read_model_shape
 

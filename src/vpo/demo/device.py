@@ -368,7 +368,8 @@ def pretrained_estimates(cfg: DemoConfig, shape: Any, prompt: int, examples: int
     from its config or GGUF header), prompts of ``prompt`` tokens, chains of ``m`` answers of
     ``answer_tokens`` each (default ``cfg.answers``), ``examples`` held-out prompts. RL: all weights
     trained (or a LoRA adapter's few), float32 master weights; the warm-up: a batch of
-    ``warmup_batch`` chains. On a GPU the rollouts and pools run in bf16 (2-byte KV cache)."""
+    ``warmup_batch`` chains, with gradient checkpointing (TRL's SFT default). On a GPU the rollouts
+    and pools run in bf16 (2-byte KV cache), and training under bf16 autocast with TRL's fused head."""
     from vpo.workload import MemoryEstimate, generation_bytes, training_estimate
 
     answers = max(cfg.answers, 1)
@@ -379,12 +380,13 @@ def pretrained_estimates(cfg: DemoConfig, shape: Any, prompt: int, examples: int
     rollouts = cfg.rl_prompts * cfg.rl_generations
     rl = training_estimate(shape, chains=rollouts, tokens=tokens, kv_itemsize=kv, reference=cfg.rl_beta != 0,
                            full=not cfg.lora, micro_batch=cfg.rl_micro_batch or rollouts, prompt=prompt, cache=cache,
-                           fused_head=gpu)
+                           fused_head=gpu, autocast=gpu)
     chains = min(cfg.eval_batch if eval_batch is None else eval_batch, examples * -(-cfg.pool // m))
     pool = MemoryEstimate(weights=shape.parameters * 4, generation=generation_bytes(
         shape, chains=chains, tokens=tokens, prompt=prompt, itemsize=kv, cache=cache))
     warmup = training_estimate(shape, chains=0, tokens=prompt + cfg.answer_tokens * answers, kv_itemsize=kv,
-                               reference=False, full=not cfg.lora, micro_batch=cfg.warmup_batch, fused_head=gpu)
+                               reference=False, full=not cfg.lora, micro_batch=cfg.warmup_batch, fused_head=gpu,
+                               autocast=gpu, checkpointing=True)
     return shape, {"rl": rl, "pool": pool, "warmup": warmup}, {"prompt": prompt, "tokens": tokens, "chains": chains}
 
 
