@@ -449,6 +449,18 @@ def test_the_shipped_quick_numbers_come_out_of_head(quick_run):
     assert (len(numbers), numbers_digest(numbers)) == (pinned["count"], pinned["digest"])
 
 
+
+def test_a_report_made_on_a_gpu_does_not_promise_its_digits_again():
+    """The reproducibility note vouches for repeats on the same CPU kind; a GPU run's note says a
+    repeat is unchecked there instead (bf16 autocast, CUDA's kernels)."""
+    from vpo.demo.results import numbers_machine
+    from vpo.demo.run import reproducibility_note
+
+    machine = numbers_machine()
+    assert reproducibility_note(machine).startswith("These numbers come out to the digit again on the same kind")
+    on_gpu = reproducibility_note(machine, "NVIDIA H200")
+    assert "NVIDIA H200" in on_gpu and "has not been checked there" in on_gpu and "come out to the digit" not in on_gpu
+
 def test_headroom_script_search_contains_the_oracle_routes(task):
     """scripts/maze_headroom.py's exhaustive search must find every oracle route's reward vector."""
     import importlib.util

@@ -398,7 +398,13 @@ def _run_demo(cfg: DemoConfig, out: Path, peak: int, memory: str, plan: CudaPlan
     metrics = stages.metrics(methods, seeds, warm, runs, evaluated)
     metrics["reward_failures"] = failure_counts(runs.values(), evaluated["seconds"].values())
     metrics["notes"].append(failure_note(metrics["reward_failures"], stages.scorer))
-    metrics["notes"].append(reproducibility_note(numbers_machine()))
+    device = cfg.torch_device()
+    gpu = None
+    if device.startswith("cuda"):
+        import torch
+
+        gpu = torch.cuda.get_device_name(device)
+    metrics["notes"].append(reproducibility_note(numbers_machine(), gpu))
     metrics["headline_plots"] = headline_plots(metrics, out)
     def both(records: list[dict[str, Any]]) -> dict[str, float | None]:
         if not records:
@@ -478,8 +484,13 @@ def failure_note(counts: dict[str, dict[str, int] | None], scorer: str = "the ma
             "scores 0 and is counted): " + "; ".join(parts) + ".")
 
 
-def reproducibility_note(machine: dict[str, str]) -> str:
-    """The report's line on which machines give its numbers to the digit (``numbers_machine``)."""
+def reproducibility_note(machine: dict[str, str], gpu: str | None = None) -> str:
+    """The report's line on which machines give its numbers to the digit (``numbers_machine``);
+    for a run on the GPU named ``gpu``, that this is unchecked there."""
+    if gpu is not None:
+        return (f"These numbers were computed on a GPU ({gpu}, torch {machine['torch']}): whether a repeat gives "
+                "them to the digit has not been checked there (bf16 autocast and CUDA's kernels; on CPU a "
+                "repeat does: README, Reproducibility).")
     return (f"These numbers come out to the digit again on the same kind of machine ({machine['cpu']}, torch's "
             f"{machine['cpu_capability']} CPU kernels, torch {machine['torch']}), whatever its load, the number of "
             "worker processes and the order of the jobs: thread counts are settings and every run seeds itself. A "
