@@ -551,6 +551,28 @@ def _status(rc: str) -> str:
     return f"failed (exit {rc})"
 
 
+USES = {"m-memory": "b-train"}
+"""Steps that read another's output without a "needs" (m probes b's warm-up whether b's training passed)."""
+
+
+def only_steps(steps: list[dict], only: str) -> list[dict]:
+    """The steps ``--only`` names (a comma list of names or their letters, e.g. ``p`` or ``b,c``), with
+    install and the steps they need or use; ValueError naming what is not a step."""
+    wanted = {w.strip() for w in only.split(",") if w.strip()}
+    known = {s["name"]: s for s in steps}
+    letters = {name.split("-")[0]: name for name in known}
+    unknown = sorted(w for w in wanted if w not in known and w not in letters)
+    if unknown or not wanted:
+        raise ValueError(f"not a step: {', '.join(unknown) or '(none named)'}; the steps are "
+                         f"{', '.join(n for n in known if n != 'install')}")
+    keep = {"install"} | {known.get(w, {}).get("name") or letters[w] for w in wanted}
+    for name in list(keep):
+        for before in (known[name].get("needs"), USES.get(name)):
+            if before in known:
+                keep.add(before)
+    return [s for s in steps if s["name"] in keep]
+
+
 def run_check(args: argparse.Namespace) -> int:
     """``gpu_check.sh``: the plan first; the wheel folder and image checks; then (not --dry-run) the steps."""
     if args.wheel_list and not args.dry_run:
@@ -560,6 +582,12 @@ def run_check(args: argparse.Namespace) -> int:
     out, wheels = Path(args.out).resolve(), Path(args.wheels).resolve()
     model = Path(args.model).resolve() if args.model else None
     steps = json.loads(Path(args.plan_file).read_text()) if args.plan_file else plan_steps(out, wheels, model=model)
+    if args.only:
+        try:
+            steps = only_steps(steps, args.only)
+        except ValueError as err:
+            print(f"gpu_check.sh: --only {args.only}: {err}", file=sys.stderr)
+            return 2
     plan_ok = print_plan(steps)
     if args.plan_file:
         wheels_ok = image_ok = 0
@@ -923,6 +951,8 @@ def main(argv: list[str]) -> int:
     run.add_argument("--wheel-list", help="check this MANIFEST.txt instead of a folder (with --dry-run)")
     run.add_argument("--plan-file", help="run these steps instead (a JSON list like plan.json; for testing the runner)")
     run.add_argument("--model", help=f"step p's SmolLM2 GGUF file (default: {MODEL_FILE})")
+    run.add_argument("--only", help="run only these steps (names or letters, e.g. p or b,c) after install, with "
+                                    "the steps they need; for a rerun with little device time left")
     sub.add_parser("plan")
     wheels = sub.add_parser("check-wheels")
     wheels.add_argument("--wheels", type=Path)

@@ -15,9 +15,11 @@
 # and when the check is killed. Only Python and coreutils are needed (scripts/gpu_check.py runs it).
 #
 #   scripts/gpu_check.sh [--wheels wheels] [--out gpu_check] [--dry-run] [--wheel-list MANIFEST.txt] [--model GGUF]
+#                        [--only p|b,c|...]
 #
 # --dry-run prints the plan, checks the wheel folder (or only its listing, --wheel-list) and the
-# image's packages, and runs nothing heavy. Exit status: 0 when every step passed.
+# image's packages, and runs nothing heavy. --only runs the named steps (names or letters) after install,
+# with the steps they need: a rerun when little device time is left. Exit status: 0 when every step passed.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PYTHON=${PYTHON:-python3}

@@ -74,6 +74,23 @@ def test_dry_run_prints_the_plan_and_checks_the_listing(recorded_listing):
     assert "nothing was run" in lines[-1] and "wheels ok" in lines[-1]
 
 
+
+def test_only_runs_the_named_steps_after_install_with_what_they_need(recorded_listing):
+    """--only (a rerun with little device time left): the named steps, by name or letter, after
+    install; c brings b (it needs b's checkpoint), m brings b (it probes b's warm-up); a name that
+    is no step is refused in one line that lists the steps."""
+    def planned(only):
+        done = _run(SCRIPTS / "gpu_check.sh", "--dry-run", "--wheel-list", recorded_listing, "--only", only)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return [line.split()[0] for line in done.stdout.splitlines()[1:] if line.startswith("  ")
+                and not line.strip().startswith(("total", "warning"))]
+
+    assert planned("p") == ["install", "p-pretrained"]
+    assert planned("c-eval") == ["install", "b-train", "c-eval"]
+    assert planned("m,a") == ["install", "a-gpu-tests", "b-train", "m-memory"]
+    done = _run(SCRIPTS / "gpu_check.sh", "--dry-run", "--wheel-list", recorded_listing, "--only", "p,x")
+    assert done.returncode == 2 and "--only p,x: not a step: x; the steps are p-pretrained, d-demo" in done.stderr
+
 def test_dry_run_refuses_a_missing_folder_and_image_packages_in_the_listing(tmp_path, recorded_listing):
     listing = recorded_listing
     done = _run(SCRIPTS / "gpu_check.sh", "--dry-run", "--wheels", tmp_path / "nowhere")
