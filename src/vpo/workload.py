@@ -41,13 +41,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ALLOCATOR_OVERHEAD", "AUTOCAST_BYTES_PER_ELEMENT", "CUDA_CONTEXT_BYTES", "DTYPE_BYTES", "KV_CACHES", "MemoryEstimate", "ModelShape",
-           "PoolWorkload", "RESERVED_PER_ALLOCATED", "activation_bytes_per_token", "allocated_budget",
-           "available_memory", "cap_process_memory", "chains_in_budget", "check_memory", "check_pool_workload",
-           "cuda_memory", "device_memory", "fused_head_bytes", "generation_bytes", "human_bytes", "model_folder",
-           "optimizer_state_bytes", "prefill_bytes_per_token", "prepare_cuda_allocator", "prompt_tokens",
-           "gguf_shape", "read_model_shape", "reserved_bytes", "safetensors_parameters", "shape_from_config",
-           "training_estimate"]
+__all__ = ["ALLOCATOR_OVERHEAD", "AUTOCAST_BYTES_PER_ELEMENT", "CUDA_CONTEXT_BYTES", "DTYPE_BYTES", "KV_CACHES",
+           "MemoryEstimate", "ModelShape", "PoolWorkload", "RESERVED_PER_ALLOCATED", "activation_bytes_per_token",
+           "allocated_budget", "available_memory", "cap_process_memory", "chains_in_budget", "check_memory",
+           "check_pool_workload", "cuda_memory", "device_memory", "fused_head_bytes", "generation_bytes",
+           "human_bytes", "model_folder", "optimizer_state_bytes", "prefill_bytes_per_token", "prepare_cuda_allocator",
+           "prompt_tokens", "gguf_shape", "read_model_shape", "reserved_bytes", "safetensors_parameters",
+           "shape_from_config", "training_estimate"]
 
 _BYTES_PER_ANSWER = 120
 """Python overhead of one answer's generation text and bookkeeping (a str object, list slots)."""

@@ -398,13 +398,8 @@ def _run_demo(cfg: DemoConfig, out: Path, peak: int, memory: str, plan: CudaPlan
     metrics = stages.metrics(methods, seeds, warm, runs, evaluated)
     metrics["reward_failures"] = failure_counts(runs.values(), evaluated["seconds"].values())
     metrics["notes"].append(failure_note(metrics["reward_failures"], stages.scorer))
-    device = cfg.torch_device()
-    gpu = None
-    if device.startswith("cuda"):
-        import torch
-
-        gpu = torch.cuda.get_device_name(device)
-    metrics["notes"].append(reproducibility_note(numbers_machine(), gpu))
+    record = device_record(cfg.torch_device())
+    metrics["notes"].append(reproducibility_note(numbers_machine(), record["name"] if "cuda" in record else None))
     metrics["headline_plots"] = headline_plots(metrics, out)
     def both(records: list[dict[str, Any]]) -> dict[str, float | None]:
         if not records:
