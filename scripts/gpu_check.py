@@ -565,7 +565,7 @@ def only_steps(steps: list[dict], only: str) -> list[dict]:
     if unknown or not wanted:
         raise ValueError(f"not a step: {', '.join(unknown) or '(none named)'}; the steps are "
                          f"{', '.join(n for n in known if n != 'install')}")
-    keep = {"install"} | {known.get(w, {}).get("name") or letters[w] for w in wanted}
+    keep = {"install"} | {w if w in known else letters[w] for w in wanted}
     for name in list(keep):
         for before in (known[name].get("needs"), USES.get(name)):
             if before in known:
