@@ -443,22 +443,35 @@ def adapter_base(path: str | Path) -> str | None:
 
 def _ensure_pad(model: Any, tokenizer: Any) -> None:
     """A ``<pad>`` token when the tokenizer has none (or pads with EOS), with one new embedding
-    row; the existing rows are unchanged. transformers' warning that the new row is drawn from a
-    normal distribution read as if the model were being changed, so it is kept off the terminal."""
+    row; the existing rows are unchanged. The new row is the mean of the old ones, exactly (see
+    ``_add_rows``)."""
     if tokenizer.pad_token is None or tokenizer.pad_token_id == tokenizer.eos_token_id:
         tokenizer.add_special_tokens({"pad_token": PAD_TOKEN})
         if len(tokenizer) > model.get_input_embeddings().num_embeddings:
-            from transformers.utils import logging as hf_logging
-
-            level = hf_logging.get_verbosity()
-            hf_logging.set_verbosity_error()
-            try:
-                model.resize_token_embeddings(len(tokenizer))
-            finally:
-                hf_logging.set_verbosity(level)
+            _add_rows(model, len(tokenizer))
     model.config.pad_token_id = tokenizer.pad_token_id
     if getattr(model, "generation_config", None) is not None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
+
+
+def _add_rows(model: Any, rows: int) -> None:
+    """Resize ``model``'s token embeddings (and an untied LM head) to ``rows``, each new row the
+    mean of the old rows, summed in float64.
+
+    transformers' default draws the new rows from a normal distribution around that mean, from
+    torch's global generator: every load of the same model then held different weights (1.5e-5
+    apart), which an SFT carried into every tensor and a run's pools into different answers. The
+    mean alone is that distribution's centre; the caller's generator is left as it was."""
+    import torch
+
+    old = model.get_input_embeddings().num_embeddings
+    with torch.random.fork_rng(devices=[]):  # resize_token_embeddings initialises, then overwrites
+        model.resize_token_embeddings(rows, mean_resizing=False)
+    layers = [model.get_input_embeddings(), model.get_output_embeddings()]
+    with torch.no_grad():
+        for tensor in {id(t): t for layer in layers if layer is not None
+                       for t in (layer.weight, getattr(layer, "bias", None)) if t is not None}.values():
+            tensor[old:] = tensor[:old].double().mean(dim=0).to(tensor.dtype)
 
 
 def count_parameters(model: Any) -> int:

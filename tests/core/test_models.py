@@ -164,6 +164,39 @@ def test_load_checkpoint_puts_the_weights_in_the_dtype_on_the_device(tmp_path, t
         load_checkpoint(tmp_path, dtype="int8")
 
 
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_model_without_a_pad_token_loads_the_same_weights_every_time(tmp_path, tied):
+    """The ``<pad>`` row that ``load_pretrained`` adds is the mean of the old rows, not a random
+    draw: two loads are equal, and loading leaves torch's generator where it was."""
+    tok = build_char_tokenizer(ALPHABET, pad_token="<p>")
+    model = build_tiny_llama(tok, seed=2)
+    if not tied:
+        model.config.tie_word_embeddings = False
+        model.lm_head.weight = torch.nn.Parameter(torch.randn_like(model.lm_head.weight))
+    tok.pad_token = tok.eos_token  # pads with EOS: load_pretrained gives it a <pad> of its own
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    torch.manual_seed(0)
+    first, tok1 = load_pretrained(tmp_path)
+    after_load = torch.rand(3)
+    torch.manual_seed(0)
+    assert torch.equal(torch.rand(3), after_load)
+    torch.manual_seed(1)
+    second, _ = load_pretrained(tmp_path)
+    old = len(tok)
+    assert tok1.convert_ids_to_tokens(tok1.pad_token_id) == "<pad>" and tok1.pad_token_id == old
+    assert first.get_input_embeddings().num_embeddings == old + 1
+    for a, b in zip(first.state_dict().values(), second.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+    saved = model.state_dict()
+    for layer in (first.get_input_embeddings(), first.get_output_embeddings()):
+        rows = layer.weight.detach()
+        name = "lm_head.weight" if layer is first.get_output_embeddings() and not tied else "model.embed_tokens.weight"
+        assert torch.equal(rows[:old], saved[name])
+        assert torch.equal(rows[old], saved[name].double().mean(dim=0).float())
+    assert (first.get_output_embeddings().weight is first.get_input_embeddings().weight) == tied
+
+
 def _bpe_folder(path, clean_up: bool):
     """A tiny BPE tokenizer saved as SmolLM2's GGUF conversion saves its own: clean-up of
     tokenization spaces on, which transformers ignores for BPE and warns about on each decode."""
