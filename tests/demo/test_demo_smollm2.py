@@ -135,7 +135,7 @@ def test_memory_plan_of_a_135m_model_with_chains():
     h100 = 80 * 2**30
     full = DemoConfig(preset="smollm2", device="cpu").resolved()
     import dataclasses
-    full = dataclasses.replace(full, methods="all", seeds=2, rl_generations=8)  # the GPU size, planned on a CPU
+    full = dataclasses.replace(full, methods="all", seeds=2, rl_generations=8, answers=3)  # the GPU size, planned on a CPU
     from functools import partial
 
     plan = plan_cuda(full, None, [{}] * 16, device="cuda:0", workers=0, jobs=10, free=h100, total=h100,
@@ -201,9 +201,10 @@ def test_the_papers_four_checks_are_read_off_the_paired_differences():
 
     cfg = DemoConfig(preset="smollm2", device="cpu").resolved()
     pool = 30
+    m = cfg.answers  # VPO is paired with the warm start in its own chain format
     entries = {"grpo": _entry("GRPO (m=1)", [0.40] + [0.45] * (pool - 1), 0.1),
-               "vpo": _entry("VPO (m=3)", [0.30] + [0.55] * (pool - 1), 0.5),
-               "warmup_m3": _entry("warm-up (m=3)", [0.2] + [0.50] * (pool - 1), 0.4)}
+               "vpo": _entry(f"VPO (m={m})", [0.30] + [0.55] * (pool - 1), 0.5),
+               f"warmup_m{m}": _entry(f"warm-up (m={m})", [0.2] + [0.50] * (pool - 1), 0.4)}
 
     def row(a, b, metric, k, mean, half):
         return {"a": a, "b": b, "metric": metric, "k": k, "mean": mean, "half_width": half, "n": 16,
@@ -211,13 +212,13 @@ def test_the_papers_four_checks_are_read_off_the_paired_differences():
 
     paired = [row("vpo", "grpo", "pref_best_at_k", pool, 0.10, 0.04), row("vpo", "grpo", "pref_best_at_k", 1, -0.1, 0.03),
               row("vpo", "grpo", "diversity", None, 0.4, 0.1),
-              row("vpo", "warmup_m3", "pref_best_at_k", pool, 0.05, 0.02)]
+              row("vpo", f"warmup_m{m}", "pref_best_at_k", pool, 0.05, 0.02)]
     lines = story_checks(entries, paired, ["grpo", "vpo"], pool, cfg, unit="prompts")
     assert len(lines) == 4 and all(": held:" in line for line in lines), lines
     assert "+0.100 ± 0.040 (significant, 16 prompts)" in lines[0]
     # not significant, or GRPO not first, or VPO significantly below its warm start: not held
     paired[0] = row("vpo", "grpo", "pref_best_at_k", pool, 0.02, 0.04)
-    paired[3] = row("vpo", "warmup_m3", "pref_best_at_k", pool, -0.05, 0.02)
+    paired[3] = row("vpo", f"warmup_m{m}", "pref_best_at_k", pool, -0.05, 0.02)
     entries["vpo"]["pref_best_at_k"]["mean"][0] = 0.5
     lines = story_checks(entries, paired, ["grpo", "vpo"], pool, cfg, unit="prompts")
     assert [": NOT held:" in line for line in lines] == [True, True, False, True]

@@ -347,14 +347,16 @@ PRESETS["smollm2"] = {
 }
 
 PRESET_CPU: dict[str, dict[str, Any]] = {
-    # the same preset reduced for 2 CPU cores: GRPO and VPO, one seed, 10 RL steps of 6 prompts x 4. The longest
-    # path (warm-up, VPO's RL, its pool) sets the wall time: with 8 prompts a step it took 74 minutes on a slow
-    # day, so a step holds 6 and the warm-up, which runs alone, takes both cores (docs/demo/smollm2.md)
+    # the same preset reduced for 2 CPU cores: GRPO and VPO, one seed, 20 RL steps of 6 prompts x 4 with chains of
+    # 2 answers (configuration 27, the one that held the paper's four checks over 4 seeds; with 3 answers and 10
+    # steps check 1 tied). The longest path (warm-up, VPO's RL, its pool) sets the wall time: with 8 prompts a step
+    # it took 74 minutes on a slow day, so a step holds 6 and the warm-up, which runs alone, takes both cores
+    # (docs/demo/smollm2.md)
     "smollm2": {
         "out": "runs/demo-smollm2-cpu",
-        "methods": "grpo,vpo", "seeds": 1,
+        "methods": "grpo,vpo", "seeds": 1, "answers": 2,
         "warmup_examples": 32, "warmup_steps": 16, "warmup_threads": 2,
-        "rl_steps": 10, "rl_prompts": 6, "rl_generations": 4, "rl_micro_batch": 8,
+        "rl_steps": 20, "rl_prompts": 6, "rl_generations": 4, "rl_micro_batch": 8,
         "eval_batch": 160,
     },
 }
@@ -364,7 +366,7 @@ reduced size, on top of ``PRESETS[NAME]`` (explicit flags still win)."""
 PRESET_QUICK["smollm2"] = {
     # the whole pipeline on the real model at a size CI runs in a few minutes on 2 cores
     "out": "runs/demo-smollm2-quick",
-    "methods": "grpo,vpo", "seeds": 1,
+    "methods": "grpo,vpo", "seeds": 1, "answers": 3,   # the GPU size's m (the CPU size's 2 would not divide pool 3)
     "warmup_examples": 4, "warmup_samples": 4, "warmup_steps": 2, "warmup_batch": 2,
     "answer_tokens": 40,
     "rl_steps": 2, "rl_prompts": 2, "rl_generations": 2, "rl_micro_batch": 0, "save_steps": 2,
